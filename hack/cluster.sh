@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# A real, local Kubernetes control plane for syncgc's development and tests:
+# etcd + kube-apiserver (+ optionally kube-controller-manager) on loopback.
+#
+#   hack/cluster.sh install            install Debian packages, build kube-apiserver,
+#                                      kube-controller-manager and kubectl (cached)
+#   hack/cluster.sh up [--kcm MODE]    start what is not running; MODE = gc | nogc | none
+#   hack/cluster.sh kcm MODE           (re)start kube-controller-manager in MODE
+#   hack/cluster.sh down               stop exactly the processes this script started
+#   hack/cluster.sh status             what runs, where the kubeconfig and logs are
+#   hack/cluster.sh env                shell exports for clients (KUBECONFIG, SYNCGC_KUBECONFIG,
+#                                      PATH with kubectl)
+#
+# MODE gc:   kube-controller-manager with all controllers, so the cluster's own GC runs.
+# MODE nogc: all controllers but the garbage collector (for syncgc --mode standalone).
+# Neither mode runs the node lifecycle controller: there are no kubelets.
+#
+# Environment (defaults in brackets):
+#   SYNCGC_CACHE         binaries, Kubernetes source, Go caches   [~/.cache/syncgc]
+#   SYNCGC_CLUSTER_DIR   PKI, etcd data, logs, pids, kubeconfig   [/tmp/syncgc-cluster]
+#   SYNCGC_ETCD_PORT [23790]  SYNCGC_ETCD_PEER_PORT [23800]
+#   SYNCGC_APISERVER_PORT [26443]  SYNCGC_KCM_PORT [26257]
+set -euo pipefail
+
+K8S_VERSION=1.20.2
+CACHE=${SYNCGC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncgc}
+DIR=${SYNCGC_CLUSTER_DIR:-/tmp/syncgc-cluster}
+ETCD_PORT=${SYNCGC_ETCD_PORT:-23790}
+ETCD_PEER_PORT=${SYNCGC_ETCD_PEER_PORT:-23800}
+APISERVER_PORT=${SYNCGC_APISERVER_PORT:-26443}
+KCM_PORT=${SYNCGC_KCM_PORT:-26257}
+BIN=$CACHE/kubernetes-$K8S_VERSION/bin
+KUBE_BINARIES="kube-apiserver kube-controller-manager kubectl"
+PKI=$DIR/pki
+LOGS=$DIR/logs
+PIDS=$DIR/pids
+KUBECONFIG_FILE=$DIR/admin.kubeconfig
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- install -----------------------------------------------------------------
+
+apt_updated=false
+apt_install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! $apt_updated; then apt-get update -qq; apt_updated=true; fi
+  log "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+enable_deb_src() {
+  local f=/etc/apt/sources.list.d/debian.sources
+  if [ -f "$f" ]; then
+    if grep -q '^Types: deb$' "$f"; then
+      log "adding deb-src to $f"
+      sed -i 's/^Types: deb$/Types: deb deb-src/' "$f"
+      apt_updated=false
+    fi
+  elif [ -f /etc/apt/sources.list ] && ! grep -q '^deb-src ' /etc/apt/sources.list; then
+    log "adding deb-src lines to /etc/apt/sources.list"
+    sed -n 's/^deb /deb-src /p' /etc/apt/sources.list >>/etc/apt/sources.list
+    apt_updated=false
+  fi
+}
+
+build_kubernetes() {
+  local b missing=false
+  for b in $KUBE_BINARIES; do [ -x "$BIN/$b" ] || missing=true; done
+  $missing || return 0
+  local src=$CACHE/src
+  mkdir -p "$src"
+  local tree
+  # Debian ships 1.20.2 as "1.20.5+really1.20.2".
+  tree=$(find "$src" -maxdepth 1 -type d -name "kubernetes-*$K8S_VERSION" | head -n1)
+  if [ -z "$tree" ]; then
+    log "fetching the Debian source package kubernetes ($K8S_VERSION)"
+    enable_deb_src
+    if ! $apt_updated; then apt-get update -qq; apt_updated=true; fi
+    (cd "$src" && apt-get source -qq kubernetes >/dev/null 2>"$src/apt-source.log") ||
+      die "apt-get source kubernetes failed, see $src/apt-source.log"
+    tree=$(find "$src" -maxdepth 1 -type d -name "kubernetes-*$K8S_VERSION" | head -n1)
+    [ -n "$tree" ] || die "the source package is not Kubernetes $K8S_VERSION: $(ls "$src")"
+  fi
+  # The vendored reflect2 1.0.1 crashes the apiserver under Go >= 1.18; use Debian's 1.0.2.
+  local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
+  [ -d "$reflect2" ] || die "missing $reflect2 (golang-github-modern-go-reflect2-dev)"
+  rm -rf "$tree/vendor/github.com/modern-go/reflect2"
+  mkdir -p "$tree/vendor/github.com/modern-go/reflect2"
+  find "$reflect2" -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' \) ! -name '*_test.go' \
+    -exec cp {} "$tree/vendor/github.com/modern-go/reflect2/" \;
+  mkdir -p "$tree/.go/src/k8s.io"
+  ln -sfn ../../.. "$tree/.go/src/k8s.io/kubernetes"
+  log "building $KUBE_BINARIES (first run: several minutes)"
+  local start=$SECONDS
+  (
+    cd "$tree/.go/src/k8s.io/kubernetes"
+    export GOPATH=$tree/.go GOCACHE=$CACHE/go-build CGO_ENABLED=0 GO111MODULE=off GOFLAGS=
+    make WHAT="$(printf 'cmd/%s ' $KUBE_BINARIES)" >"$src/build.log" 2>&1
+  ) || { tail -n 40 "$src/build.log" >&2; die "kubernetes build failed, see $src/build.log"; }
+  mkdir -p "$BIN"
+  local out
+  for b in $KUBE_BINARIES; do
+    out=$(find "$tree/_output" -type f -name "$b" -perm -u+x | head -n1)
+    [ -n "$out" ] || die "built $b not found under $tree/_output"
+    cp "$out" "$BIN/$b.tmp" && mv "$BIN/$b.tmp" "$BIN/$b"
+  done
+  log "built in $((SECONDS - start))s; binaries cached in $BIN"
+}
+
+cmd_install() {
+  apt_install etcd-server golang-go rsync jq dpkg-dev openssl curl golang-github-modern-go-reflect2-dev
+  build_kubernetes
+}
+
+# --- PKI ---------------------------------------------------------------------
+
+gen_cert() { # name subject ca-name ext-file
+  local name=$1 subj=$2 ca=$3 ext=$4
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$name.key" -subj "$subj" \
+    -out "$PKI/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" \
+    -CAcreateserial -days 3650 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr"
+  chmod 600 "$PKI/$name.key"
+}
+
+gen_pki() {
+  [ -f "$PKI/.complete" ] && return 0
+  log "generating the control plane's PKI in $PKI"
+  rm -rf "$PKI"
+  mkdir -p "$PKI"
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
+    -subj "/CN=syncgc-local-ca" -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  chmod 600 "$PKI/ca.key"
+  cat >"$PKI/server.ext" <<'EOF'
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.0.0.1
+EOF
+  cat >"$PKI/client.ext" <<'EOF'
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth
+EOF
+  gen_cert apiserver "/CN=kube-apiserver" ca "$PKI/server.ext"
+  gen_cert admin "/O=system:masters/CN=syncgc-admin" ca "$PKI/client.ext"
+  gen_cert kcm "/CN=system:kube-controller-manager" ca "$PKI/client.ext"
+  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  chmod 600 "$PKI/sa.key"
+  touch "$PKI/.complete"
+}
+
+write_kubeconfig() { # file user
+  local file=$1 user=$2
+  cat >"$file.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: syncgc-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/$user.crt")
+    client-key-data: $(base64 -w0 "$PKI/$user.key")
+contexts:
+- name: syncgc-local
+  context: {cluster: syncgc-local, user: $user}
+current-context: syncgc-local
+EOF
+  chmod 600 "$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+# --- processes ---------------------------------------------------------------
+
+running() { # name
+  local f=$PIDS/$1.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  # The pid must still be the process we started (not a reused pid).
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$(cat "$PIDS/$1.cmd" 2>/dev/null)"
+}
+
+start() { # name binary args...
+  local name=$1; shift
+  mkdir -p "$LOGS" "$PIDS"
+  log "starting $name (log: $LOGS/$name.log)"
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/$name.pid"
+  basename "$1" >"$PIDS/$name.cmd"
+}
+
+stop() { # name
+  local name=$1 pid
+  if running "$name"; then
+    pid=$(cat "$PIDS/$name.pid")
+    log "stopping $name (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PIDS/$name.pid" "$PIDS/$name.cmd" "$PIDS/$name.mode"
+}
+
+wait_for() { # what seconds command...
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.3
+  done
+  log "$what is ready"
+}
+
+apiserver_ready() {
+  curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT/readyz" | grep -q ok
+}
+
+start_etcd() {
+  running etcd && return 0
+  start etcd "$(command -v etcd)" --name syncgc --data-dir "$DIR/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "syncgc=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --quota-backend-bytes 4294967296 --unsafe-no-fsync
+  wait_for etcd 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health" ||
+    { tail -n 20 "$LOGS/etcd.log" >&2; die "etcd did not become healthy"; }
+}
+
+start_apiserver() {
+  running kube-apiserver && return 0
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --insecure-port 0 \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --service-account-key-file "$PKI/sa.pub" \
+    --service-account-signing-key-file "$PKI/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --api-audiences https://kubernetes.default.svc.cluster.local \
+    --authorization-mode RBAC \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --allow-privileged \
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --profiling=false \
+    --v 1
+  wait_for kube-apiserver 120 apiserver_ready ||
+    { tail -n 30 "$LOGS/kube-apiserver.log" >&2; die "kube-apiserver did not become ready"; }
+}
+
+kcm_controllers() {
+  case $1 in
+    gc) echo '*,-nodelifecycle' ;;
+    nogc) echo '*,-nodelifecycle,-garbagecollector' ;;
+    *) die "unknown kube-controller-manager mode '$1' (gc | nogc | none)" ;;
+  esac
+}
+
+start_kcm() { # mode
+  local mode=$1
+  if [ "$mode" = none ]; then stop kube-controller-manager; return 0; fi
+  local controllers
+  controllers=$(kcm_controllers "$mode")
+  if running kube-controller-manager; then
+    [ "$(cat "$PIDS/kube-controller-manager.mode" 2>/dev/null)" = "$mode" ] && return 0
+    stop kube-controller-manager
+  fi
+  write_kubeconfig "$DIR/kcm.kubeconfig" kcm
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$DIR/kcm.kubeconfig" \
+    --authentication-kubeconfig "$DIR/kcm.kubeconfig" \
+    --authorization-kubeconfig "$DIR/kcm.kubeconfig" \
+    --controllers "$controllers" \
+    --use-service-account-credentials \
+    --service-account-private-key-file "$PKI/sa.key" \
+    --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --leader-elect=false \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --port 0 \
+    --kube-api-qps "${SYNCGC_KCM_QPS:-20}" --kube-api-burst "${SYNCGC_KCM_BURST:-30}" \
+    --v 1
+  echo "$mode" >"$PIDS/kube-controller-manager.mode"
+  wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$KCM_PORT/healthz" ||
+    { tail -n 30 "$LOGS/kube-controller-manager.log" >&2; die "kube-controller-manager did not become healthy"; }
+}
+
+cmd_up() {
+  local mode=gc
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --kcm) mode=${2:?--kcm needs gc, nogc or none}; shift 2 ;;
+      --kcm=*) mode=${1#--kcm=}; shift ;;
+      *) die "unknown argument '$1'" ;;
+    esac
+  done
+  [ "$mode" = none ] || kcm_controllers "$mode" >/dev/null
+  cmd_install
+  mkdir -p "$DIR"
+  gen_pki
+  write_kubeconfig "$KUBECONFIG_FILE" admin
+  start_etcd
+  start_apiserver
+  start_kcm "$mode"
+  log "control plane up: KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+cmd_down() {
+  stop kube-controller-manager
+  stop kube-apiserver
+  stop etcd
+}
+
+cmd_status() {
+  local rc=0
+  for n in etcd kube-apiserver kube-controller-manager; do
+    if running "$n"; then
+      local extra=""
+      [ -f "$PIDS/$n.mode" ] && extra=" mode=$(cat "$PIDS/$n.mode")"
+      echo "$n: running (pid $(cat "$PIDS/$n.pid"))$extra"
+    else
+      echo "$n: stopped"
+      [ "$n" = kube-controller-manager ] || rc=1
+    fi
+  done
+  echo "kubeconfig: $KUBECONFIG_FILE"
+  echo "logs: $LOGS"
+  return $rc
+}
+
+case ${1:-} in
+  install) cmd_install ;;
+  up) shift; cmd_up "$@" ;;
+  kcm) [ $# -eq 2 ] || die "usage: $0 kcm gc|nogc|none"; start_kcm "$2" ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) printf 'export KUBECONFIG=%q SYNCGC_KUBECONFIG=%q PATH=%q:"$PATH"\n' \
+    "$KUBECONFIG_FILE" "$KUBECONFIG_FILE" "$BIN" ;;
+  *) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 2 ;;
+esac

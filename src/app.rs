@@ -1,0 +1,93 @@
+//! `syncgc run`: wires the parts together and runs them until SIGTERM or SIGINT.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api;
+use crate::cli::RunArgs;
+use crate::metrics::{self, Metrics, Readiness};
+
+/// How often the apiserver connection is checked once established.
+const PROBE_INTERVAL: Duration = Duration::from_secs(15);
+/// The longest wait between two attempts to reach the apiserver.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let RunArgs {
+        kubeconfig,
+        metrics_addr,
+    } = args;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+
+    let metrics = Metrics::new().context("registering metrics")?;
+    let readiness = Readiness::default();
+    let listener = TcpListener::bind(metrics_addr)
+        .await
+        .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    let server = axum::serve(
+        listener,
+        metrics::router(metrics.clone(), readiness.clone()),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let server = tokio::spawn(server.into_future());
+
+    let client = api::client(api::config(kubeconfig.as_deref()).await?)?;
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = watch_apiserver(&client, &metrics, &readiness) => {}
+    }
+    readiness.set(false);
+    tracing::info!("shutting down");
+    server.await.context("metrics server task")??;
+    Ok(())
+}
+
+/// Keeps `syncgc_apiserver_connected` and readiness true to whether the apiserver answers,
+/// retrying with exponential backoff while it does not.
+async fn watch_apiserver(client: &kube::Client, metrics: &Metrics, readiness: &Readiness) {
+    let mut backoff = Duration::from_millis(250);
+    let mut connected = false;
+    loop {
+        match api::server_version(client).await {
+            Ok(version) => {
+                if !connected {
+                    tracing::info!(%version, "connected to kube-apiserver");
+                }
+                connected = true;
+                backoff = Duration::from_millis(250);
+            }
+            Err(err) => {
+                tracing::warn!(%err, retry_in = ?backoff, "kube-apiserver does not answer");
+                connected = false;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        metrics.apiserver_connected.set(i64::from(connected));
+        readiness.set(connected);
+        tokio::time::sleep(if connected { PROBE_INTERVAL } else { backoff }).await;
+    }
+}
+
+async fn cancel_on_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(term), Ok(int)) => (term, int),
+        (Err(err), _) | (_, Err(err)) => {
+            tracing::error!(%err, "cannot listen for SIGTERM/SIGINT");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+    token.cancel();
+}

@@ -1,0 +1,29 @@
+//! syncgc: synchronous garbage collection for Kubernetes.
+//!
+//! An owner that opts in (`syncgc.io/synchronous: "true"`) carries the finalizer
+//! `syncgc.io/synchronous`; when it is deleted it stays, with a `deletionTimestamp`, until all of
+//! its dependents (transitively) are gone, or until a timeout that grows with their number.
+//!
+//! ```text
+//!  kube-apiserver ──AdmissionReview──▶ webhook (axum + tokio-rustls)  ──reads──┐
+//!       ▲   │                               │ side-effect PATCH (armed only)    │
+//!       │   └──metadata watches (all deletable GVRs)──▶ graph builder ─▶ OwnershipGraph (one writer)
+//!       │                                                                      │ work items
+//!       └──────────── GET / PATCH / DELETE (preconditions, rate limit) ◀── GC workers + timeouts
+//!                                                                    metrics / readyz / debug endpoints
+//! ```
+//!
+//! Modules, imports pointing down only:
+//!
+//! - [`cli`]: the command line (`syncgc run`, `syncgc certs`), parsed with clap.
+//! - [`app`]: `run`, which wires every part of the `run` subcommand together.
+//! - [`certs`]: development certificates (a CA and a serving certificate signed by it).
+//! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`, `/readyz`.
+//! - [`api`]: the seam every Kubernetes call goes through.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod certs;
+pub mod cli;
+pub mod metrics;

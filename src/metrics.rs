@@ -1,0 +1,138 @@
+//! Prometheus metrics and the plain-HTTP endpoints `/metrics`, `/healthz` and `/readyz`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+/// Every collector syncgc exports, registered on one registry.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// 1 while the apiserver answers syncgc.
+    pub apiserver_connected: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> prometheus::Result<Self> {
+        let registry = Registry::new();
+        let build_info = IntGaugeVec::new(
+            Opts::new("syncgc_build_info", "syncgc's version; always 1"),
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        registry.register(Box::new(build_info))?;
+        let apiserver_connected = IntGauge::new(
+            "syncgc_apiserver_connected",
+            "1 while the Kubernetes apiserver answers syncgc",
+        )?;
+        registry.register(Box::new(apiserver_connected.clone()))?;
+        Ok(Self {
+            registry,
+            apiserver_connected,
+        })
+    }
+
+    /// The Prometheus text exposition of every registered collector.
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec only fails for malformed collectors, which `new` rules out.
+        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!(%err, "encoding metrics");
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+}
+
+/// Whether syncgc is ready to do its job; `/readyz` answers 200 only when it is.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Clone)]
+struct Endpoints {
+    metrics: Metrics,
+    readiness: Readiness,
+}
+
+/// The router of the plain-HTTP metrics and health server.
+pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(serve_readyz))
+        .with_state(Endpoints { metrics, readiness })
+}
+
+async fn serve_metrics(State(state): State<Endpoints>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        state.metrics.encode(),
+    )
+}
+
+async fn serve_readyz(State(state): State<Endpoints>) -> impl IntoResponse {
+    if state.readiness.get() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::{Body, to_bytes};
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String) {
+        let response = router
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readyz_follows_readiness_and_healthz_is_always_ok() {
+        let readiness = Readiness::default();
+        let router = router(Metrics::new().unwrap(), readiness.clone());
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(&router, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        readiness.set(true);
+        assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn metrics_are_prometheus_text_with_the_prefix() {
+        let metrics = Metrics::new().unwrap();
+        metrics.apiserver_connected.set(1);
+        let (status, body) = get(&router(metrics, Readiness::default()), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("syncgc_build_info{version=\""), "{body}");
+        assert!(body.contains("syncgc_apiserver_connected 1"), "{body}");
+    }
+}

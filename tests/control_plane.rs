@@ -1,0 +1,91 @@
+//! The local control plane is real, reachable, and serves what syncgc's garbage collector needs.
+
+mod support;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+use kube::discovery::{Discovery, verbs};
+
+use support::{TestNamespace, config_map, create};
+
+#[tokio::test]
+async fn the_apiserver_answers_as_kubernetes_1_20() {
+    let client = support::client().await;
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "20"),
+        "{version:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_apiserver_serves_the_resources_the_gc_needs() {
+    let client = support::client().await;
+    let discovery = Discovery::new(client).run().await.expect("discovery");
+    let deletable: Vec<_> = discovery
+        .groups()
+        .flat_map(|group| group.recommended_resources())
+        .filter(|(_, caps)| {
+            [verbs::LIST, verbs::WATCH, verbs::DELETE]
+                .iter()
+                .all(|verb| caps.supports_operation(verb))
+        })
+        .map(|(resource, _)| (resource.group, resource.plural))
+        .collect();
+    for (group, plural) in [
+        ("", "configmaps"),
+        ("", "pods"),
+        ("", "replicationcontrollers"),
+        ("", "namespaces"),
+        ("", "secrets"),
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("batch", "jobs"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+        ),
+        ("coordination.k8s.io", "leases"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+    ] {
+        assert!(
+            deletable.iter().any(|(g, p)| g == group && p == plural),
+            "{group}/{plural} is not served with list, watch and delete: {deletable:?}"
+        );
+    }
+    assert!(
+        deletable.len() >= 40,
+        "only {} deletable resources",
+        deletable.len()
+    );
+}
+
+#[tokio::test]
+async fn metadata_only_lists_return_owner_references() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "metadata_only_lists").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    create(
+        &api,
+        &config_map("dependent", vec![support::owner_ref(&owner, true)]),
+    )
+    .await;
+
+    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    let dependent = list
+        .items
+        .iter()
+        .find(|item| item.metadata.name.as_deref() == Some("dependent"))
+        .expect("the dependent is listed");
+    let refs = dependent
+        .metadata
+        .owner_references
+        .as_ref()
+        .expect("owner references");
+    assert_eq!(refs.len(), 1);
+    assert_eq!(Some(&refs[0].uid), owner.metadata.uid.as_ref());
+    assert_eq!(refs[0].block_owner_deletion, Some(true));
+}

@@ -1,0 +1,199 @@
+//! Shared support for the tests that run against the real local control plane
+//! (`hack/cluster.sh`). The test command (`hack/test.sh`) starts it and sets `SYNCGC_KUBECONFIG`.
+//! Without it these tests fail with a message that says so; they never skip.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+
+/// The environment variable that names the local control plane's admin kubeconfig.
+pub const KUBECONFIG_ENV: &str = "SYNCGC_KUBECONFIG";
+
+/// The path of the control plane's kubeconfig; panics with instructions when it is not set.
+pub fn kubeconfig_path() -> String {
+    std::env::var(KUBECONFIG_ENV).unwrap_or_else(|_| {
+        panic!(
+            "{KUBECONFIG_ENV} is not set: these tests need the local control plane. \
+             Run them with `hack/test.sh`, which starts it (or run `hack/cluster.sh up` and \
+             `eval \"$(hack/cluster.sh env)\"` first)."
+        )
+    })
+}
+
+/// A client for the local control plane, checked to answer; panics with a clear message when
+/// it does not.
+pub async fn client() -> Client {
+    let path = kubeconfig_path();
+    let config = syncgc::api::config(Some(path.as_ref()))
+        .await
+        .unwrap_or_else(|err| panic!("{KUBECONFIG_ENV}={path}: {err}"));
+    let client = syncgc::api::client(config).expect("building a client");
+    if let Err(err) = syncgc::api::server_version(&client).await {
+        panic!(
+            "the control plane in {KUBECONFIG_ENV}={path} does not answer ({err}); \
+             is it running? `hack/cluster.sh status` tells."
+        );
+    }
+    client
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, and returns that; panics naming `what`
+/// once `timeout` has passed.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A namespace of a test's own, deleted when the value is dropped (also when the test fails).
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// Creates a fresh namespace named after `test` with a unique suffix.
+    pub async fn new(client: &Client, test: &str) -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let name = format!(
+            "t-{}-{:x}{:x}{}",
+            test.replace('_', "-").chars().take(40).collect::<String>(),
+            std::process::id(),
+            nanos,
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+        )
+        .chars()
+        .take(63)
+        .collect::<String>();
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([("syncgc.io/test".to_owned(), "true".to_owned())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|err| panic!("creating namespace {name}: {err}"));
+        Self {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    /// An API for namespaced objects of kind `K` in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // The test's runtime may be shutting down (or panicking): use a runtime of our own.
+        let name = self.name.clone();
+        let path = kubeconfig_path();
+        let joined = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for namespace cleanup");
+            runtime.block_on(async move {
+                let config = syncgc::api::config(Some(path.as_ref())).await?;
+                let client = syncgc::api::client(config)?;
+                Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                    .map_err(|err| anyhow::anyhow!("deleting namespace {name}: {err}"))?;
+                anyhow::Ok(())
+            })
+        })
+        .join();
+        if let Ok(Err(err)) = joined {
+            eprintln!("cleanup: {err:#}");
+        }
+    }
+}
+
+/// A ConfigMap named `name` whose owners are `owners`.
+pub fn config_map(name: &str, owners: Vec<OwnerReference>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            owner_references: (!owners.is_empty()).then_some(owners),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// An owner reference to `owner` (which must have been read back from the apiserver).
+pub fn owner_ref<K>(owner: &K, block_owner_deletion: bool) -> OwnerReference
+where
+    K: Resource<DynamicType = ()>,
+{
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: owner.name_any(),
+        uid: owner
+            .uid()
+            .expect("an owner read back from the apiserver has a uid"),
+        block_owner_deletion: Some(block_owner_deletion),
+        controller: None,
+    }
+}
+
+/// Creates `obj` through `api` and returns what the apiserver stored.
+pub async fn create<K>(api: &Api<K>, obj: &K) -> K
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), obj)
+        .await
+        .unwrap_or_else(|err| {
+            panic!(
+                "creating {}: {err}",
+                obj.meta().name.as_deref().unwrap_or("?")
+            )
+        })
+}
+
+/// `Some(())` once `name` is gone from `api`.
+pub async fn gone<K>(api: &Api<K>, name: &str) -> Option<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get_opt(name).await {
+        Ok(None) => Some(()),
+        Ok(Some(_)) => None,
+        Err(err) => panic!("reading {name}: {err}"),
+    }
+}
