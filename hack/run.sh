@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# syncgc's main job on the embedded default: starts the local control plane (kube-apiserver,
-# etcd and kube-controller-manager, see hack/cluster.sh), builds syncgc and runs it against that
-# control plane until Ctrl-C. Extra arguments go to `syncgc run`.
+# syncgc's main job on the embedded default: starts the local control plane (etcd,
+# kube-apiserver and kube-controller-manager with its own GC; see hack/cluster.sh), writes
+# development certificates into certs/, registers the webhook with the apiserver and runs
+# syncgc until Ctrl-C, then unregisters the webhook. Extra arguments go to `syncgc run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 hack/cluster.sh up --kcm "${SYNCGC_KCM:-gc}"
 eval "$(hack/cluster.sh env)"
 cargo build --locked --release
-exec target/release/syncgc run \
+bin=target/release/syncgc
+port=${SYNCGC_WEBHOOK_PORT:-8443}
+
+[ -f certs/tls.crt ] || "$bin" certs --out certs --dns localhost --ip 127.0.0.1
+# Kubernetes labels namespaces with their name only from 1.21 on; the webhook's namespace
+# exclusions select on that label.
+for ns in kube-system syncgc-system; do
+  kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null
+  kubectl label namespace "$ns" "kubernetes.io/metadata.name=$ns" --overwrite >/dev/null
+done
+"$bin" webhook-config --url "https://127.0.0.1:$port/mutate" --ca-file certs/ca.crt |
+  kubectl apply -f -
+
+"$bin" run \
   --kubeconfig "$SYNCGC_KUBECONFIG" \
+  --webhook-addr "127.0.0.1:$port" \
+  --tls-cert certs/tls.crt --tls-key certs/tls.key \
   --metrics-addr "${SYNCGC_METRICS_ADDR:-127.0.0.1:9090}" \
-  "$@"
+  "$@" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null || true' INT TERM
+status=0
+wait $pid || status=$?
+wait $pid 2>/dev/null || true
+kubectl delete mutatingwebhookconfiguration syncgc --ignore-not-found >/dev/null
+exit $status

@@ -1,5 +1,6 @@
 //! `syncgc run`: wires the parts together and runs them until SIGTERM or SIGINT.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,41 +10,91 @@ use tokio_util::sync::CancellationToken;
 use crate::api;
 use crate::cli::RunArgs;
 use crate::metrics::{self, Metrics, Readiness};
+use crate::webhook::admit::Policy;
+use crate::webhook::handler::{self, Webhook};
+use crate::webhook::server::{self, Limits};
+use crate::webhook::tls::{Reload, ReloadingCert};
 
 /// How often the apiserver connection is checked once established.
 const PROBE_INTERVAL: Duration = Duration::from_secs(15);
 /// The longest wait between two attempts to reach the apiserver.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How often the serving certificate files are checked for changes.
+const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let RunArgs {
         kubeconfig,
         metrics_addr,
+        webhook_addr,
+        tls_cert,
+        tls_key,
+        unarmed_delete,
     } = args;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
     let metrics = Metrics::new().context("registering metrics")?;
     let readiness = Readiness::default();
-    let listener = TcpListener::bind(metrics_addr)
+    let client = api::client(api::config(kubeconfig.as_deref()).await?)?;
+
+    let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
+    let reload_metrics = metrics.clone();
+    tokio::spawn(
+        cert.clone()
+            .watch(CERT_CHECK_INTERVAL, shutdown.clone(), move |outcome| {
+                let result = match outcome {
+                    Ok(Reload::Unchanged) => return,
+                    Ok(Reload::Reloaded) => "reloaded",
+                    Err(_) => "error",
+                };
+                reload_metrics
+                    .certificate_reloads
+                    .with_label_values(&[result])
+                    .inc();
+            }),
+    );
+    let webhook = handler::router(Webhook {
+        policy: Policy { unarmed_delete },
+        metrics: metrics.clone(),
+        client: client.clone(),
+        body_timeout: Duration::from_secs(10),
+    });
+    let webhook_listener = TcpListener::bind(webhook_addr)
+        .await
+        .with_context(|| format!("binding the webhook address {webhook_addr}"))?;
+    tracing::info!(
+        addr = %webhook_listener.local_addr()?,
+        "serving the admission webhook (HTTPS, POST /mutate)"
+    );
+    let webhook_server = tokio::spawn(server::serve(
+        webhook_listener,
+        cert,
+        webhook,
+        Limits::default(),
+        shutdown.clone(),
+    ));
+
+    let metrics_listener = TcpListener::bind(metrics_addr)
         .await
         .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
-    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
-    let server = axum::serve(
-        listener,
+    tracing::info!(addr = %metrics_listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    let metrics_server = axum::serve(
+        metrics_listener,
         metrics::router(metrics.clone(), readiness.clone()),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let server = tokio::spawn(server.into_future());
+    let metrics_server = tokio::spawn(metrics_server.into_future());
 
-    let client = api::client(api::config(kubeconfig.as_deref()).await?)?;
     tokio::select! {
         () = shutdown.cancelled() => {}
         () = watch_apiserver(&client, &metrics, &readiness) => {}
     }
     readiness.set(false);
-    tracing::info!("shutting down");
-    server.await.context("metrics server task")??;
+    tracing::info!("shutting down: finishing in-flight admission reviews");
+    webhook_server.await.context("webhook server task")?;
+    metrics_server.await.context("metrics server task")??;
+    tracing::info!("stopped");
     Ok(())
 }
 

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::certs::{DevCerts, SubjectAltNames};
+use crate::webhook::admit::UnarmedDelete;
+use crate::webhook::registration::Registration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +36,8 @@ pub enum Command {
     Run(RunArgs),
     /// Write development certificates: a CA and a serving certificate signed by it.
     Certs(CertsArgs),
+    /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL.
+    WebhookConfig(WebhookConfigArgs),
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +48,46 @@ pub struct RunArgs {
     /// Address of the plain-HTTP server for /metrics, /healthz and /readyz.
     #[arg(long, env = "SYNCGC_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// Address of the HTTPS admission webhook (POST /mutate).
+    #[arg(long, env = "SYNCGC_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    pub webhook_addr: SocketAddr,
+    /// The webhook's serving certificate (PEM); reloaded when it changes.
+    #[arg(
+        long,
+        env = "SYNCGC_TLS_CERT",
+        default_value = "/etc/syncgc/tls/tls.crt"
+    )]
+    pub tls_cert: PathBuf,
+    /// The webhook's private key (PEM); reloaded when it changes.
+    #[arg(
+        long,
+        env = "SYNCGC_TLS_KEY",
+        default_value = "/etc/syncgc/tls/tls.key"
+    )]
+    pub tls_key: PathBuf,
+    /// What to do with a DELETE of an opted-in object that is not armed yet: let it go
+    /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
+    #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
+    pub unarmed_delete: UnarmedDelete,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhookConfigArgs {
+    /// The webhook's URL, e.g. https://127.0.0.1:8443/mutate.
+    #[arg(long)]
+    pub url: String,
+    /// The CA certificate (PEM) that signed the webhook's serving certificate.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: PathBuf,
+    /// The configuration's name.
+    #[arg(long, default_value = "syncgc")]
+    pub name: String,
+    /// Seconds the apiserver waits for an answer.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub timeout_seconds: i32,
+    /// A namespace whose objects the webhook never sees (repeatable).
+    #[arg(long = "exclude-namespace", value_name = "NAME", default_values_t = ["kube-system".to_owned(), "syncgc-system".to_owned()])]
+    pub excluded_namespaces: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +116,7 @@ pub async fn main() -> ExitCode {
     let result = match command {
         Command::Run(args) => crate::app::run(args).await,
         Command::Certs(args) => certs(args),
+        Command::WebhookConfig(args) => webhook_config(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -92,6 +137,30 @@ fn certs(args: CertsArgs) -> anyhow::Result<()> {
     let sans = SubjectAltNames { dns, ips };
     DevCerts::generate(&sans)?.write(&out, force)?;
     tracing::info!(dir = %out.display(), ?sans, "wrote ca.crt, ca.key, tls.crt, tls.key");
+    Ok(())
+}
+
+fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
+    let WebhookConfigArgs {
+        url,
+        ca_file,
+        name,
+        timeout_seconds,
+        excluded_namespaces,
+    } = args;
+    let ca_bundle = std::fs::read(&ca_file)
+        .map_err(|err| anyhow::anyhow!("reading {}: {err}", ca_file.display()))?;
+    let registration = Registration {
+        name,
+        url,
+        ca_bundle,
+        timeout_seconds,
+        excluded_namespaces,
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&registration.configuration())?
+    );
     Ok(())
 }
 

@@ -17,13 +17,18 @@
 //!
 //! - [`cli`]: the command line (`syncgc run`, `syncgc certs`), parsed with clap.
 //! - [`app`]: `run`, which wires every part of the `run` subcommand together.
+//! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision).
 //! - [`certs`]: development certificates (a CA and a serving certificate signed by it).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`, `/readyz`.
 //! - [`api`]: the seam every Kubernetes call goes through.
+//! - [`names`], [`duration`]: the names that are a contract; Go-style durations.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod app;
 pub mod certs;
 pub mod cli;
+pub mod duration;
 pub mod metrics;
+pub mod names;
+pub mod webhook;

@@ -8,7 +8,17 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Latency buckets fine enough for sub-millisecond admission answers, up to the apiserver's
+/// longest webhook timeout.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// Every collector syncgc exports, registered on one registry.
 #[derive(Clone)]
@@ -16,6 +26,16 @@ pub struct Metrics {
     registry: Registry,
     /// 1 while the apiserver answers syncgc.
     pub apiserver_connected: IntGauge,
+    /// Admission reviews answered, by operation and decision.
+    pub webhook_requests: IntCounterVec,
+    /// Time to answer an admission review, by operation.
+    pub webhook_duration: HistogramVec,
+    /// Admission reviews being answered now.
+    pub webhook_in_flight: IntGauge,
+    /// Changes made through the API while answering a DELETE review, by result.
+    pub webhook_side_effects: IntCounterVec,
+    /// Checks of the serving certificate files, by result.
+    pub certificate_reloads: IntCounterVec,
 }
 
 impl Metrics {
@@ -34,9 +54,52 @@ impl Metrics {
             "1 while the Kubernetes apiserver answers syncgc",
         )?;
         registry.register(Box::new(apiserver_connected.clone()))?;
+        let webhook_requests = IntCounterVec::new(
+            Opts::new(
+                "syncgc_webhook_requests_total",
+                "Admission reviews answered, by operation and result",
+            ),
+            &["operation", "result"],
+        )?;
+        registry.register(Box::new(webhook_requests.clone()))?;
+        let webhook_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "syncgc_webhook_duration_seconds",
+                "Time to answer an admission review, by operation",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["operation"],
+        )?;
+        registry.register(Box::new(webhook_duration.clone()))?;
+        let webhook_in_flight = IntGauge::new(
+            "syncgc_webhook_in_flight",
+            "Admission reviews being answered now",
+        )?;
+        registry.register(Box::new(webhook_in_flight.clone()))?;
+        let webhook_side_effects = IntCounterVec::new(
+            Opts::new(
+                "syncgc_webhook_side_effects_total",
+                "Finalizers added through the API while answering a DELETE review, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(webhook_side_effects.clone()))?;
+        let certificate_reloads = IntCounterVec::new(
+            Opts::new(
+                "syncgc_certificate_reloads_total",
+                "Serving certificate changes seen on disk, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(certificate_reloads.clone()))?;
         Ok(Self {
             registry,
             apiserver_connected,
+            webhook_requests,
+            webhook_duration,
+            webhook_in_flight,
+            webhook_side_effects,
+            certificate_reloads,
         })
     }
 

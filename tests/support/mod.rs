@@ -3,6 +3,8 @@
 //! Without it these tests fail with a message that says so; they never skip.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
+use syncgc::webhook::registration::NAMESPACE_NAME_LABEL;
 
 /// The environment variable that names the local control plane's admin kubeconfig.
 pub const KUBECONFIG_ENV: &str = "SYNCGC_KUBECONFIG";
@@ -90,7 +93,14 @@ impl TestNamespace {
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some([("syncgc.io/test".to_owned(), "true".to_owned())].into()),
+                labels: Some(
+                    [
+                        ("syncgc.io/test".to_owned(), "true".to_owned()),
+                        // Set by the apiserver itself from Kubernetes 1.21 on.
+                        (NAMESPACE_NAME_LABEL.to_owned(), name.clone()),
+                    ]
+                    .into(),
+                ),
                 ..Default::default()
             },
             ..Default::default()
@@ -128,6 +138,20 @@ impl Drop for TestNamespace {
             runtime.block_on(async move {
                 let config = syncgc::api::config(Some(path.as_ref())).await?;
                 let client = syncgc::api::client(config)?;
+                // Nothing may keep the namespace from going: drop the finalizers tests left.
+                let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &name);
+                if let Ok(list) = config_maps.list_metadata(&Default::default()).await {
+                    let clear = serde_json::json!({ "metadata": { "finalizers": null } });
+                    for item in list.items.iter().filter(|i| !i.finalizers().is_empty()) {
+                        let _ = config_maps
+                            .patch_metadata(
+                                &item.name_any(),
+                                &Default::default(),
+                                &kube::api::Patch::Merge(&clear),
+                            )
+                            .await;
+                    }
+                }
                 Api::<Namespace>::all(client)
                     .delete(&name, &DeleteParams::background())
                     .await

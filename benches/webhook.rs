@@ -1,0 +1,152 @@
+//! How fast `/mutate` answers a realistic review (a ~10 KB Deployment), measured three ways in
+//! one run, with a baseline from the same run:
+//!
+//! - baseline: parsing the body into a `serde_json::Value` (what a webhook that reads the
+//!   whole object does before deciding anything);
+//! - decision: `Review::parse` + `admit` + `respond`, the pure path;
+//! - router: the whole axum handler through `Router::oneshot` (no TLS, no network).
+//!
+//! Run with `cargo bench --bench webhook`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use http::Request;
+use serde_json::{Value, json};
+use syncgc::metrics::Metrics;
+use syncgc::webhook::admit::{Policy, admit};
+use syncgc::webhook::handler::{self, Webhook};
+use syncgc::webhook::review::{self, Answer, Review};
+use tower::ServiceExt;
+
+/// A CREATE review of a Deployment with enough containers, env and managed fields to weigh
+/// about 10 KB, opted in to synchronous deletion.
+fn deployment_review() -> Vec<u8> {
+    let containers: Vec<Value> = (0..6)
+        .map(|i| {
+            json!({
+                "name": format!("container-{i}"),
+                "image": format!("registry.example/team/service-{i}:1.2.{i}"),
+                "ports": [{"containerPort": 8080 + i, "protocol": "TCP", "name": "http"}],
+                "env": (0..8).map(|e| json!({"name": format!("ENV_{e}"), "value": format!("value-{i}-{e}")})).collect::<Vec<_>>(),
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080 + i}, "periodSeconds": 10},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}]
+            })
+        })
+        .collect();
+    let object = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {
+            "name": "web", "namespace": "shop",
+            "labels": {"app": "web", "tier": "frontend", "team": "checkout"},
+            "annotations": {"syncgc.io/synchronous": "true", "deployment.kubernetes.io/revision": "3"},
+            "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+                               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+        },
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": containers, "volumes": [{"name": "config", "configMap": {"name": "web"}}]}
+            }
+        }
+    });
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": "web", "namespace": "shop", "operation": "CREATE",
+            "userInfo": {"username": "admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": object, "oldObject": null, "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    });
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// Mean time per call of `f` over enough calls to fill `budget`.
+fn measure(budget: Duration, mut f: impl FnMut()) -> Duration {
+    for _ in 0..100 {
+        f();
+    }
+    let mut calls = 0u32;
+    let started = Instant::now();
+    while started.elapsed() < budget {
+        for _ in 0..100 {
+            f();
+        }
+        calls += 100;
+    }
+    started.elapsed() / calls
+}
+
+fn main() {
+    syncgc::api::install_crypto_provider();
+    let body = deployment_review();
+    let budget = Duration::from_secs(2);
+    let policy = Policy::default();
+
+    let baseline = measure(budget, || {
+        black_box(serde_json::from_slice::<Value>(black_box(&body)).unwrap());
+    });
+    let decision = measure(budget, || {
+        let review = Review::parse(black_box(&body)).unwrap();
+        let decided = admit(&review.request, &policy);
+        let answer = Answer::Allow {
+            patch: decided.patch,
+            warnings: decided.warnings,
+        };
+        black_box(review::respond(
+            review.api_version,
+            &review.request.uid,
+            answer,
+        ));
+    });
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let router = runtime.block_on(async {
+        let client =
+            kube::Client::try_from(kube::Config::new("https://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        handler::router(Webhook {
+            policy,
+            metrics: Metrics::new().unwrap(),
+            client,
+            body_timeout: Duration::from_secs(10),
+        })
+    });
+    let routed = measure(budget, || {
+        let request = Request::post("/mutate?timeout=10s")
+            .header("content-type", "application/json")
+            .body(Body::from(body.clone()))
+            .unwrap();
+        let response = runtime.block_on(router.clone().oneshot(request)).unwrap();
+        assert_eq!(response.status(), 200);
+        black_box(response);
+    });
+
+    println!(
+        "webhook: a {} byte CREATE review of a Deployment",
+        body.len()
+    );
+    println!("{:<44} {:>10}", "", "per review");
+    for (name, time) in [
+        ("baseline: serde_json::Value parse of the body", baseline),
+        ("decision: parse + admit + respond", decision),
+        ("router: POST /mutate through axum", routed),
+    ] {
+        println!(
+            "{name:<44} {:>8.1}µs  {:>5.2}× baseline",
+            time.as_secs_f64() * 1e6,
+            time.as_secs_f64() / baseline.as_secs_f64()
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! Durations written the way Kubernetes and Go write them: `90s`, `1m30s`, `500ms`, `1h`.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid duration {0:?}: expected a sequence of numbers with units h, m, s, ms, us or ns, like 90s or 1m30s"
+)]
+pub struct DurationError(pub String);
+
+/// Parses a Go-style duration (no sign; at least one number with a unit).
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    let err = || DurationError(text.to_owned());
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(err());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        let (number, tail) = rest.split_at(number_len);
+        let value: f64 = number.parse().map_err(|_| err())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(err()),
+        };
+        total += Duration::try_from_secs_f64(value * seconds).map_err(|_| err())?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_durations() {
+        for (text, expected) in [
+            ("10s", Duration::from_secs(10)),
+            ("1m30s", Duration::from_secs(90)),
+            ("500ms", Duration::from_millis(500)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("2us", Duration::from_micros(2)),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(parse(text), Ok(expected), "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_duration() {
+        for text in ["", "10", "s", "-1s", "1x", "1s2", "1..2s", "1e400h"] {
+            assert!(parse(text).is_err(), "{text}");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Names that are a contract with users and with Kubernetes.
+
+/// The opt-in annotation; its value must be `"true"`.
+pub const SYNCHRONOUS_ANNOTATION: &str = "syncgc.io/synchronous";
+/// The synchronous-GC finalizer an opted-in object carries.
+pub const SYNCHRONOUS_FINALIZER: &str = "syncgc.io/synchronous";
+/// Per-object default propagation when a DELETE names none: `Foreground | Background | Orphan`.
+pub const PROPAGATION_ANNOTATION: &str = "syncgc.io/propagation";
+/// Per-object override of the timeout base, e.g. `"90s"`.
+pub const TIMEOUT_ANNOTATION: &str = "syncgc.io/timeout";
+/// The deadline of a synchronous deletion (RFC 3339), stored so that a restart keeps it.
+pub const DEADLINE_ANNOTATION: &str = "syncgc.io/deadline";
+
+/// The apiserver's finalizer for foreground cascading deletion.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+/// The apiserver's finalizer for orphaning dependents.
+pub const ORPHAN_FINALIZER: &str = "orphan";

@@ -1,0 +1,545 @@
+//! The admission decision: a pure function of the request and the configuration.
+//!
+//! - CREATE/UPDATE of an opted-in object that is not armed (and not being deleted): a patch
+//!   that adds the synchronous finalizer. UPDATE that removes the opt-in: a patch that removes it.
+//! - DELETE never gets a patch (the apiserver refuses patches on DELETE). An armed object whose
+//!   DELETE names no propagation policy gets the default its `syncgc.io/propagation` annotation
+//!   asks for, as a side effect. An opted-in object that is not armed is let go, or denied and
+//!   armed, as configured.
+
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation};
+use jsonptr::PointerBuf;
+use serde_json::Value;
+
+use super::review::{Meta, Operation, Request};
+use crate::names::{
+    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, SYNCHRONOUS_ANNOTATION,
+    SYNCHRONOUS_FINALIZER,
+};
+
+/// What to do with a DELETE of an opted-in object that does not carry the finalizer yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnarmedDelete {
+    /// Let the deletion go ahead (it cannot be synchronous) and count it.
+    #[default]
+    Allow,
+    /// Deny it with a message and arm the object, so that a retry is synchronous.
+    Deny,
+}
+
+/// The configuration the decision depends on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Policy {
+    pub unarmed_delete: UnarmedDelete,
+}
+
+/// Why the decision came out as it did; a closed set, used as a metric label and in logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not an object syncgc looks at: a subresource, a CONNECT, or an object without metadata.
+    Ignored,
+    /// The object has not opted in (or nothing needs to change).
+    Untouched,
+    /// The object is being deleted; no finalizer can be added.
+    Terminating,
+    Arm,
+    Disarm,
+    /// DELETE of an armed object; nothing to add.
+    DeleteArmed,
+    /// DELETE of an armed object with a default propagation from its annotation.
+    DeleteDefaultPropagation,
+    DeleteUnarmedAllowed,
+    DeleteUnarmedDenied,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ignored => "ignored",
+            Self::Untouched => "untouched",
+            Self::Terminating => "terminating",
+            Self::Arm => "arm",
+            Self::Disarm => "disarm",
+            Self::DeleteArmed => "delete_armed",
+            Self::DeleteDefaultPropagation => "delete_default_propagation",
+            Self::DeleteUnarmedAllowed => "delete_unarmed_allowed",
+            Self::DeleteUnarmedDenied => "delete_unarmed_denied",
+        }
+    }
+}
+
+/// A change to make to the object through the API before answering, because a DELETE cannot be
+/// answered with a patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddFinalizer {
+    pub finalizer: &'static str,
+    /// The object's uid, a precondition of the change.
+    pub uid: String,
+}
+
+/// The outcome of [`admit`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub reason: Reason,
+    /// `Some` denies the request with this message.
+    pub denial: Option<String>,
+    pub patch: Option<Patch>,
+    pub side_effect: Option<AddFinalizer>,
+    pub warnings: Vec<String>,
+}
+
+impl Decision {
+    fn allow(reason: Reason) -> Self {
+        Self {
+            reason,
+            denial: None,
+            patch: None,
+            side_effect: None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// Whether `meta` has opted in to synchronous deletion.
+pub fn opted_in(meta: &Meta) -> bool {
+    meta.annotation(SYNCHRONOUS_ANNOTATION) == Some("true")
+}
+
+/// Decides what to answer to `request`.
+pub fn admit(request: &Request, policy: &Policy) -> Decision {
+    if request
+        .sub_resource
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Decision::allow(Reason::Ignored);
+    }
+    match request.operation {
+        Operation::Create | Operation::Update => admit_write(request),
+        Operation::Delete => admit_delete(request, policy),
+        Operation::Connect => Decision::allow(Reason::Ignored),
+    }
+}
+
+fn admit_write(request: &Request) -> Decision {
+    let Some(meta) = request.object.as_ref().and_then(|o| o.metadata.as_ref()) else {
+        return Decision::allow(Reason::Ignored);
+    };
+    if meta.deletion_timestamp.is_some() {
+        return Decision::allow(Reason::Terminating);
+    }
+    let armed = meta.has_finalizer(SYNCHRONOUS_FINALIZER);
+    if opted_in(meta) {
+        if armed {
+            return Decision::allow(Reason::Untouched);
+        }
+        return Decision {
+            patch: Some(add_finalizer_patch(meta, SYNCHRONOUS_FINALIZER)),
+            ..Decision::allow(Reason::Arm)
+        };
+    }
+    let was_opted_in = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref())
+        .is_some_and(opted_in);
+    if request.operation == Operation::Update && was_opted_in && armed {
+        return Decision {
+            patch: remove_finalizer_patch(meta, SYNCHRONOUS_FINALIZER),
+            ..Decision::allow(Reason::Disarm)
+        };
+    }
+    Decision::allow(Reason::Untouched)
+}
+
+fn admit_delete(request: &Request, policy: &Policy) -> Decision {
+    let Some(meta) = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref())
+    else {
+        return Decision::allow(Reason::Ignored);
+    };
+    if !opted_in(meta) {
+        return Decision::allow(Reason::Untouched);
+    }
+    if meta.deletion_timestamp.is_some() {
+        return Decision::allow(Reason::Terminating);
+    }
+    let dry_run = request.dry_run == Some(true)
+        || request
+            .options
+            .as_ref()
+            .and_then(|o| o.dry_run.as_ref())
+            .is_some_and(|d| !d.is_empty());
+    let uid = meta.uid.clone().unwrap_or_default();
+
+    if !meta.has_finalizer(SYNCHRONOUS_FINALIZER) {
+        return match policy.unarmed_delete {
+            UnarmedDelete::Allow => Decision {
+                warnings: vec![format!(
+                    "{} was not armed with {SYNCHRONOUS_FINALIZER}: its deletion is not synchronous",
+                    describe(request)
+                )],
+                ..Decision::allow(Reason::DeleteUnarmedAllowed)
+            },
+            UnarmedDelete::Deny => Decision {
+                denial: Some(format!(
+                    "syncgc: {} opted in to synchronous deletion but is not armed with the \
+                     finalizer {SYNCHRONOUS_FINALIZER} yet; {}",
+                    describe(request),
+                    if dry_run {
+                        "a real deletion would arm it; retry it then"
+                    } else {
+                        "it is armed now: retry the deletion"
+                    }
+                )),
+                side_effect: (!dry_run && !uid.is_empty()).then(|| AddFinalizer {
+                    finalizer: SYNCHRONOUS_FINALIZER,
+                    uid: uid.clone(),
+                }),
+                ..Decision::allow(Reason::DeleteUnarmedDenied)
+            },
+        };
+    }
+
+    let named_policy = request.options.as_ref().is_some_and(|o| {
+        o.propagation_policy
+            .as_deref()
+            .is_some_and(|p| !p.is_empty())
+            || o.orphan_dependents.is_some()
+    });
+    let default = meta.annotation(PROPAGATION_ANNOTATION);
+    if named_policy || default.is_none() {
+        return Decision::allow(Reason::DeleteArmed);
+    }
+    let finalizer = match default {
+        Some("Foreground") => FOREGROUND_FINALIZER,
+        Some("Orphan") => ORPHAN_FINALIZER,
+        Some("Background") => return Decision::allow(Reason::DeleteArmed),
+        Some(other) => {
+            return Decision {
+                warnings: vec![format!(
+                    "{PROPAGATION_ANNOTATION}: {other:?} is not Foreground, Background or Orphan; ignored"
+                )],
+                ..Decision::allow(Reason::DeleteArmed)
+            };
+        }
+        None => unreachable!("handled above"),
+    };
+    if meta.has_finalizer(finalizer) || dry_run || uid.is_empty() {
+        return Decision::allow(Reason::DeleteArmed);
+    }
+    Decision {
+        side_effect: Some(AddFinalizer { finalizer, uid }),
+        ..Decision::allow(Reason::DeleteDefaultPropagation)
+    }
+}
+
+fn describe(request: &Request) -> String {
+    let kind = &request.kind.kind;
+    match request.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{}", request.name),
+        _ => format!("{kind} {}", request.name),
+    }
+}
+
+fn finalizers_pointer() -> PointerBuf {
+    PointerBuf::from_tokens(["metadata", "finalizers"])
+}
+
+/// A JSON patch adding `finalizer` to `meta`'s finalizers, creating the list when absent and
+/// leaving other finalizers alone.
+pub fn add_finalizer_patch(meta: &Meta, finalizer: &str) -> Patch {
+    let op = if meta.finalizers.is_some() {
+        AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "finalizers", "-"]),
+            value: Value::from(finalizer),
+        }
+    } else {
+        AddOperation {
+            path: finalizers_pointer(),
+            value: Value::from(vec![finalizer]),
+        }
+    };
+    Patch(vec![PatchOperation::Add(op)])
+}
+
+/// A JSON patch removing `finalizer` from `meta`'s finalizers, guarded by a `test` that it is
+/// still at the index it was seen at; `None` when it is absent.
+pub fn remove_finalizer_patch(meta: &Meta, finalizer: &str) -> Option<Patch> {
+    let index = meta.finalizers().iter().position(|f| f == finalizer)?;
+    let path = finalizers_pointer().with_trailing_token(index.to_string());
+    Some(Patch(vec![
+        PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: Value::from(finalizer),
+        }),
+        PatchOperation::Remove(RemoveOperation { path }),
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::review::{Object, Options};
+    use serde_json::json;
+
+    const DENY: Policy = Policy {
+        unarmed_delete: UnarmedDelete::Deny,
+    };
+
+    fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Meta {
+        Meta {
+            name: Some("cm".into()),
+            uid: Some("uid-1".into()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            finalizers: finalizers.map(|f| f.iter().map(|s| (*s).to_owned()).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn request(operation: Operation, object: Option<Meta>, old: Option<Meta>) -> Request {
+        let wrap = |m: Option<Meta>| m.map(|m| Object { metadata: Some(m) });
+        Request {
+            uid: "r".into(),
+            name: "cm".into(),
+            namespace: Some("ns".into()),
+            operation,
+            object: wrap(object),
+            old_object: wrap(old),
+            ..Default::default()
+        }
+    }
+
+    fn delete(old: Meta, options: Options) -> Request {
+        Request {
+            options: Some(options),
+            ..request(Operation::Delete, None, Some(old))
+        }
+    }
+
+    /// Applies the decision's patch to a document holding `meta`'s finalizers.
+    fn patched_finalizers(meta: &Meta, decision: &Decision) -> Option<Vec<String>> {
+        let mut doc = json!({ "metadata": { "name": "cm" } });
+        if let Some(f) = &meta.finalizers {
+            doc["metadata"]["finalizers"] = json!(f);
+        }
+        json_patch::patch(&mut doc, decision.patch.as_ref().unwrap()).unwrap();
+        serde_json::from_value(doc["metadata"]["finalizers"].clone()).ok()
+    }
+
+    const OPT_IN: (&str, &str) = (SYNCHRONOUS_ANNOTATION, "true");
+
+    #[test]
+    fn create_of_an_opted_in_object_arms_it() {
+        for finalizers in [None, Some(&[][..]), Some(&["other"][..])] {
+            let m = meta(&[OPT_IN], finalizers);
+            let d = admit(&request(Operation::Create, Some(m.clone()), None), &DENY);
+            assert_eq!(d.reason, Reason::Arm);
+            let mut expected: Vec<String> = finalizers
+                .unwrap_or_default()
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
+            expected.push(SYNCHRONOUS_FINALIZER.into());
+            assert_eq!(patched_finalizers(&m, &d), Some(expected));
+        }
+    }
+
+    #[test]
+    fn objects_that_did_not_opt_in_are_untouched() {
+        for value in ["false", "True", "yes", ""] {
+            let m = meta(&[(SYNCHRONOUS_ANNOTATION, value)], None);
+            let d = admit(&request(Operation::Create, Some(m), None), &DENY);
+            assert_eq!((d.reason, d.patch), (Reason::Untouched, None), "{value:?}");
+        }
+        let d = admit(
+            &request(Operation::Create, Some(meta(&[], None)), None),
+            &DENY,
+        );
+        assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
+    }
+
+    #[test]
+    fn armed_objects_are_not_patched_again() {
+        let m = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let d = admit(&request(Operation::Update, Some(m.clone()), Some(m)), &DENY);
+        assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
+    }
+
+    #[test]
+    fn update_that_adds_the_annotation_arms() {
+        let old = meta(&[], None);
+        let new = meta(&[OPT_IN], None);
+        let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY);
+        assert_eq!(d.reason, Reason::Arm);
+    }
+
+    #[test]
+    fn update_that_removes_the_annotation_disarms_leaving_other_finalizers() {
+        let old = meta(&[OPT_IN], Some(&["a", SYNCHRONOUS_FINALIZER, "b"]));
+        let new = meta(&[], Some(&["a", SYNCHRONOUS_FINALIZER, "b"]));
+        let d = admit(
+            &request(Operation::Update, Some(new.clone()), Some(old)),
+            &DENY,
+        );
+        assert_eq!(d.reason, Reason::Disarm);
+        assert_eq!(
+            patched_finalizers(&new, &d),
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+    }
+
+    #[test]
+    fn objects_being_deleted_are_never_patched() {
+        let mut m = meta(&[OPT_IN], None);
+        m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        let d = admit(
+            &request(Operation::Update, Some(m.clone()), Some(m.clone())),
+            &DENY,
+        );
+        assert_eq!((d.reason, d.patch), (Reason::Terminating, None));
+        let mut old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        old.deletion_timestamp = m.deletion_timestamp.clone();
+        let mut new = meta(&[], Some(&[SYNCHRONOUS_FINALIZER]));
+        new.deletion_timestamp = m.deletion_timestamp.clone();
+        let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY);
+        assert_eq!((d.reason, d.patch), (Reason::Terminating, None));
+    }
+
+    #[test]
+    fn subresources_connect_and_objects_without_metadata_are_ignored() {
+        let mut r = request(Operation::Update, Some(meta(&[OPT_IN], None)), None);
+        r.sub_resource = Some("status".into());
+        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        let r = request(Operation::Connect, None, None);
+        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        let mut r = request(Operation::Create, None, None);
+        r.object = Some(Object { metadata: None });
+        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        let r = request(Operation::Delete, None, None);
+        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+    }
+
+    #[test]
+    fn delete_never_patches_and_injects_the_annotated_default() {
+        for (default, finalizer) in [
+            ("Foreground", FOREGROUND_FINALIZER),
+            ("Orphan", ORPHAN_FINALIZER),
+        ] {
+            let old = meta(
+                &[OPT_IN, (PROPAGATION_ANNOTATION, default)],
+                Some(&[SYNCHRONOUS_FINALIZER]),
+            );
+            let d = admit(&delete(old, Options::default()), &DENY);
+            assert_eq!(d.reason, Reason::DeleteDefaultPropagation);
+            assert_eq!(d.patch, None);
+            assert_eq!(
+                d.side_effect,
+                Some(AddFinalizer {
+                    finalizer,
+                    uid: "uid-1".into()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_named_policy_or_a_dry_run_wins_over_the_default() {
+        let old = meta(
+            &[OPT_IN, (PROPAGATION_ANNOTATION, "Foreground")],
+            Some(&[SYNCHRONOUS_FINALIZER]),
+        );
+        let named = [
+            Options {
+                propagation_policy: Some("Background".into()),
+                ..Default::default()
+            },
+            Options {
+                orphan_dependents: Some(false),
+                ..Default::default()
+            },
+            Options {
+                dry_run: Some(vec!["All".into()]),
+                ..Default::default()
+            },
+        ];
+        for options in named {
+            let d = admit(&delete(old.clone(), options.clone()), &DENY);
+            assert_eq!(
+                (d.reason, d.side_effect),
+                (Reason::DeleteArmed, None),
+                "{options:?}"
+            );
+        }
+        let mut dry = delete(old, Options::default());
+        dry.dry_run = Some(true);
+        assert_eq!(admit(&dry, &DENY).side_effect, None);
+    }
+
+    #[test]
+    fn background_an_unknown_default_or_an_existing_finalizer_add_nothing() {
+        for (default, warns) in [("Background", false), ("Sideways", true)] {
+            let old = meta(
+                &[OPT_IN, (PROPAGATION_ANNOTATION, default)],
+                Some(&[SYNCHRONOUS_FINALIZER]),
+            );
+            let d = admit(&delete(old, Options::default()), &DENY);
+            assert_eq!(
+                (d.reason, d.side_effect.is_none()),
+                (Reason::DeleteArmed, true)
+            );
+            assert_eq!(!d.warnings.is_empty(), warns, "{default}");
+        }
+        let old = meta(
+            &[OPT_IN, (PROPAGATION_ANNOTATION, "Orphan")],
+            Some(&[SYNCHRONOUS_FINALIZER, ORPHAN_FINALIZER]),
+        );
+        assert_eq!(
+            admit(&delete(old, Options::default()), &DENY).side_effect,
+            None
+        );
+    }
+
+    #[test]
+    fn unarmed_delete_is_allowed_or_denied_and_armed() {
+        let old = meta(&[OPT_IN], None);
+        let allow = Policy::default();
+        let d = admit(&delete(old.clone(), Options::default()), &allow);
+        assert_eq!(d.reason, Reason::DeleteUnarmedAllowed);
+        assert_eq!((d.denial, d.side_effect), (None, None));
+
+        let d = admit(&delete(old.clone(), Options::default()), &DENY);
+        assert_eq!(d.reason, Reason::DeleteUnarmedDenied);
+        assert!(d.denial.unwrap().contains("armed now"));
+        assert_eq!(
+            d.side_effect,
+            Some(AddFinalizer {
+                finalizer: SYNCHRONOUS_FINALIZER,
+                uid: "uid-1".into()
+            })
+        );
+
+        let mut dry = delete(old, Options::default());
+        dry.dry_run = Some(true);
+        let d = admit(&dry, &DENY);
+        assert!(d.denial.is_some());
+        assert_eq!(d.side_effect, None);
+    }
+
+    #[test]
+    fn delete_of_an_object_not_opted_in_or_terminating_is_untouched() {
+        let d = admit(&delete(meta(&[], None), Options::default()), &DENY);
+        assert_eq!((d.reason, d.denial), (Reason::Untouched, None));
+        let mut m = meta(&[OPT_IN], None);
+        m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        let d = admit(&delete(m, Options::default()), &DENY);
+        assert_eq!((d.reason, d.denial), (Reason::Terminating, None));
+    }
+}

@@ -1,0 +1,273 @@
+//! `POST /mutate`: transport only. Reads the body within limits, asks [`admit`] for the
+//! decision, makes its side effect through the API before the apiserver's deadline, answers.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use kube::api::ApiResource;
+
+use super::admit::{Decision, Policy, admit};
+use super::review::{self, Answer, Review};
+use crate::api::{self, Target};
+use crate::metrics::Metrics;
+
+/// The largest review accepted: the apiserver's objects are up to ~3 MiB, and a review of an
+/// UPDATE carries two of them.
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+/// The apiserver's default webhook timeout, used when a request names none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The apiserver never waits longer than this for a webhook.
+const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+/// Kept free of the apiserver's timeout, for the answer to travel back.
+const ANSWER_MARGIN: Duration = Duration::from_millis(250);
+
+/// What the `/mutate` handler needs.
+#[derive(Clone)]
+pub struct Webhook {
+    pub policy: Policy,
+    pub metrics: Metrics,
+    /// The client for side effects on DELETE.
+    pub client: kube::Client,
+    /// How long a client may take to send its body.
+    pub body_timeout: Duration,
+}
+
+/// The webhook's router: `POST /mutate`.
+pub fn router(webhook: Webhook) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .with_state(webhook)
+}
+
+/// The `timeout` query parameter the apiserver adds (`?timeout=10s`).
+fn timeout_param(query: Option<&str>) -> Option<Duration> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("timeout="))
+        .and_then(|value| crate::duration::parse(value).ok())
+}
+
+async fn mutate(
+    State(webhook): State<Webhook>,
+    RawQuery(query): RawQuery,
+    request: Request,
+) -> Response {
+    let started = Instant::now();
+    let metrics = &webhook.metrics;
+    metrics.webhook_in_flight.inc();
+    let _in_flight = scopeguard(|| metrics.webhook_in_flight.dec());
+
+    let timeout = timeout_param(query.as_deref())
+        .unwrap_or(DEFAULT_TIMEOUT)
+        .min(MAX_TIMEOUT);
+    let deadline = started + timeout.saturating_sub(ANSWER_MARGIN).max(timeout / 2);
+
+    let (parts, body) = request.into_parts();
+    let body = match read_body(&parts.headers, body, webhook.body_timeout.min(timeout)).await {
+        Ok(body) => body,
+        Err(rejection) => {
+            count(metrics, "unknown", rejection.result(), started);
+            return rejection.into_response();
+        }
+    };
+    let review = match Review::parse(&body) {
+        Ok(review) => review,
+        Err(err) => {
+            tracing::debug!(%err, "invalid admission review");
+            count(metrics, "unknown", "invalid", started);
+            return json(review::respond_invalid(&err));
+        }
+    };
+    let request = &review.request;
+    let decision = admit(request, &webhook.policy);
+    let answer = settle(&webhook, request, &decision, deadline).await;
+    tracing::debug!(
+        uid = %request.uid,
+        operation = request.operation.as_str(),
+        kind = %request.kind.kind,
+        namespace = request.namespace.as_deref().unwrap_or(""),
+        name = %request.name,
+        decision = decision.reason.as_str(),
+        allowed = matches!(answer, Answer::Allow { .. }),
+        "admission review answered"
+    );
+    count(
+        metrics,
+        request.operation.as_str(),
+        decision.reason.as_str(),
+        started,
+    );
+    json(review::respond(review.api_version, &request.uid, answer))
+}
+
+/// Makes the decision's side effect, if any, and turns the decision into the answer. A side
+/// effect that fails or misses the deadline never blocks the request: it is allowed, with a
+/// warning, so that no object is left stuck.
+async fn settle(
+    webhook: &Webhook,
+    request: &review::Request,
+    decision: &Decision,
+    deadline: Instant,
+) -> Answer {
+    let mut warnings = decision.warnings.clone();
+    if let Some(effect) = &decision.side_effect {
+        let target = Target {
+            resource: ApiResource {
+                group: request.resource.group.clone(),
+                version: request.resource.version.clone(),
+                api_version: if request.resource.group.is_empty() {
+                    request.resource.version.clone()
+                } else {
+                    format!("{}/{}", request.resource.group, request.resource.version)
+                },
+                kind: request.kind.kind.clone(),
+                plural: request.resource.resource.clone(),
+            },
+            namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
+            name: request.name.clone(),
+            uid: effect.uid.clone(),
+        };
+        let outcome = tokio::time::timeout_at(
+            deadline.into(),
+            api::add_finalizer(&webhook.client, &target, effect.finalizer),
+        )
+        .await;
+        let failure = match outcome {
+            Ok(Ok(_)) => None,
+            Ok(Err(err)) => Some(err.to_string()),
+            Err(_) => Some("the apiserver's webhook deadline passed".to_owned()),
+        };
+        let result = if failure.is_some() { "error" } else { "ok" };
+        webhook
+            .metrics
+            .webhook_side_effects
+            .with_label_values(&[result])
+            .inc();
+        if let Some(failure) = failure {
+            tracing::warn!(%target, finalizer = effect.finalizer, %failure, "could not add finalizer");
+            warnings.push(format!(
+                "syncgc could not add {} to {target}: {failure}",
+                effect.finalizer
+            ));
+            // An object that could not be armed must still be deletable.
+            return Answer::Allow {
+                patch: None,
+                warnings,
+            };
+        }
+    }
+    match &decision.denial {
+        Some(message) => Answer::Deny {
+            message: message.clone(),
+        },
+        None => Answer::Allow {
+            patch: decision.patch.clone(),
+            warnings,
+        },
+    }
+}
+
+/// Why a request was refused before it could be read as a review.
+#[derive(Debug)]
+enum Rejection {
+    UnsupportedMediaType(String),
+    TooLarge,
+    Unreadable(String),
+    BodyTimeout(Duration),
+}
+
+impl Rejection {
+    fn result(&self) -> &'static str {
+        match self {
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::TooLarge => "too_large",
+            Self::Unreadable(_) => "unreadable",
+            Self::BodyTimeout(_) => "body_timeout",
+        }
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        let (status, message) = match self {
+            Self::UnsupportedMediaType(got) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("expected Content-Type application/json, got {got:?}"),
+            ),
+            Self::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the review exceeds {MAX_BODY_BYTES} bytes"),
+            ),
+            Self::Unreadable(err) => (StatusCode::BAD_REQUEST, format!("reading the body: {err}")),
+            Self::BodyTimeout(timeout) => (
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {timeout:?}"),
+            ),
+        };
+        (status, message + "\n").into_response()
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_BODY_BYTES`] within `timeout`.
+async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Rejection> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(Rejection::UnsupportedMediaType(content_type.to_owned()));
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return Err(Rejection::TooLarge);
+    }
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(err)) => {
+            let too_large = std::error::Error::source(&err)
+                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+            Err(if too_large {
+                Rejection::TooLarge
+            } else {
+                Rejection::Unreadable(err.to_string())
+            })
+        }
+        Err(_) => Err(Rejection::BodyTimeout(timeout)),
+    }
+}
+
+fn json(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn count(metrics: &Metrics, operation: &str, result: &str, started: Instant) {
+    metrics
+        .webhook_requests
+        .with_label_values(&[operation, result])
+        .inc();
+    metrics
+        .webhook_duration
+        .with_label_values(&[operation])
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// Runs `f` when dropped, on every path out of a scope.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}

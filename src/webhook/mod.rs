@@ -1,0 +1,16 @@
+//! The mutating admission webhook: arms opted-in objects on CREATE/UPDATE and intercepts their
+//! DELETEs.
+//!
+//! - [`review`]: the AdmissionReview wire format, read leanly, answered in the version asked.
+//! - [`admit`]: the pure decision (`request → patch | denial | side effect`).
+//! - [`handler`]: `POST /mutate`, transport only.
+//! - [`server`]: HTTPS (HTTP/1.1 and HTTP/2) with bounds and graceful shutdown.
+//! - [`tls`]: the serving certificate, reloaded when its files change.
+//! - [`registration`]: the MutatingWebhookConfiguration pointing at it.
+
+pub mod admit;
+pub mod handler;
+pub mod registration;
+pub mod review;
+pub mod server;
+pub mod tls;

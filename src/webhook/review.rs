@@ -1,0 +1,444 @@
+//! The AdmissionReview wire format (`admission.k8s.io/v1` and `v1beta1`), read leanly: only the
+//! fields an admission decision needs are decoded, the rest of each object is skipped.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use json_patch::Patch;
+use serde::{Deserialize, Serialize};
+
+pub const V1: &str = "admission.k8s.io/v1";
+pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
+const KIND: &str = "AdmissionReview";
+
+/// Why a request body is not an AdmissionReview we can answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReviewError {
+    #[error("the body is not a valid AdmissionReview: {0}")]
+    Malformed(String),
+    #[error("apiVersion {0:?} is not {V1} or {V1BETA1}")]
+    UnsupportedVersion(String),
+    #[error("kind {0:?} is not AdmissionReview")]
+    WrongKind(String),
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+    #[error("the AdmissionReview request has no uid")]
+    NoUid,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    request: Option<Request>,
+}
+
+/// The part of an AdmissionRequest that syncgc reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub resource: GroupVersionResource,
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    #[serde(default)]
+    pub object: Option<Object>,
+    #[serde(default)]
+    pub old_object: Option<Object>,
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+    #[serde(default)]
+    pub options: Option<Options>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct GroupVersionResource {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub resource: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    #[default]
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "CREATE",
+            Self::Update => "UPDATE",
+            Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
+        }
+    }
+}
+
+/// An object in a review: only its metadata is read. Anything that is not a JSON object is
+/// rejected as malformed.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Object {
+    #[serde(default)]
+    pub metadata: Option<Meta>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub uid: Option<String>,
+    #[serde(default)]
+    pub resource_version: Option<String>,
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub finalizers: Option<Vec<String>>,
+    #[serde(default)]
+    pub deletion_timestamp: Option<String>,
+}
+
+impl Meta {
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    pub fn finalizers(&self) -> &[String] {
+        self.finalizers.as_deref().unwrap_or_default()
+    }
+
+    pub fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.finalizers().iter().any(|f| f == finalizer)
+    }
+}
+
+/// The request's options: CreateOptions, UpdateOptions or DeleteOptions; only the
+/// DeleteOptions fields are read.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Options {
+    #[serde(default)]
+    pub propagation_policy: Option<String>,
+    #[serde(default)]
+    pub orphan_dependents: Option<bool>,
+    #[serde(default)]
+    pub dry_run: Option<Vec<String>>,
+}
+
+/// A parsed review: the version to answer in and the request.
+#[derive(Debug)]
+pub struct Review {
+    pub api_version: &'static str,
+    pub request: Request,
+}
+
+impl Review {
+    /// Parses a request body, naming the JSON path of the first problem.
+    pub fn parse(body: &[u8]) -> Result<Self, ReviewError> {
+        let de = &mut serde_json::Deserializer::from_slice(body);
+        let review: ReviewIn = serde_path_to_error::deserialize(de).map_err(|err| {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            ReviewError::Malformed(if path == "." {
+                inner.to_string()
+            } else {
+                format!("at {path}: {inner}")
+            })
+        })?;
+        let api_version = match review.api_version.as_str() {
+            V1 => V1,
+            V1BETA1 => V1BETA1,
+            other => return Err(ReviewError::UnsupportedVersion(other.to_owned())),
+        };
+        if review.kind != KIND {
+            return Err(ReviewError::WrongKind(review.kind));
+        }
+        let request = review.request.ok_or(ReviewError::NoRequest)?;
+        if request.uid.is_empty() {
+            return Err(ReviewError::NoUid);
+        }
+        Ok(Self {
+            api_version,
+            request,
+        })
+    }
+}
+
+/// An answer: allowed or denied, with an optional JSON patch and warnings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Allow {
+        patch: Option<Patch>,
+        warnings: Vec<String>,
+    },
+    Deny {
+        message: String,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    /// Base64 of the JSON patch, as the apiserver expects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+/// The response review for `uid`, in `api_version`, serialized.
+pub fn respond(api_version: &str, uid: &str, answer: Answer) -> Vec<u8> {
+    let response = match answer {
+        Answer::Allow { patch, warnings } => ResponseOut {
+            uid,
+            allowed: true,
+            status: None,
+            patch_type: patch.is_some().then_some("JSONPatch"),
+            patch: patch
+                .map(|p| BASE64_STANDARD.encode(serde_json::to_vec(&p).unwrap_or_default())),
+            warnings,
+        },
+        Answer::Deny { message } => ResponseOut {
+            uid,
+            allowed: false,
+            status: Some(StatusOut {
+                code: 403,
+                reason: "Forbidden",
+                message,
+            }),
+            patch: None,
+            patch_type: None,
+            warnings: Vec::new(),
+        },
+    };
+    to_json(api_version, response)
+}
+
+/// The answer to a body that is not a review we can read: a v1 review that disallows the
+/// request and says why.
+pub fn respond_invalid(error: &ReviewError) -> Vec<u8> {
+    let response = ResponseOut {
+        uid: "",
+        allowed: false,
+        status: Some(StatusOut {
+            code: 400,
+            reason: "BadRequest",
+            message: error.to_string(),
+        }),
+        patch: None,
+        patch_type: None,
+        warnings: Vec::new(),
+    };
+    to_json(V1, response)
+}
+
+fn to_json(api_version: &str, response: ResponseOut<'_>) -> Vec<u8> {
+    let review = ReviewOut {
+        api_version,
+        kind: KIND,
+        response,
+    };
+    // Serializing these plain structs into a Vec cannot fail.
+    serde_json::to_vec(&review).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn parse(value: Value) -> Result<Review, ReviewError> {
+        Review::parse(&serde_json::to_vec(&value).unwrap())
+    }
+
+    fn review(request: Value) -> Value {
+        json!({ "apiVersion": V1, "kind": "AdmissionReview", "request": request })
+    }
+
+    #[test]
+    fn reads_only_what_it_needs_and_skips_the_rest() {
+        let parsed = parse(review(json!({
+            "uid": "u1",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "cm", "namespace": "ns", "operation": "DELETE",
+            "userInfo": {"username": "admin"},
+            "oldObject": {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "uid": "x", "finalizers": ["a"],
+                             "annotations": {"k": "v"}, "managedFields": [{"manager": "m"}]},
+                "data": {"big": "value"}
+            },
+            "dryRun": false,
+            "options": {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1",
+                        "propagationPolicy": "Foreground"}
+        })))
+        .unwrap();
+        assert_eq!(parsed.api_version, V1);
+        let request = parsed.request;
+        assert_eq!(request.operation, Operation::Delete);
+        assert_eq!(request.resource.resource, "configmaps");
+        let meta = request.old_object.unwrap().metadata.unwrap();
+        assert!(meta.has_finalizer("a"));
+        assert_eq!(meta.annotation("k"), Some("v"));
+        assert_eq!(
+            request.options.unwrap().propagation_policy.as_deref(),
+            Some("Foreground")
+        );
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let cases = [
+            (json!([1]), "invalid type"),
+            (
+                json!({"apiVersion": "v1", "kind": "AdmissionReview"}),
+                "apiVersion \"v1\"",
+            ),
+            (json!({"apiVersion": V1, "kind": "Pod"}), "kind \"Pod\""),
+            (
+                json!({"apiVersion": V1, "kind": "AdmissionReview"}),
+                "no request",
+            ),
+            (review(json!({"operation": "CREATE"})), "no uid"),
+            (
+                review(json!({"uid": "u", "operation": "PATCH"})),
+                "at request.operation",
+            ),
+            (
+                review(json!({"uid": "u", "operation": "CREATE", "object": "x"})),
+                "at request.object",
+            ),
+            (
+                review(json!({"uid": "u", "operation": "CREATE",
+                              "object": {"metadata": {"finalizers": "f"}}})),
+                "at request.object.metadata.finalizers",
+            ),
+        ];
+        for (body, expected) in cases {
+            let err = parse(body.clone()).unwrap_err().to_string();
+            assert!(err.contains(expected), "{body}: {err}");
+        }
+        for body in [
+            &b"{not json"[..],
+            b"",
+            b"\xff\xfe{}",
+            b"{\"apiVersion\":\"\xc3\x28\"}",
+        ] {
+            assert!(
+                matches!(Review::parse(body), Err(ReviewError::Malformed(_))),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_in_the_version_asked_and_echoes_the_uid() {
+        let patch: Patch = serde_json::from_value(
+            json!([{"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]),
+        )
+        .unwrap();
+        for version in [V1, V1BETA1] {
+            let body = respond(
+                version,
+                "abc",
+                Answer::Allow {
+                    patch: Some(patch.clone()),
+                    warnings: vec![],
+                },
+            );
+            let value: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(value["apiVersion"], version);
+            assert_eq!(value["kind"], "AdmissionReview");
+            assert_eq!(value["response"]["uid"], "abc");
+            assert_eq!(value["response"]["allowed"], true);
+            assert_eq!(value["response"]["patchType"], "JSONPatch");
+            let decoded = BASE64_STANDARD
+                .decode(value["response"]["patch"].as_str().unwrap())
+                .unwrap();
+            assert_eq!(serde_json::from_slice::<Patch>(&decoded).unwrap(), patch);
+            assert!(value.get("request").is_none());
+        }
+        let denied: Value = serde_json::from_slice(&respond(
+            V1,
+            "u",
+            Answer::Deny {
+                message: "no".into(),
+            },
+        ))
+        .unwrap();
+        assert_eq!(denied["response"]["allowed"], false);
+        assert_eq!(denied["response"]["status"]["message"], "no");
+        assert_eq!(denied["response"]["status"]["code"], 403);
+    }
+
+    #[test]
+    fn an_invalid_body_gets_a_review_that_says_why() {
+        let body = respond_invalid(&ReviewError::NoUid);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["apiVersion"], V1);
+        assert_eq!(value["response"]["allowed"], false);
+        assert_eq!(value["response"]["status"]["code"], 400);
+        assert!(
+            value["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no uid")
+        );
+    }
+}

@@ -1,0 +1,379 @@
+//! The real apiserver calls the real webhook over TLS: arming on CREATE/UPDATE, DELETE
+//! interception, the unarmed-delete policy, and custom resources.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use syncgc::names::{
+    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, SYNCHRONOUS_ANNOTATION,
+    SYNCHRONOUS_FINALIZER,
+};
+use syncgc::webhook::admit::{Policy, UnarmedDelete};
+
+use support::webhook::RegisteredWebhook;
+use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+
+const HOLD: &str = "test.syncgc.io/hold";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn opted_in(name: &str, extra: &[(&str, &str)]) -> ConfigMap {
+    let mut cm = config_map(name, vec![]);
+    let mut annotations = vec![(SYNCHRONOUS_ANNOTATION, "true")];
+    annotations.extend_from_slice(extra);
+    cm.metadata.annotations = Some(
+        annotations
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+    );
+    cm
+}
+
+fn has(obj: &impl ResourceExt, finalizer: &str) -> bool {
+    obj.finalizers().iter().any(|f| f == finalizer)
+}
+
+async fn merge(api: &Api<ConfigMap>, name: &str, patch: serde_json::Value) -> ConfigMap {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|err| panic!("patching {name} with {patch}: {err}"))
+}
+
+/// Removes every finalizer so that the object can go.
+async fn release(api: &Api<ConfigMap>, name: &str) {
+    merge(api, name, json!({ "metadata": { "finalizers": null } })).await;
+}
+
+#[tokio::test]
+async fn create_and_update_arm_and_disarm() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "create_and_update_arm_and_disarm").await;
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let api = ns.api::<ConfigMap>();
+
+    let mut with_other = opted_in("annotated", &[]);
+    with_other.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    let armed = create(&api, &with_other).await;
+    assert_eq!(armed.finalizers(), [HOLD, SYNCHRONOUS_FINALIZER]);
+
+    let plain = create(&api, &config_map("plain", vec![])).await;
+    assert!(plain.finalizers().is_empty());
+
+    // Adding the annotation on update arms.
+    let armed_later = merge(
+        &api,
+        "plain",
+        json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: "true" } } }),
+    )
+    .await;
+    assert_eq!(armed_later.finalizers(), [SYNCHRONOUS_FINALIZER]);
+
+    // Removing it disarms, leaving other finalizers alone.
+    let disarmed = merge(
+        &api,
+        "annotated",
+        json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: null } } }),
+    )
+    .await;
+    assert_eq!(disarmed.finalizers(), [HOLD]);
+
+    // Any other value than "true" does not opt in.
+    let mut not_true = config_map("not-true", vec![]);
+    not_true.metadata.annotations =
+        Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "yes".to_owned())].into());
+    assert!(create(&api, &not_true).await.finalizers().is_empty());
+
+    for name in ["annotated", "plain"] {
+        release(&api, name).await;
+    }
+}
+
+#[tokio::test]
+async fn objects_being_deleted_are_never_patched() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "objects_being_deleted_are_never_patched").await;
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let api = ns.api::<ConfigMap>();
+
+    let mut held = config_map("held", vec![]);
+    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    create(&api, &held).await;
+    api.delete("held", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    // Opting in while terminating must not try to add a finalizer (the apiserver would refuse
+    // the update with 422); the update itself goes through.
+    let updated = merge(
+        &api,
+        "held",
+        json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: "true" } } }),
+    )
+    .await;
+    assert!(updated.metadata.deletion_timestamp.is_some());
+    assert_eq!(updated.finalizers(), [HOLD]);
+
+    // Opting out while terminating keeps the finalizer: release is the controller's job.
+    let armed = create(
+        &api,
+        &opted_in("armed", &[(PROPAGATION_ANNOTATION, "Background")]),
+    )
+    .await;
+    assert!(has(&armed, SYNCHRONOUS_FINALIZER));
+    api.delete("armed", &DeleteParams::background())
+        .await
+        .unwrap();
+    let opted_out = merge(
+        &api,
+        "armed",
+        json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: null } } }),
+    )
+    .await;
+    assert!(opted_out.metadata.deletion_timestamp.is_some());
+    assert_eq!(opted_out.finalizers(), [SYNCHRONOUS_FINALIZER]);
+
+    for name in ["held", "armed"] {
+        release(&api, name).await;
+        eventually(&format!("{name} is gone"), WAIT, || gone(&api, name)).await;
+    }
+}
+
+/// An armed owner with a dependent that a foreign finalizer keeps alive, so that the cluster's
+/// own GC cannot finish whatever the owner's deletion asks for.
+async fn owner_with_held_dependent(api: &Api<ConfigMap>, propagation: &str) -> ConfigMap {
+    let owner = create(
+        api,
+        &opted_in("owner", &[(PROPAGATION_ANNOTATION, propagation)]),
+    )
+    .await;
+    assert!(has(&owner, SYNCHRONOUS_FINALIZER));
+    let mut dependent = config_map("dependent", vec![owner_ref(&owner, true)]);
+    dependent.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    create(api, &dependent).await;
+    owner
+}
+
+/// A DELETE that names no propagation policy, as `kubectl delete --raw` sends it.
+async fn delete_without_options(api: &Api<ConfigMap>, ns: &TestNamespace, name: &str) {
+    let request =
+        http::Request::delete(format!("/api/v1/namespaces/{}/configmaps/{name}", ns.name))
+            .body(Vec::new())
+            .unwrap();
+    ns.client.request_text(request).await.unwrap();
+    assert!(
+        api.get(name)
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn delete_without_a_policy_gets_the_annotated_foreground() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "delete_gets_the_annotated_foreground").await;
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let api = ns.api::<ConfigMap>();
+    owner_with_held_dependent(&api, "Foreground").await;
+
+    delete_without_options(&api, &ns, "owner").await;
+    let owner = api.get("owner").await.unwrap();
+    assert!(
+        has(&owner, FOREGROUND_FINALIZER),
+        "{:?}",
+        owner.finalizers()
+    );
+    assert!(has(&owner, SYNCHRONOUS_FINALIZER));
+    // The cluster's GC acts on it: it deletes the dependent in the foreground.
+    eventually("the GC deletes the dependent", WAIT, || async {
+        api.get("dependent")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    })
+    .await;
+
+    release(&api, "dependent").await;
+    release(&api, "owner").await;
+}
+
+#[tokio::test]
+async fn delete_without_a_policy_gets_the_annotated_orphan() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "delete_gets_the_annotated_orphan").await;
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let api = ns.api::<ConfigMap>();
+    owner_with_held_dependent(&api, "Orphan").await;
+
+    delete_without_options(&api, &ns, "owner").await;
+    // The cluster's GC orphans the dependent, then drops `orphan`; syncgc's finalizer stays.
+    let dependent = eventually("the GC orphans the dependent", WAIT, || async {
+        let dependent = api.get("dependent").await.unwrap();
+        dependent.owner_references().is_empty().then_some(dependent)
+    })
+    .await;
+    assert!(dependent.metadata.deletion_timestamp.is_none());
+    let owner = eventually("the GC drops the orphan finalizer", WAIT, || async {
+        let owner = api.get("owner").await.unwrap();
+        (!has(&owner, ORPHAN_FINALIZER)).then_some(owner)
+    })
+    .await;
+    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
+
+    release(&api, "dependent").await;
+    release(&api, "owner").await;
+}
+
+#[tokio::test]
+async fn a_named_policy_or_a_dry_run_is_left_alone() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "a_named_policy_or_a_dry_run_is_left_alone").await;
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let api = ns.api::<ConfigMap>();
+    owner_with_held_dependent(&api, "Foreground").await;
+
+    let dry_run = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.delete("owner", &dry_run).await.unwrap();
+    let owner = api.get("owner").await.unwrap();
+    assert!(owner.metadata.deletion_timestamp.is_none());
+    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
+
+    // The apiserver strips foregroundDeletion when Background is named explicitly, as
+    // `kubectl delete` does.
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    let owner = api.get("owner").await.unwrap();
+    assert!(owner.metadata.deletion_timestamp.is_some());
+    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
+
+    release(&api, "dependent").await;
+    release(&api, "owner").await;
+}
+
+#[tokio::test]
+async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "unarmed_delete_denied_arms").await;
+    let api = ns.api::<ConfigMap>();
+    // Created before the webhook is there, so not armed.
+    let unarmed = create(&api, &opted_in("unarmed", &[])).await;
+    assert!(unarmed.finalizers().is_empty());
+    let _webhook = RegisteredWebhook::start(
+        &ns,
+        Policy {
+            unarmed_delete: UnarmedDelete::Deny,
+        },
+    )
+    .await;
+
+    let err = api
+        .delete("unarmed", &DeleteParams::background())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 403, "{status:?}");
+    assert!(status.message.contains("armed now"), "{}", status.message);
+    let armed = api.get("unarmed").await.unwrap();
+    assert_eq!(armed.finalizers(), [SYNCHRONOUS_FINALIZER]);
+    assert!(armed.metadata.deletion_timestamp.is_none());
+
+    api.delete("unarmed", &DeleteParams::background())
+        .await
+        .unwrap();
+    let terminating = api.get("unarmed").await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    release(&api, "unarmed").await;
+}
+
+#[tokio::test]
+async fn unarmed_delete_allowed_goes_at_once() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "unarmed_delete_allowed_goes_at_once").await;
+    let api = ns.api::<ConfigMap>();
+    create(&api, &opted_in("unarmed", &[])).await;
+    let webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+
+    api.delete("unarmed", &DeleteParams::background())
+        .await
+        .unwrap();
+    assert!(gone(&api, "unarmed").await.is_some());
+    let counted = webhook
+        .served
+        .metrics
+        .webhook_requests
+        .with_label_values(&["DELETE", "delete_unarmed_allowed"])
+        .get();
+    assert_eq!(counted, 1);
+}
+
+#[tokio::test]
+async fn a_custom_resource_is_armed_like_a_built_in_kind() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "a_custom_resource_is_armed").await;
+    let group = format!("{}.test.syncgc.io", ns.name);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": format!("widgets.{group}") },
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": { "plural": "widgets", "singular": "widget", "kind": "Widget" },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true
+                } }
+            }]
+        }
+    }))
+    .unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let resource = ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets = Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &resource);
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+
+    let mut widget = DynamicObject::new("w", &resource).data(json!({ "spec": { "size": 3 } }));
+    widget.metadata.annotations =
+        Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
+    let created = eventually("the CRD serves widgets", WAIT, || async {
+        widgets.create(&PostParams::default(), &widget).await.ok()
+    })
+    .await;
+    assert_eq!(created.finalizers(), [SYNCHRONOUS_FINALIZER]);
+
+    widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await
+        .unwrap();
+    crds.delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await
+        .unwrap();
+}
