@@ -23,7 +23,7 @@ use tower::ServiceExt;
 /// A CREATE review of a Deployment with enough containers, env and managed fields to weigh
 /// about 10 KB, opted in to synchronous deletion.
 fn deployment_review() -> Vec<u8> {
-    let containers: Vec<Value> = (0..6)
+    let containers: Vec<Value> = (0..12)
         .map(|i| {
             json!({
                 "name": format!("container-{i}"),
