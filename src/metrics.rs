@@ -41,65 +41,45 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> prometheus::Result<Self> {
         let registry = Registry::new();
-        let build_info = IntGaugeVec::new(
-            Opts::new("syncgc_build_info", "syncgc's version; always 1"),
+        let r = Register(&registry);
+        r.gauge_vec(
+            "syncgc_build_info",
+            "syncgc's version; always 1",
             &["version"],
-        )?;
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
-        registry.register(Box::new(build_info))?;
-        let apiserver_connected = IntGauge::new(
-            "syncgc_apiserver_connected",
-            "1 while the Kubernetes apiserver answers syncgc",
-        )?;
-        registry.register(Box::new(apiserver_connected.clone()))?;
-        let webhook_requests = IntCounterVec::new(
-            Opts::new(
+        )?
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+        Ok(Self {
+            apiserver_connected: r.gauge(
+                "syncgc_apiserver_connected",
+                "1 while the Kubernetes apiserver answers syncgc",
+            )?,
+            webhook_requests: r.counter_vec(
                 "syncgc_webhook_requests_total",
                 "Admission reviews answered, by operation and result",
-            ),
-            &["operation", "result"],
-        )?;
-        registry.register(Box::new(webhook_requests.clone()))?;
-        let webhook_duration = HistogramVec::new(
-            HistogramOpts::new(
+                &["operation", "result"],
+            )?,
+            webhook_duration: r.histogram_vec(
                 "syncgc_webhook_duration_seconds",
                 "Time to answer an admission review, by operation",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["operation"],
-        )?;
-        registry.register(Box::new(webhook_duration.clone()))?;
-        let webhook_in_flight = IntGauge::new(
-            "syncgc_webhook_in_flight",
-            "Admission reviews being answered now",
-        )?;
-        registry.register(Box::new(webhook_in_flight.clone()))?;
-        let webhook_side_effects = IntCounterVec::new(
-            Opts::new(
+                LATENCY_BUCKETS,
+                &["operation"],
+            )?,
+            webhook_in_flight: r.gauge(
+                "syncgc_webhook_in_flight",
+                "Admission reviews being answered now",
+            )?,
+            webhook_side_effects: r.counter_vec(
                 "syncgc_webhook_side_effects_total",
                 "Finalizers added through the API while answering a DELETE review, by result",
-            ),
-            &["result"],
-        )?;
-        registry.register(Box::new(webhook_side_effects.clone()))?;
-        let certificate_reloads = IntCounterVec::new(
-            Opts::new(
+                &["result"],
+            )?,
+            certificate_reloads: r.counter_vec(
                 "syncgc_certificate_reloads_total",
                 "Serving certificate changes seen on disk, by result",
-            ),
-            &["result"],
-        )?;
-        registry.register(Box::new(certificate_reloads.clone()))?;
-        Ok(Self {
+                &["result"],
+            )?,
             registry,
-            apiserver_connected,
-            webhook_requests,
-            webhook_duration,
-            webhook_in_flight,
-            webhook_side_effects,
-            certificate_reloads,
         })
     }
 
@@ -111,6 +91,51 @@ impl Metrics {
             tracing::error!(%err, "encoding metrics");
         }
         String::from_utf8_lossy(&buf).into_owned()
+    }
+}
+
+/// Creates collectors and registers them in one step.
+struct Register<'a>(&'a Registry);
+
+impl Register<'_> {
+    fn add<C: prometheus::core::Collector + Clone + 'static>(&self, c: C) -> prometheus::Result<C> {
+        self.0.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+        self.add(IntGauge::new(name, help)?)
+    }
+
+    fn gauge_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<IntGaugeVec> {
+        self.add(IntGaugeVec::new(Opts::new(name, help), labels)?)
+    }
+
+    fn counter_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<IntCounterVec> {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels)?)
+    }
+
+    fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: &[&str],
+    ) -> prometheus::Result<HistogramVec> {
+        self.add(HistogramVec::new(
+            HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+            labels,
+        )?)
     }
 }
 

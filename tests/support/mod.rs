@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use syncgc::webhook::registration::NAMESPACE_NAME_LABEL;
 
@@ -127,42 +127,51 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        // The test's runtime may be shutting down (or panicking): use a runtime of our own.
         let name = self.name.clone();
-        let path = kubeconfig_path();
-        let joined = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for namespace cleanup");
-            runtime.block_on(async move {
-                let config = syncgc::api::config(Some(path.as_ref())).await?;
-                let client = syncgc::api::client(config)?;
-                // Nothing may keep the namespace from going: drop the finalizers tests left.
-                let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &name);
-                if let Ok(list) = config_maps.list_metadata(&Default::default()).await {
-                    let clear = serde_json::json!({ "metadata": { "finalizers": null } });
-                    for item in list.items.iter().filter(|i| !i.finalizers().is_empty()) {
-                        let _ = config_maps
-                            .patch_metadata(
-                                &item.name_any(),
-                                &Default::default(),
-                                &kube::api::Patch::Merge(&clear),
-                            )
-                            .await;
-                    }
+        cleanup(move |client| async move {
+            // Nothing may keep the namespace from going: drop the finalizers tests left.
+            let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &name);
+            if let Ok(list) = config_maps.list_metadata(&Default::default()).await {
+                let clear = serde_json::json!({ "metadata": { "finalizers": null } });
+                for item in list.items.iter().filter(|i| !i.finalizers().is_empty()) {
+                    let _ = config_maps
+                        .patch_metadata(
+                            &item.name_any(),
+                            &Default::default(),
+                            &Patch::Merge(&clear),
+                        )
+                        .await;
                 }
-                Api::<Namespace>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await
-                    .map_err(|err| anyhow::anyhow!("deleting namespace {name}: {err}"))?;
-                anyhow::Ok(())
-            })
+            }
+            Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await
+                .map_err(|err| anyhow::anyhow!("deleting namespace {name}: {err}"))?;
+            Ok(())
+        });
+    }
+}
+
+/// Runs `work` with a fresh client on a runtime of its own, and waits for it: for clean-up in
+/// `Drop`, where the test's runtime may be shutting down or panicking.
+pub fn cleanup<F, Fut>(work: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let path = kubeconfig_path();
+    let joined = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let config = syncgc::api::config(Some(path.as_ref())).await?;
+            work(syncgc::api::client(config)?).await
         })
-        .join();
-        if let Ok(Err(err)) = joined {
-            eprintln!("cleanup: {err:#}");
-        }
+    })
+    .join();
+    if let Ok(Err(err)) = joined {
+        eprintln!("cleanup: {err:#}");
     }
 }
 

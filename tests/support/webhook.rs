@@ -21,7 +21,7 @@ use syncgc::webhook::server::{self, Limits};
 use syncgc::webhook::tls::ReloadingCert;
 use tokio_util::sync::CancellationToken;
 
-use super::{TestNamespace, eventually, kubeconfig_path};
+use super::{TestNamespace, cleanup, eventually};
 
 /// A running webhook server (no registration).
 pub struct Served {
@@ -149,22 +149,12 @@ impl RegisteredWebhook {
 impl Drop for RegisteredWebhook {
     fn drop(&mut self) {
         let name = self.name.clone();
-        let path = kubeconfig_path();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for cleanup");
-            runtime.block_on(async move {
-                let config = syncgc::api::config(Some(path.as_ref())).await.ok()?;
-                let client = syncgc::api::client(config).ok()?;
-                Api::<MutatingWebhookConfiguration>::all(client)
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .ok()
-            })
-        })
-        .join();
+        cleanup(move |client| async move {
+            Api::<MutatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await?;
+            Ok(())
+        });
         self.served.shutdown.cancel();
     }
 }
