@@ -116,10 +116,11 @@ fn main() {
         let client =
             kube::Client::try_from(kube::Config::new("https://127.0.0.1:1".parse().unwrap()))
                 .unwrap();
+        let metrics = Metrics::new().unwrap();
         handler::router(Webhook {
             policy,
-            metrics: Metrics::new().unwrap(),
-            client,
+            cluster: syncgc::api::Cluster::new(client, None, Duration::from_secs(30), metrics.clone()),
+            metrics,
             body_timeout: Duration::from_secs(10),
         })
     });

@@ -1,10 +1,24 @@
-//! The seam every Kubernetes call goes through: how syncgc connects to the apiserver.
+//! The seam every Kubernetes call goes through: connecting, and [`Cluster`], which reads,
+//! patches and deletes single objects with preconditions, a client-side rate limit, a timeout
+//! per call and a count of errors by verb.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use json_patch::{Patch as JsonPatch, PatchOperation, RemoveOperation, TestOperation};
+use jsonptr::PointerBuf;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, Resource};
+use serde_json::Value;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -19,10 +33,18 @@ pub enum ApiError {
     Client(#[source] kube::Error),
     #[error("asking the apiserver for its version: {0}")]
     Version(#[source] kube::Error),
-    #[error("reading {0}: {1}")]
-    Get(String, #[source] kube::Error),
-    #[error("patching {0}: {1}")]
-    Patch(String, #[source] kube::Error),
+    #[error("{verb} {target}: {source}")]
+    Call {
+        verb: Verb,
+        target: String,
+        source: kube::Error,
+    },
+    #[error("{verb} {target}: no answer within {timeout:?}")]
+    Timeout {
+        verb: Verb,
+        target: String,
+        timeout: Duration,
+    },
     #[error("{0} is gone or was replaced (uid {1} no longer exists)")]
     Replaced(String, String),
     #[error("{0} is being deleted: no finalizer can be added")]
@@ -35,8 +57,11 @@ impl ApiError {
     /// Whether trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Version(_) | Self::Conflict(_) => true,
-            Self::Get(_, err) | Self::Patch(_, err) => retryable(err),
+            Self::Version(_) | Self::Conflict(_) | Self::Timeout { .. } => true,
+            Self::Call { source, .. } => match source {
+                kube::Error::Api(status) => matches!(status.code, 409 | 422 | 429 | 500..=599),
+                _ => true,
+            },
             Self::ReadKubeconfig { .. }
             | Self::InferConfig(_)
             | Self::Client(_)
@@ -44,83 +69,41 @@ impl ApiError {
             | Self::Terminating(_) => false,
         }
     }
-}
 
-fn retryable(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => matches!(status.code, 409 | 429 | 500..=599),
-        _ => true,
-    }
-}
-
-/// One object, by resource and name, with the uid it must still have.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub resource: ApiResource,
-    pub namespace: Option<String>,
-    pub name: String,
-    pub uid: String,
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
-            None => write!(f, "{} {}", self.resource.kind, self.name),
+    /// The HTTP status the apiserver answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Call {
+                source: kube::Error::Api(status),
+                ..
+            } => Some(status.code),
+            _ => None,
         }
     }
 }
 
-/// Whether [`add_finalizer`] changed the object.
+/// The kind of call, for errors and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Added {
-    Added,
-    AlreadyThere,
+pub enum Verb {
+    Get,
+    Patch,
+    Delete,
 }
 
-/// Adds `finalizer` to `target`, leaving its other finalizers alone: reads the object, checks
-/// its uid, and patches the finalizer list with the read `resourceVersion` as a precondition,
-/// retrying when someone else changed the object in between.
-pub async fn add_finalizer(
-    client: &Client,
-    target: &Target,
-    finalizer: &str,
-) -> Result<Added, ApiError> {
-    const ATTEMPTS: usize = 5;
-    let api: Api<DynamicObject> = match &target.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &target.resource),
-        None => Api::all_with(client.clone(), &target.resource),
-    };
-    for _ in 0..ATTEMPTS {
-        let meta = match api.get_metadata_opt(&target.name).await {
-            Ok(Some(object)) => object.metadata,
-            Ok(None) => return Err(ApiError::Replaced(target.to_string(), target.uid.clone())),
-            Err(err) => return Err(ApiError::Get(target.to_string(), err)),
-        };
-        if meta.uid.as_deref() != Some(target.uid.as_str()) {
-            return Err(ApiError::Replaced(target.to_string(), target.uid.clone()));
-        }
-        if meta.deletion_timestamp.is_some() {
-            return Err(ApiError::Terminating(target.to_string()));
-        }
-        let mut finalizers = meta.finalizers.unwrap_or_default();
-        if finalizers.iter().any(|f| f == finalizer) {
-            return Ok(Added::AlreadyThere);
-        }
-        finalizers.push(finalizer.to_owned());
-        let patch = serde_json::json!({
-            "metadata": { "resourceVersion": meta.resource_version, "finalizers": finalizers }
-        });
-        match api
-            .patch_metadata(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(Added::Added),
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(err) => return Err(ApiError::Patch(target.to_string(), err)),
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
         }
     }
-    Err(ApiError::Conflict(target.to_string()))
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Installs the process-wide rustls crypto provider; the kube client and the webhook's TLS
@@ -156,9 +139,304 @@ pub fn client(config: Config) -> Result<Client, ApiError> {
 
 /// Asks the apiserver for its version: the cheapest proof that it answers and trusts us.
 pub async fn server_version(client: &Client) -> Result<String, ApiError> {
-    let info = client
-        .apiserver_version()
-        .await
-        .map_err(ApiError::Version)?;
+    let info = client.apiserver_version().await.map_err(ApiError::Version)?;
     Ok(info.git_version)
+}
+
+/// A token bucket: `qps` calls a second on average, bursts of up to `burst`.
+#[derive(Debug)]
+pub struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl RateLimiter {
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: qps.max(0.001),
+            burst,
+            bucket: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Waits for a token. Callers are served in the order they ask.
+    pub async fn acquire(&self) {
+        let wait = {
+            let mut bucket = self.bucket.lock().await;
+            let now = Instant::now();
+            let (tokens, last) = *bucket;
+            let tokens = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst)
+                - 1.0;
+            *bucket = (tokens, now);
+            (tokens < 0.0).then(|| Duration::from_secs_f64(-tokens / self.qps))
+        };
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// One object, by resource and name, with the uid it must still have.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub resource: ApiResource,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: String,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
+            None => write!(f, "{} {}", self.resource.kind, self.name),
+        }
+    }
+}
+
+/// Whether a finalizer change changed the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Changed {
+    Yes,
+    AlreadySo,
+}
+
+/// Attempts at a read-modify-write before giving up on a busy object.
+const ATTEMPTS: usize = 5;
+
+/// Single-object calls with preconditions, rate limit, timeouts and error counts.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: Client,
+    limiter: Option<Arc<RateLimiter>>,
+    timeout: Duration,
+    metrics: Metrics,
+}
+
+impl Cluster {
+    pub fn new(
+        client: Client,
+        limiter: Option<Arc<RateLimiter>>,
+        timeout: Duration,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            client,
+            limiter,
+            timeout,
+            metrics,
+        }
+    }
+
+    fn api(&self, target: &Target) -> Api<DynamicObject> {
+        match &target.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),
+            None => Api::all_with(self.client.clone(), &target.resource),
+        }
+    }
+
+    /// Runs one call under the rate limit and the timeout, counting failures by verb.
+    async fn call<T>(
+        &self,
+        verb: Verb,
+        target: &Target,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
+        if let Some(limiter) = &self.limiter {
+            limiter.acquire().await;
+        }
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(source)) => ApiError::Call {
+                verb,
+                target: target.to_string(),
+                source,
+            },
+            Err(_) => ApiError::Timeout {
+                verb,
+                target: target.to_string(),
+                timeout: self.timeout,
+            },
+        };
+        if result.status() != Some(404) {
+            self.metrics
+                .api_errors
+                .with_label_values(&[verb.as_str()])
+                .inc();
+        }
+        Err(result)
+    }
+
+    /// The object named by `target`, if it exists with `target`'s uid (an empty uid matches
+    /// any).
+    pub async fn get(&self, target: &Target) -> Result<Option<DynamicObject>, ApiError> {
+        let api = self.api(target);
+        let object = self
+            .call(Verb::Get, target, api.get_opt(&target.name))
+            .await?;
+        Ok(object.filter(|o| {
+            target.uid.is_empty() || o.metadata.uid.as_deref() == Some(&target.uid)
+        }))
+    }
+
+    /// The metadata of `target`, if it exists with `target`'s uid.
+    pub async fn get_metadata(&self, target: &Target) -> Result<Option<ObjectMeta>, ApiError> {
+        let api = self.api(target);
+        let object = self
+            .call(Verb::Get, target, api.get_metadata_opt(&target.name))
+            .await?;
+        Ok(object
+            .map(|o| o.metadata)
+            .filter(|m| target.uid.is_empty() || m.uid.as_deref() == Some(&target.uid)))
+    }
+
+    /// Deletes `target` in the background, only if it still has its uid (and, when given, the
+    /// `resource_version` the decision was made on). `Ok(false)`: it was gone already.
+    pub async fn delete(
+        &self,
+        target: &Target,
+        resource_version: Option<String>,
+    ) -> Result<bool, ApiError> {
+        let api = self.api(target);
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions {
+                uid: Some(target.uid.clone()),
+                resource_version,
+            }),
+            ..Default::default()
+        };
+        match self
+            .call(Verb::Delete, target, api.delete(&target.name, &params))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(err) if err.status() == Some(404) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Merges `patch` into `target`'s metadata.
+    pub async fn merge_metadata(&self, target: &Target, patch: &Value) -> Result<(), ApiError> {
+        let api = self.api(target);
+        self.call(
+            Verb::Patch,
+            target,
+            api.patch_metadata(&target.name, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Applies a JSON patch (RFC 6902) to `target`.
+    pub async fn json_patch(&self, target: &Target, patch: &JsonPatch) -> Result<(), ApiError> {
+        let url = format!(
+            "{}/{}",
+            DynamicObject::url_path(&target.resource, target.namespace.as_deref()),
+            target.name
+        );
+        let body = serde_json::to_vec(patch).unwrap_or_default();
+        let request = http::Request::patch(url)
+            .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(body)
+            .map_err(|err| ApiError::Call {
+                verb: Verb::Patch,
+                target: target.to_string(),
+                source: kube::Error::HttpError(err),
+            })?;
+        self.call(Verb::Patch, target, self.client.request_text(request))
+            .await
+            .map(drop)
+    }
+
+    /// Adds `finalizer` to `target`, leaving its other finalizers alone: reads the object,
+    /// checks its uid, and patches the finalizer list with the read `resourceVersion` as a
+    /// precondition, retrying when someone else changed the object in between.
+    pub async fn add_finalizer(&self, target: &Target, finalizer: &str) -> Result<Changed, ApiError> {
+        for _ in 0..ATTEMPTS {
+            let Some(meta) = self.get_metadata(target).await? else {
+                return Err(ApiError::Replaced(target.to_string(), target.uid.clone()));
+            };
+            if meta.deletion_timestamp.is_some() {
+                return Err(ApiError::Terminating(target.to_string()));
+            }
+            let mut finalizers = meta.finalizers.unwrap_or_default();
+            if finalizers.iter().any(|f| f == finalizer) {
+                return Ok(Changed::AlreadySo);
+            }
+            finalizers.push(finalizer.to_owned());
+            let patch = serde_json::json!({
+                "metadata": { "resourceVersion": meta.resource_version, "finalizers": finalizers }
+            });
+            match self.merge_metadata(target, &patch).await {
+                Ok(()) => return Ok(Changed::Yes),
+                Err(err) if err.status() == Some(409) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(ApiError::Conflict(target.to_string()))
+    }
+
+    /// Removes `finalizer` from `target` with a JSON patch whose `test` ops check the uid and
+    /// that the finalizer is still where it was read, so no other finalizer is ever removed;
+    /// retries when the list changed in between.
+    pub async fn remove_finalizer(
+        &self,
+        target: &Target,
+        finalizer: &str,
+    ) -> Result<Changed, ApiError> {
+        for _ in 0..ATTEMPTS {
+            let Some(meta) = self.get_metadata(target).await? else {
+                return Ok(Changed::AlreadySo);
+            };
+            let finalizers = meta.finalizers.unwrap_or_default();
+            let Some(index) = finalizers.iter().position(|f| f == finalizer) else {
+                return Ok(Changed::AlreadySo);
+            };
+            let path = PointerBuf::from_tokens(["metadata", "finalizers", &index.to_string()]);
+            let patch = JsonPatch(vec![
+                test(PointerBuf::from_tokens(["metadata", "uid"]), &target.uid),
+                test(path.clone(), finalizer),
+                PatchOperation::Remove(RemoveOperation { path }),
+            ]);
+            match self.json_patch(target, &patch).await {
+                Ok(()) => return Ok(Changed::Yes),
+                Err(err) if matches!(err.status(), Some(409 | 422)) => continue,
+                Err(err) if err.status() == Some(404) => return Ok(Changed::AlreadySo),
+                Err(err) => return Err(err),
+            }
+        }
+        Err(ApiError::Conflict(target.to_string()))
+    }
+
+    /// Removes from `target` the ownerReferences to the owners in `owners` (by uid), checking
+    /// with `test` ops that each is still at the index it was read at in `references`.
+    pub async fn remove_owner_references(
+        &self,
+        target: &Target,
+        references: &[OwnerReference],
+        owners: &[String],
+    ) -> Result<(), ApiError> {
+        let mut ops = vec![test(PointerBuf::from_tokens(["metadata", "uid"]), &target.uid)];
+        for (index, reference) in references.iter().enumerate().rev() {
+            if owners.contains(&reference.uid) {
+                let path = PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
+                ops.push(test(path.with_trailing_token("uid"), &reference.uid));
+                ops.push(PatchOperation::Remove(RemoveOperation { path }));
+            }
+        }
+        if ops.len() == 1 {
+            return Ok(());
+        }
+        self.json_patch(target, &JsonPatch(ops)).await
+    }
+}
+
+fn test(path: PointerBuf, value: &str) -> PatchOperation {
+    PatchOperation::Test(TestOperation {
+        path,
+        value: Value::from(value),
+    })
 }

@@ -7,7 +7,9 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api;
+use crate::api::{self, Cluster, RateLimiter};
+use crate::gc::decide::Timeouts;
+use crate::gc::{self, GcConfig};
 use crate::cli::RunArgs;
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
@@ -19,6 +21,10 @@ use crate::webhook::tls::{Reload, ReloadingCert};
 const PROBE_INTERVAL: Duration = Duration::from_secs(15);
 /// The longest wait between two attempts to reach the apiserver.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Time limit of one call to the apiserver.
+const API_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the served resources are discovered again (a new CRD is watched within this).
+const REDISCOVERY_INTERVAL: Duration = Duration::from_secs(20);
 /// How often the serving certificate files are checked for changes.
 const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -30,6 +36,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tls_cert,
         tls_key,
         unarmed_delete,
+        timeout_base,
+        timeout_per_dependent,
+        timeout_max,
+        workers,
+        qps,
+        burst,
+        ignored_resources,
     } = args;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -37,6 +50,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Metrics::new().context("registering metrics")?;
     let readiness = Readiness::default();
     let client = api::client(api::config(kubeconfig.as_deref()).await?)?;
+    // The webhook answers within the apiserver's timeout: its calls are not rate-limited.
+    let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
+    let limiter = Arc::new(RateLimiter::new(qps, burst));
+    let gc_cluster = Cluster::new(client.clone(), Some(limiter), API_TIMEOUT, metrics.clone());
 
     let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
     let reload_metrics = metrics.clone();
@@ -57,7 +74,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let webhook = handler::router(Webhook {
         policy: Policy { unarmed_delete },
         metrics: metrics.clone(),
-        client: client.clone(),
+        cluster: webhook_cluster,
         body_timeout: Duration::from_secs(10),
     });
     let webhook_listener = TcpListener::bind(webhook_addr)
@@ -86,11 +103,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let metrics_server = tokio::spawn(metrics_server.into_future());
 
+    let gc = Arc::new(gc::Shared::new(
+        gc_cluster,
+        metrics.clone(),
+        GcConfig {
+            timeouts: Timeouts {
+                base: timeout_base,
+                per_dependent: timeout_per_dependent,
+                max: timeout_max,
+            },
+            workers: usize::from(workers),
+            ignored: ignored_resources,
+            rediscovery: REDISCOVERY_INTERVAL,
+        },
+    ));
+    let collector = tokio::spawn(gc::run(gc, readiness.clone(), shutdown.clone()));
+
     tokio::select! {
         () = shutdown.cancelled() => {}
-        () = watch_apiserver(&client, &metrics, &readiness) => {}
+        () = watch_apiserver(&client, &metrics) => {}
     }
     readiness.set(false);
+    collector.await.context("garbage collector task")?;
     tracing::info!("shutting down: finishing in-flight admission reviews");
     webhook_server.await.context("webhook server task")?;
     metrics_server.await.context("metrics server task")??;
@@ -98,9 +132,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Keeps `syncgc_apiserver_connected` and readiness true to whether the apiserver answers,
-/// retrying with exponential backoff while it does not.
-async fn watch_apiserver(client: &kube::Client, metrics: &Metrics, readiness: &Readiness) {
+/// Keeps `syncgc_apiserver_connected` true to whether the apiserver answers, checking more often
+/// (with exponential backoff) while it does not.
+async fn watch_apiserver(client: &kube::Client, metrics: &Metrics) {
     let mut backoff = Duration::from_millis(250);
     let mut connected = false;
     loop {
@@ -119,7 +153,6 @@ async fn watch_apiserver(client: &kube::Client, metrics: &Metrics, readiness: &R
             }
         }
         metrics.apiserver_connected.set(i64::from(connected));
-        readiness.set(connected);
         tokio::time::sleep(if connected { PROBE_INTERVAL } else { backoff }).await;
     }
 }

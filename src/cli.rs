@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -69,6 +70,32 @@ pub struct RunArgs {
     /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
     pub unarmed_delete: UnarmedDelete,
+    /// How long an owner waits for its dependents at least (`syncgc.io/timeout` overrides it).
+    #[arg(long, env = "SYNCGC_TIMEOUT_BASE", default_value = "60s", value_parser = duration)]
+    pub timeout_base: Duration,
+    /// How much longer it waits for each direct and indirect dependent.
+    #[arg(long, env = "SYNCGC_TIMEOUT_PER_DEPENDENT", default_value = "500ms", value_parser = duration)]
+    pub timeout_per_dependent: Duration,
+    /// The longest an owner waits; then it is released anyway.
+    #[arg(long, env = "SYNCGC_TIMEOUT_MAX", default_value = "1h", value_parser = duration)]
+    pub timeout_max: Duration,
+    /// Garbage-collector workers.
+    #[arg(long, env = "SYNCGC_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: u16,
+    /// Client-side limit on the garbage collector's calls to the apiserver, per second.
+    #[arg(long, env = "SYNCGC_QPS", default_value_t = 50.0)]
+    pub qps: f64,
+    /// Calls allowed in a burst above --qps.
+    #[arg(long, env = "SYNCGC_BURST", default_value_t = 100)]
+    pub burst: u32,
+    /// A resource never watched, as `plural` (core group) or `plural.group` (repeatable).
+    #[arg(long = "ignore-resource", env = "SYNCGC_IGNORE_RESOURCES", value_delimiter = ',', value_name = "RESOURCE",
+          default_values_t = ["events".to_owned(), "events.events.k8s.io".to_owned()])]
+    pub ignored_resources: Vec<String>,
+}
+
+fn duration(text: &str) -> Result<Duration, crate::duration::DurationError> {
+    crate::duration::parse(text)
 }
 
 #[derive(Debug, Args)]

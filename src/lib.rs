@@ -18,6 +18,8 @@
 //! - [`cli`]: the command line (`syncgc run`, `syncgc certs`), parsed with clap.
 //! - [`app`]: `run`, which wires every part of the `run` subcommand together.
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision).
+//! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
+//! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure.
 //! - [`certs`]: development certificates (a CA and a serving certificate signed by it).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`, `/readyz`.
 //! - [`api`]: the seam every Kubernetes call goes through.
@@ -29,6 +31,8 @@ pub mod app;
 pub mod certs;
 pub mod cli;
 pub mod duration;
+pub mod gc;
+pub mod graph;
 pub mod metrics;
 pub mod names;
 pub mod webhook;

@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
 
@@ -18,6 +18,11 @@ use prometheus::{
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Buckets for synchronous deletions: a second to an hour.
+const DELETION_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 
 /// Every collector syncgc exports, registered on one registry.
@@ -36,6 +41,30 @@ pub struct Metrics {
     pub webhook_side_effects: IntCounterVec,
     /// Checks of the serving certificate files, by result.
     pub certificate_reloads: IntCounterVec,
+    /// Failed calls to the apiserver, by verb.
+    pub api_errors: IntCounterVec,
+    /// Nodes in the ownership graph, by kind (observed, virtual).
+    pub graph_nodes: IntGaugeVec,
+    /// Resources watched.
+    pub watched_resources: IntGauge,
+    /// Watch errors (each followed by a retry with backoff).
+    pub watch_errors: IntCounter,
+    /// Items waiting in the work queue.
+    pub queue_depth: IntGauge,
+    /// Items added to the work queue, by item.
+    pub queue_adds: IntCounterVec,
+    /// Items queued again after a failure, by item.
+    pub queue_retries: IntCounterVec,
+    /// Garbage-collector actions, by action and result.
+    pub gc_actions: IntCounterVec,
+    /// Owners waiting for their dependents.
+    pub owners_waiting: IntGauge,
+    /// Seconds the longest-waiting owner has waited.
+    pub oldest_waiting_owner_seconds: IntGauge,
+    /// From an owner's deletionTimestamp to its release, by outcome (released, timed_out).
+    pub synchronous_deletion_duration: HistogramVec,
+    /// Owners released by their timeout.
+    pub timeouts: IntCounter,
 }
 
 impl Metrics {
@@ -79,6 +108,55 @@ impl Metrics {
                 "Serving certificate changes seen on disk, by result",
                 &["result"],
             )?,
+            api_errors: r.counter_vec(
+                "syncgc_api_errors_total",
+                "Failed calls to the Kubernetes apiserver, by verb",
+                &["verb"],
+            )?,
+            graph_nodes: r.gauge_vec(
+                "syncgc_graph_nodes",
+                "Nodes in the ownership graph, by kind (observed, virtual)",
+                &["kind"],
+            )?,
+            watched_resources: r.gauge("syncgc_watched_resources", "Resources watched")?,
+            watch_errors: r.counter(
+                "syncgc_watch_errors_total",
+                "Watch errors, each followed by a retry with backoff",
+            )?,
+            queue_depth: r.gauge("syncgc_queue_depth", "Items waiting in the work queue")?,
+            queue_adds: r.counter_vec(
+                "syncgc_queue_adds_total",
+                "Items added to the work queue, by item",
+                &["item"],
+            )?,
+            queue_retries: r.counter_vec(
+                "syncgc_queue_retries_total",
+                "Items queued again after a failure, by item",
+                &["item"],
+            )?,
+            gc_actions: r.counter_vec(
+                "syncgc_gc_actions_total",
+                "Garbage-collector actions on objects, by action and result",
+                &["action", "result"],
+            )?,
+            owners_waiting: r.gauge(
+                "syncgc_owners_waiting",
+                "Owners waiting for their dependents to go",
+            )?,
+            oldest_waiting_owner_seconds: r.gauge(
+                "syncgc_oldest_waiting_owner_seconds",
+                "Seconds the longest-waiting owner has waited since its deletionTimestamp",
+            )?,
+            synchronous_deletion_duration: r.histogram_vec(
+                "syncgc_synchronous_deletion_duration_seconds",
+                "From an owner's deletionTimestamp to its release, by outcome",
+                DELETION_BUCKETS,
+                &["outcome"],
+            )?,
+            timeouts: r.counter(
+                "syncgc_timeouts_total",
+                "Owners released by their timeout before their dependents were gone",
+            )?,
             registry,
         })
     }
@@ -105,6 +183,10 @@ impl Register<'_> {
 
     fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
         self.add(IntGauge::new(name, help)?)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+        self.add(IntCounter::new(name, help)?)
     }
 
     fn gauge_vec(

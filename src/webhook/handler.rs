@@ -13,7 +13,7 @@ use kube::api::ApiResource;
 
 use super::admit::{Decision, Policy, admit};
 use super::review::{self, Answer, Review};
-use crate::api::{self, Target};
+use crate::api::{Cluster, Target};
 use crate::metrics::Metrics;
 
 /// The largest review accepted: the apiserver's objects are up to ~3 MiB, and a review of an
@@ -31,8 +31,8 @@ const ANSWER_MARGIN: Duration = Duration::from_millis(250);
 pub struct Webhook {
     pub policy: Policy,
     pub metrics: Metrics,
-    /// The client for side effects on DELETE.
-    pub client: kube::Client,
+    /// The seam for side effects on DELETE.
+    pub cluster: Cluster,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
 }
@@ -134,7 +134,7 @@ async fn settle(
         };
         let outcome = tokio::time::timeout_at(
             deadline.into(),
-            api::add_finalizer(&webhook.client, &target, effect.finalizer),
+            webhook.cluster.add_finalizer(&target, effect.finalizer),
         )
         .await;
         let failure = match outcome {

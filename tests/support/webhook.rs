@@ -61,7 +61,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
     let router = handler::router(Webhook {
         policy,
         metrics: metrics.clone(),
-        client,
+        cluster: syncgc::api::Cluster::new(client, None, Duration::from_secs(30), metrics.clone()),
         body_timeout: Duration::from_secs(2),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,0 +1,310 @@
+//! The synchronous garbage collector (cooperative mode: the cluster's own GC runs beside it and
+//! handles `foregroundDeletion`, `orphan` and ordinary background collection).
+//!
+//! - [`discovery`]: which resources to watch, rediscovered periodically.
+//! - [`watch`]: one metadata-only watch per resource, feeding the graph's one writer.
+//! - [`queue`]: the deduplicating, delaying, backing-off work queue.
+//! - [`decide`]: the pure decisions.
+//! - `workers`: the actions, through [`crate::api::Cluster`].
+//!
+//! Workers start only once every watch has listed once; `/readyz` says so.
+
+pub mod decide;
+pub mod discovery;
+pub mod queue;
+pub mod watch;
+mod workers;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::{mpsc, watch as signal};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::decide::Timeouts;
+use self::discovery::Resources;
+use self::queue::WorkQueue;
+use self::watch::GraphEvent;
+use crate::api::Cluster;
+use crate::graph::{Graph, ResourceId, Uid, Work};
+use crate::metrics::{Metrics, Readiness};
+
+/// How the garbage collector is configured.
+#[derive(Debug, Clone)]
+pub struct GcConfig {
+    pub timeouts: Timeouts,
+    pub workers: usize,
+    /// Resources never watched, as `plural` (core) or `plural.group`.
+    pub ignored: Vec<String>,
+    /// How often the served resources are discovered again.
+    pub rediscovery: Duration,
+}
+
+/// Everything the collector's tasks share. The graph has one writer (the task fed by the
+/// watches); workers and the webhook only read it.
+pub struct Shared {
+    pub graph: RwLock<Graph>,
+    pub resources: RwLock<Resources>,
+    pub queue: WorkQueue<Work>,
+    cluster: Cluster,
+    metrics: Metrics,
+    recorder: Recorder,
+    config: GcConfig,
+    /// Owners waiting for their dependents, since their deletionTimestamp.
+    waiting: Mutex<HashMap<Uid, Timestamp>>,
+}
+
+impl Shared {
+    pub fn new(cluster: Cluster, metrics: Metrics, config: GcConfig) -> Self {
+        let recorder = Recorder::new(
+            cluster.client.clone(),
+            Reporter {
+                controller: "syncgc".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            graph: RwLock::new(Graph::new()),
+            resources: RwLock::new(Resources::default()),
+            queue: WorkQueue::default(),
+            cluster,
+            metrics,
+            recorder,
+            config,
+            waiting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn graph_read(&self) -> RwLockReadGuard<'_, Graph> {
+        self.graph.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn enqueue(&self, work: Work) {
+        let item = match work {
+            Work::SyncOwner(_) => "sync_owner",
+            Work::AttemptToDelete(_) => "attempt_to_delete",
+            Work::Arm(_) => "arm",
+        };
+        self.metrics.queue_adds.with_label_values(&[item]).inc();
+        self.queue.add(work);
+    }
+
+    fn start_waiting(&self, uid: Uid, since: Timestamp) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(uid)
+            .or_insert(since);
+    }
+
+    fn stop_waiting(&self, uid: Uid) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
+    }
+
+    /// Applies one watch event to the graph and queues the work it brings up.
+    fn apply(&self, event: GraphEvent) {
+        let work = {
+            let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
+            match event {
+                GraphEvent::Apply(_, observed) if observed.uid == Uid::default() => Vec::new(),
+                GraphEvent::Apply(id, observed) => graph.apply(id, observed),
+                GraphEvent::Delete(_, uid) => graph.delete(uid),
+                GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
+                GraphEvent::ListFailed(_) => Vec::new(),
+            }
+        };
+        for work in work {
+            self.enqueue(work);
+        }
+    }
+
+    /// Refreshes the gauges that describe the graph and the waiting owners.
+    fn observe(&self) {
+        let (observed, virtual_nodes) = self.graph_read().counts();
+        let gauge = |kind: &str, n: usize| {
+            self.metrics
+                .graph_nodes
+                .with_label_values(&[kind])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        gauge("observed", observed);
+        gauge("virtual", virtual_nodes);
+        self.metrics
+            .queue_depth
+            .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        self.metrics
+            .owners_waiting
+            .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
+        let oldest = waiting
+            .values()
+            .min()
+            .map_or(0, |since| Timestamp::now().duration_since(*since).as_secs().max(0));
+        self.metrics.oldest_waiting_owner_seconds.set(oldest);
+    }
+}
+
+/// Runs the collector until `shutdown`: discovery and watches, the graph's writer, and — once
+/// every watch has listed — the workers.
+pub async fn run(shared: Arc<Shared>, readiness: Readiness, shutdown: CancellationToken) {
+    let (events_tx, mut events_rx) = mpsc::channel::<GraphEvent>(4096);
+    let (synced_tx, mut synced_rx) = signal::channel(false);
+    let mut watches: HashMap<ResourceId, JoinHandle<()>> = HashMap::new();
+
+    // The first discovery decides which watches must list before the workers start.
+    let mut backoff = Duration::from_millis(500);
+    let first = loop {
+        match discovery::discover(&shared.cluster.client, &shared.config.ignored).await {
+            Ok(found) => break found,
+            Err(err) => {
+                tracing::warn!(%err, retry_in = ?backoff, "discovering resources");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    let initial: HashSet<ResourceId> = {
+        let mut resources = shared.resources.write().unwrap_or_else(|e| e.into_inner());
+        resources.update(first).added.into_iter().collect()
+    };
+    for id in &initial {
+        start_watch(&shared, *id, &events_tx, &mut watches);
+    }
+    tracing::info!(resources = initial.len(), "watching resources");
+    shared.metrics.watched_resources.set(watches.len() as i64);
+
+    // The graph's one writer.
+    let writer = {
+        let shared = shared.clone();
+        let mut pending = initial;
+        tokio::spawn(async move {
+            if pending.is_empty() {
+                let _ = synced_tx.send(true);
+            }
+            while let Some(event) = events_rx.recv().await {
+                if let GraphEvent::Listed(id, _) | GraphEvent::ListFailed(id) = &event {
+                    if pending.remove(id) && pending.is_empty() {
+                        let _ = synced_tx.send(true);
+                    }
+                }
+                shared.apply(event);
+            }
+        })
+    };
+
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        _ = synced_rx.wait_for(|synced| *synced) => {
+            let (observed, virtual_nodes) = shared.graph_read().counts();
+            tracing::info!(observed, virtual_nodes, "every watch has listed; starting workers");
+            readiness.set(true);
+        }
+    }
+    let workers: Vec<JoinHandle<()>> = (0..shared.config.workers.max(1))
+        .map(|_| tokio::spawn(work(shared.clone())))
+        .collect();
+
+    let mut rediscover = tokio::time::interval(shared.config.rediscovery);
+    rediscover.tick().await;
+    let mut observe = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = observe.tick() => shared.observe(),
+            _ = rediscover.tick() => {
+                match discovery::discover(&shared.cluster.client, &shared.config.ignored).await {
+                    Ok(found) => {
+                        let changes = shared
+                            .resources
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .update(found);
+                        for id in changes.added {
+                            start_watch(&shared, id, &events_tx, &mut watches);
+                        }
+                        for id in changes.removed {
+                            if let Some(task) = watches.remove(&id) {
+                                task.abort();
+                            }
+                            let _ = events_tx.send(GraphEvent::Listed(id, HashSet::new())).await;
+                        }
+                        shared.metrics.watched_resources.set(watches.len() as i64);
+                    }
+                    Err(err) => tracing::warn!(%err, "rediscovering resources"),
+                }
+            }
+        }
+    }
+    readiness.set(false);
+    shared.queue.shut_down();
+    for task in watches.into_values() {
+        task.abort();
+    }
+    drop(events_tx);
+    for worker in workers {
+        let _ = worker.await;
+    }
+    let _ = writer.await;
+}
+
+fn start_watch(
+    shared: &Arc<Shared>,
+    id: ResourceId,
+    events: &mpsc::Sender<GraphEvent>,
+    watches: &mut HashMap<ResourceId, JoinHandle<()>>,
+) {
+    let Some(resource) = shared
+        .resources
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(id)
+        .cloned()
+    else {
+        return;
+    };
+    tracing::debug!(resource = %discovery::resource_name(&resource.api), "watching");
+    let task = tokio::spawn(watch::watch(
+        shared.cluster.client.clone(),
+        id,
+        resource,
+        events.clone(),
+        shared.metrics.clone(),
+    ));
+    if let Some(old) = watches.insert(id, task) {
+        old.abort();
+    }
+}
+
+/// One worker: takes items until the queue shuts down.
+async fn work(shared: Arc<Shared>) {
+    while let Some(item) = shared.queue.next().await {
+        match shared.process(item).await {
+            Ok(()) => shared.queue.forget(&item),
+            Err(err) if err.is_retryable() => {
+                let delay = shared.queue.retry(item);
+                let name = match item {
+                    Work::SyncOwner(_) => "sync_owner",
+                    Work::AttemptToDelete(_) => "attempt_to_delete",
+                    Work::Arm(_) => "arm",
+                };
+                shared.metrics.queue_retries.with_label_values(&[name]).inc();
+                tracing::debug!(?item, %err, retry_in = ?delay, "retrying");
+            }
+            Err(err) => {
+                shared.queue.forget(&item);
+                tracing::warn!(?item, %err, "giving up on an item");
+            }
+        }
+        shared.queue.done(&item);
+    }
+}

@@ -1,0 +1,246 @@
+//! A work queue that deduplicates, delays and backs off, in the manner of client-go's rate-limited
+//! work queue: an item is handed to one worker at a time; added again while being worked on,
+//! it comes back once that worker is done.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+const BASE_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+struct State<T> {
+    ready: VecDeque<T>,
+    queued: HashSet<T>,
+    processing: HashSet<T>,
+    /// Items added while processing: back in the queue when done.
+    dirty: HashSet<T>,
+    delayed: BTreeSet<(Instant, T)>,
+    failures: HashMap<T, u32>,
+    shut_down: bool,
+}
+
+pub struct WorkQueue<T> {
+    state: Mutex<State<T>>,
+    notify: Notify,
+}
+
+impl<T: Clone + Eq + Hash + Ord> Default for WorkQueue<T> {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(State {
+                ready: VecDeque::new(),
+                queued: HashSet::new(),
+                processing: HashSet::new(),
+                dirty: HashSet::new(),
+                delayed: BTreeSet::new(),
+                failures: HashMap::new(),
+                shut_down: false,
+            }),
+            notify: Notify::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `item` now, unless it is queued already.
+    pub fn add(&self, item: T) {
+        let mut state = self.state();
+        if state.processing.contains(&item) {
+            state.dirty.insert(item);
+            return;
+        }
+        if state.queued.insert(item.clone()) {
+            state.ready.push_back(item);
+            drop(state);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Queues `item` after `delay` (an earlier pending time for it wins).
+    pub fn add_after(&self, item: T, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(item);
+        }
+        let at = Instant::now() + delay;
+        let mut state = self.state();
+        let existing = state.delayed.iter().find(|(_, i)| *i == item).cloned();
+        match existing {
+            Some((when, _)) if when <= at => return,
+            Some(old) => {
+                state.delayed.remove(&old);
+            }
+            None => {}
+        }
+        state.delayed.insert((at, item));
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Queues `item` again after a backoff that doubles with each consecutive failure.
+    pub fn retry(&self, item: T) -> Duration {
+        let failures = {
+            let mut state = self.state();
+            let failures = state.failures.entry(item.clone()).or_insert(0);
+            *failures = failures.saturating_add(1);
+            *failures
+        };
+        let delay = BASE_BACKOFF
+            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(20)))
+            .min(MAX_BACKOFF);
+        self.add_after(item, delay);
+        delay
+    }
+
+    /// Forgets the failures of `item` (it succeeded).
+    pub fn forget(&self, item: &T) {
+        self.state().failures.remove(item);
+    }
+
+    /// Marks `item` as no longer being processed.
+    pub fn done(&self, item: &T) {
+        let mut state = self.state();
+        state.processing.remove(item);
+        if state.dirty.remove(item) && state.queued.insert(item.clone()) {
+            state.ready.push_back(item.clone());
+            drop(state);
+            self.notify.notify_one();
+        }
+    }
+
+    /// The next item, waiting for one; `None` once shut down.
+    pub async fn next(&self) -> Option<T> {
+        loop {
+            let notified = self.notify.notified();
+            let wake_at = {
+                let mut state = self.state();
+                if state.shut_down {
+                    return None;
+                }
+                let now = Instant::now();
+                while let Some(first) = state.delayed.first().cloned() {
+                    if first.0 > now {
+                        break;
+                    }
+                    state.delayed.remove(&first);
+                    let item = first.1;
+                    if state.processing.contains(&item) {
+                        state.dirty.insert(item);
+                    } else if state.queued.insert(item.clone()) {
+                        state.ready.push_back(item);
+                    }
+                }
+                if let Some(item) = state.ready.pop_front() {
+                    state.queued.remove(&item);
+                    state.processing.insert(item.clone());
+                    if !state.ready.is_empty() {
+                        self.notify.notify_one();
+                    }
+                    return Some(item);
+                }
+                state.delayed.first().map(|(at, _)| *at)
+            };
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Items waiting now or later.
+    pub fn len(&self) -> usize {
+        let state = self.state();
+        state.ready.len() + state.delayed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Wakes every waiting worker with `None`.
+    pub fn shut_down(&self) {
+        self.state().shut_down = true;
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn deduplicates_and_keeps_order() {
+        let q = WorkQueue::default();
+        for i in [1, 2, 1, 3, 2] {
+            q.add(i);
+        }
+        assert_eq!(q.len(), 3);
+        for expected in [1, 2, 3] {
+            let item = q.next().await.unwrap();
+            assert_eq!(item, expected);
+            q.done(&item);
+        }
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_item_added_while_processing_comes_back_after_done() {
+        let q = WorkQueue::default();
+        q.add(7);
+        let item = q.next().await.unwrap();
+        q.add(7);
+        assert!(q.is_empty(), "not handed out twice at once");
+        q.done(&item);
+        assert_eq!(q.next().await, Some(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_items_wait_and_the_earliest_time_wins() {
+        let q = WorkQueue::default();
+        q.add_after(1, Duration::from_secs(10));
+        q.add_after(1, Duration::from_secs(5));
+        q.add_after(1, Duration::from_secs(20));
+        let started = Instant::now();
+        assert_eq!(q.next().await, Some(1));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_exponentially_until_forgotten() {
+        let q = WorkQueue::<u8>::default();
+        assert_eq!(q.retry(1), Duration::from_millis(50));
+        assert_eq!(q.retry(1), Duration::from_millis(100));
+        assert_eq!(q.retry(1), Duration::from_millis(200));
+        q.forget(&1);
+        assert_eq!(q.retry(1), Duration::from_millis(50));
+        for _ in 0..40 {
+            q.retry(2);
+        }
+        assert_eq!(q.retry(2), MAX_BACKOFF);
+    }
+
+    #[tokio::test]
+    async fn shut_down_wakes_workers() {
+        let q = std::sync::Arc::new(WorkQueue::<u8>::default());
+        let worker = tokio::spawn({
+            let q = q.clone();
+            async move { q.next().await }
+        });
+        tokio::task::yield_now().await;
+        q.shut_down();
+        assert_eq!(worker.await.unwrap(), None);
+    }
+}

@@ -1,0 +1,121 @@
+//! One metadata-only watch per resource, turned into graph events for the graph's one writer.
+
+use std::collections::HashSet;
+
+use futures::StreamExt;
+use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use super::discovery::Resource;
+use crate::graph::{Flags, Observed, OwnerLink, ResourceId, Uid};
+use crate::metrics::Metrics;
+use crate::names::{
+    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+};
+
+/// What a watch tells the graph's writer.
+#[derive(Debug)]
+pub enum GraphEvent {
+    Apply(ResourceId, Observed),
+    Delete(ResourceId, Uid),
+    /// A (re)list is complete: these are all the objects of the resource.
+    Listed(ResourceId, HashSet<Uid>),
+    /// The first list failed; the watch keeps retrying.
+    ListFailed(ResourceId),
+}
+
+/// What the graph keeps of an object's metadata; `None` for an object without a uid.
+pub fn observe(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Observed> {
+    let uid = Uid::parse(meta.uid.as_deref()?);
+    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+    let has = |f: &str| finalizers.iter().any(|x| x == f);
+    let opted_in = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SYNCHRONOUS_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    let flags = Flags::empty()
+        .with(Flags::DELETING, meta.deletion_timestamp.is_some())
+        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
+        .with(Flags::OPTED_IN, opted_in)
+        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
+        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER));
+    Some(Observed {
+        uid,
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone().unwrap_or_default(),
+        owners: meta
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|r| OwnerLink {
+                uid: Uid::parse(&r.uid),
+                block_owner_deletion: r.block_owner_deletion == Some(true),
+            })
+            .collect(),
+        flags,
+    })
+}
+
+/// Watches `resource` (metadata only) until the returned future is dropped, sending what it sees
+/// to `events`. Errors are logged and counted; the watch retries with backoff.
+pub async fn watch(
+    client: Client,
+    id: ResourceId,
+    resource: Resource,
+    events: mpsc::Sender<GraphEvent>,
+    metrics: Metrics,
+) {
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource.api);
+    let name = super::discovery::resource_name(&resource.api);
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut listing: Option<HashSet<Uid>> = None;
+    let mut listed_once = false;
+    let mut failures = 0u32;
+    while let Some(event) = stream.next().await {
+        let send = match event {
+            Ok(Event::Init) => {
+                listing = Some(HashSet::new());
+                None
+            }
+            Ok(Event::InitApply(object)) => {
+                let observed = observed(&object);
+                if let (Some(listing), Some(o)) = (listing.as_mut(), &observed) {
+                    listing.insert(o.uid);
+                }
+                observed.map(|o| GraphEvent::Apply(id, o))
+            }
+            Ok(Event::InitDone) => {
+                if !listed_once {
+                    tracing::debug!(resource = %name, "listed");
+                }
+                listed_once = true;
+                Some(GraphEvent::Listed(id, listing.take().unwrap_or_default()))
+            }
+            Ok(Event::Apply(object)) => observed(&object).map(|o| GraphEvent::Apply(id, o)),
+            Ok(Event::Delete(object)) => {
+                observed(&object).map(|o| GraphEvent::Delete(id, o.uid))
+            }
+            Err(err) => {
+                metrics.watch_errors.inc();
+                failures += 1;
+                tracing::warn!(resource = %name, %err, "watch failed; retrying with backoff");
+                (!listed_once && failures == 3).then_some(GraphEvent::ListFailed(id))
+            }
+        };
+        if let Some(send) = send {
+            if events.send(send).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn observed(object: &PartialObjectMeta<DynamicObject>) -> Option<Observed> {
+    observe(&object.metadata)
+}
