@@ -119,7 +119,12 @@ fn main() {
         let metrics = Metrics::new().unwrap();
         handler::router(Webhook {
             policy,
-            cluster: syncgc::api::Cluster::new(client, None, Duration::from_secs(30), metrics.clone()),
+            cluster: syncgc::api::Cluster::new(
+                client,
+                None,
+                Duration::from_secs(30),
+                metrics.clone(),
+            ),
             metrics,
             body_timeout: Duration::from_secs(10),
         })

@@ -139,7 +139,10 @@ pub fn client(config: Config) -> Result<Client, ApiError> {
 
 /// Asks the apiserver for its version: the cheapest proof that it answers and trusts us.
 pub async fn server_version(client: &Client) -> Result<String, ApiError> {
-    let info = client.apiserver_version().await.map_err(ApiError::Version)?;
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(ApiError::Version)?;
     Ok(info.git_version)
 }
 
@@ -167,8 +170,8 @@ impl RateLimiter {
             let mut bucket = self.bucket.lock().await;
             let now = Instant::now();
             let (tokens, last) = *bucket;
-            let tokens = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst)
-                - 1.0;
+            let tokens =
+                (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst) - 1.0;
             *bucket = (tokens, now);
             (tokens < 0.0).then(|| Duration::from_secs_f64(-tokens / self.qps))
         };
@@ -276,9 +279,8 @@ impl Cluster {
         let object = self
             .call(Verb::Get, target, api.get_opt(&target.name))
             .await?;
-        Ok(object.filter(|o| {
-            target.uid.is_empty() || o.metadata.uid.as_deref() == Some(&target.uid)
-        }))
+        Ok(object
+            .filter(|o| target.uid.is_empty() || o.metadata.uid.as_deref() == Some(&target.uid)))
     }
 
     /// The metadata of `target`, if it exists with `target`'s uid.
@@ -354,7 +356,11 @@ impl Cluster {
     /// Adds `finalizer` to `target`, leaving its other finalizers alone: reads the object,
     /// checks its uid, and patches the finalizer list with the read `resourceVersion` as a
     /// precondition, retrying when someone else changed the object in between.
-    pub async fn add_finalizer(&self, target: &Target, finalizer: &str) -> Result<Changed, ApiError> {
+    pub async fn add_finalizer(
+        &self,
+        target: &Target,
+        finalizer: &str,
+    ) -> Result<Changed, ApiError> {
         for _ in 0..ATTEMPTS {
             let Some(meta) = self.get_metadata(target).await? else {
                 return Err(ApiError::Replaced(target.to_string(), target.uid.clone()));
@@ -419,10 +425,14 @@ impl Cluster {
         references: &[OwnerReference],
         owners: &[String],
     ) -> Result<(), ApiError> {
-        let mut ops = vec![test(PointerBuf::from_tokens(["metadata", "uid"]), &target.uid)];
+        let mut ops = vec![test(
+            PointerBuf::from_tokens(["metadata", "uid"]),
+            &target.uid,
+        )];
         for (index, reference) in references.iter().enumerate().rev() {
             if owners.contains(&reference.uid) {
-                let path = PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
+                let path =
+                    PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
                 ops.push(test(path.with_trailing_token("uid"), &reference.uid));
                 ops.push(PatchOperation::Remove(RemoveOperation { path }));
             }

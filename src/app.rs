@@ -8,9 +8,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Cluster, RateLimiter};
+use crate::cli::RunArgs;
 use crate::gc::decide::Timeouts;
 use crate::gc::{self, GcConfig};
-use crate::cli::RunArgs;
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
 use crate::webhook::handler::{self, Webhook};

@@ -117,7 +117,11 @@ mod tests {
     #[test]
     fn a_solid_or_orphaning_owner_keeps_it_and_only_waiting_references_go() {
         assert_eq!(
-            attempt_to_delete(&[WaitingSynchronous, Solid, WaitingSynchronous], false, false),
+            attempt_to_delete(
+                &[WaitingSynchronous, Solid, WaitingSynchronous],
+                false,
+                false
+            ),
             Attempt::Keep { drop: vec![0, 2] }
         );
         assert_eq!(
@@ -129,7 +133,11 @@ mod tests {
     #[test]
     fn without_a_waiting_owner_it_is_not_syncgcs_to_collect() {
         for owners in [&[][..], &[Absent], &[Deleting, Absent], &[Solid]] {
-            assert_eq!(attempt_to_delete(owners, false, false), Attempt::Wait, "{owners:?}");
+            assert_eq!(
+                attempt_to_delete(owners, false, false),
+                Attempt::Wait,
+                "{owners:?}"
+            );
         }
     }
 

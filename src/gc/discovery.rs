@@ -166,7 +166,13 @@ mod tests {
         assert_eq!(first.added, [ResourceId(0), ResourceId(1)]);
 
         let second = table.update(vec![resource("apps", "v1", "Deployment", "deployments")]);
-        assert_eq!(second, Changes { added: vec![], removed: vec![ResourceId(0)] });
+        assert_eq!(
+            second,
+            Changes {
+                added: vec![],
+                removed: vec![ResourceId(0)]
+            }
+        );
         assert_eq!(table.served().count(), 1);
 
         let third = table.update(vec![

@@ -113,7 +113,6 @@ impl Shared {
         let work = {
             let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
             match event {
-                GraphEvent::Apply(_, observed) if observed.uid == Uid::default() => Vec::new(),
                 GraphEvent::Apply(id, observed) => graph.apply(id, observed),
                 GraphEvent::Delete(_, uid) => graph.delete(uid),
                 GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
@@ -143,10 +142,9 @@ impl Shared {
         self.metrics
             .owners_waiting
             .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
-        let oldest = waiting
-            .values()
-            .min()
-            .map_or(0, |since| Timestamp::now().duration_since(*since).as_secs().max(0));
+        let oldest = waiting.values().min().map_or(0, |since| {
+            Timestamp::now().duration_since(*since).as_secs().max(0)
+        });
         self.metrics.oldest_waiting_owner_seconds.set(oldest);
     }
 }
@@ -192,10 +190,11 @@ pub async fn run(shared: Arc<Shared>, readiness: Readiness, shutdown: Cancellati
                 let _ = synced_tx.send(true);
             }
             while let Some(event) = events_rx.recv().await {
-                if let GraphEvent::Listed(id, _) | GraphEvent::ListFailed(id) = &event {
-                    if pending.remove(id) && pending.is_empty() {
-                        let _ = synced_tx.send(true);
-                    }
+                if let GraphEvent::Listed(id, _) | GraphEvent::ListFailed(id) = &event
+                    && pending.remove(id)
+                    && pending.is_empty()
+                {
+                    let _ = synced_tx.send(true);
                 }
                 shared.apply(event);
             }
@@ -297,7 +296,11 @@ async fn work(shared: Arc<Shared>) {
                     Work::AttemptToDelete(_) => "attempt_to_delete",
                     Work::Arm(_) => "arm",
                 };
-                shared.metrics.queue_retries.with_label_values(&[name]).inc();
+                shared
+                    .metrics
+                    .queue_retries
+                    .with_label_values(&[name])
+                    .inc();
                 tracing::debug!(?item, %err, retry_in = ?delay, "retrying");
             }
             Err(err) => {

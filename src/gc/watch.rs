@@ -28,7 +28,9 @@ pub enum GraphEvent {
 }
 
 /// What the graph keeps of an object's metadata; `None` for an object without a uid.
-pub fn observe(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Observed> {
+pub fn observe(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Observed> {
     let uid = Uid::parse(meta.uid.as_deref()?);
     let finalizers = meta.finalizers.as_deref().unwrap_or_default();
     let has = |f: &str| finalizers.iter().any(|x| x == f);
@@ -98,9 +100,7 @@ pub async fn watch(
                 Some(GraphEvent::Listed(id, listing.take().unwrap_or_default()))
             }
             Ok(Event::Apply(object)) => observed(&object).map(|o| GraphEvent::Apply(id, o)),
-            Ok(Event::Delete(object)) => {
-                observed(&object).map(|o| GraphEvent::Delete(id, o.uid))
-            }
+            Ok(Event::Delete(object)) => observed(&object).map(|o| GraphEvent::Delete(id, o.uid)),
             Err(err) => {
                 metrics.watch_errors.inc();
                 failures += 1;
@@ -108,10 +108,10 @@ pub async fn watch(
                 (!listed_once && failures == 3).then_some(GraphEvent::ListFailed(id))
             }
         };
-        if let Some(send) = send {
-            if events.send(send).await.is_err() {
-                return;
-            }
+        if let Some(send) = send
+            && events.send(send).await.is_err()
+        {
+            return;
         }
     }
 }

@@ -89,7 +89,8 @@ impl Shared {
             let generation = meta.generation;
             let observed = object.data["status"]["observedGeneration"].as_i64();
             if !decide::generation_caught_up(generation, observed) {
-                self.queue.add_after(Work::SyncOwner(uid), GENERATION_RECHECK);
+                self.queue
+                    .add_after(Work::SyncOwner(uid), GENERATION_RECHECK);
                 return Ok(());
             }
             return self.release(uid, &target, &object, deleted_at, false).await;
@@ -123,23 +124,25 @@ impl Shared {
                 .collect();
             (graph.transitive_dependents(uid), names)
         };
-        let base = annotation(object, TIMEOUT_ANNOTATION).and_then(|t| crate::duration::parse(t).ok());
+        let base =
+            annotation(object, TIMEOUT_ANNOTATION).and_then(|t| crate::duration::parse(t).ok());
         let timeout = self.config.timeouts.for_owner(count, base);
         let deadline = deleted_at
-            .checked_add(jiff::SignedDuration::try_from(timeout).unwrap_or(jiff::SignedDuration::MAX))
+            .checked_add(
+                jiff::SignedDuration::try_from(timeout).unwrap_or(jiff::SignedDuration::MAX),
+            )
             .unwrap_or(Timestamp::MAX);
         let patch = serde_json::json!({
             "metadata": { "annotations": { DEADLINE_ANNOTATION: deadline.to_string() } }
         });
         self.act("fix_deadline", self.cluster.merge_metadata(target, &patch))
             .await?;
-        let mut note = format!(
-            "waiting for {count} dependent(s) to be deleted, until {deadline}"
-        );
+        let mut note = format!("waiting for {count} dependent(s) to be deleted, until {deadline}");
         if !names.is_empty() {
             note.push_str(&format!(": {}", names.join(", ")));
         }
-        self.event(object, EventType::Normal, "SyncGCWaiting", note).await;
+        self.event(object, EventType::Normal, "SyncGCWaiting", note)
+            .await;
         Ok(deadline)
     }
 
@@ -152,9 +155,15 @@ impl Shared {
         deleted_at: Timestamp,
         timed_out: bool,
     ) -> Result<(), ApiError> {
-        self.act("release", self.cluster.remove_finalizer(target, SYNCHRONOUS_FINALIZER))
-            .await?;
-        let waited = Timestamp::now().duration_since(deleted_at).as_secs_f64().max(0.0);
+        self.act(
+            "release",
+            self.cluster.remove_finalizer(target, SYNCHRONOUS_FINALIZER),
+        )
+        .await?;
+        let waited = Timestamp::now()
+            .duration_since(deleted_at)
+            .as_secs_f64()
+            .max(0.0);
         let outcome = if timed_out { "timed_out" } else { "released" };
         self.metrics
             .synchronous_deletion_duration
@@ -165,12 +174,15 @@ impl Shared {
             self.metrics.timeouts.inc();
             let left = self.graph_read().dependents(uid).len();
             tracing::warn!(owner = %target, waited, left, "released by timeout");
-            let note = format!("released after {waited:.0}s by its timeout, {left} dependent(s) left");
-            self.event(object, EventType::Warning, "SyncGCTimedOut", note).await;
+            let note =
+                format!("released after {waited:.0}s by its timeout, {left} dependent(s) left");
+            self.event(object, EventType::Warning, "SyncGCTimedOut", note)
+                .await;
         } else {
             tracing::info!(owner = %target, waited, "released: all dependents are gone");
             let note = format!("all dependents are gone after {waited:.1}s");
-            self.event(object, EventType::Normal, "SyncGCReleased", note).await;
+            self.event(object, EventType::Normal, "SyncGCReleased", note)
+                .await;
         }
         Ok(())
     }
@@ -193,7 +205,10 @@ impl Shared {
         let references = meta.owner_references.clone().unwrap_or_default();
         let mut owners = Vec::with_capacity(references.len());
         for reference in &references {
-            owners.push(self.owner_state(reference, target.namespace.as_deref()).await?);
+            owners.push(
+                self.owner_state(reference, target.namespace.as_deref())
+                    .await?,
+            );
         }
         let armed = meta
             .finalizers
@@ -206,13 +221,17 @@ impl Shared {
                 let uids: Vec<String> = drop.iter().map(|i| references[*i].uid.clone()).collect();
                 self.act(
                     "remove_owner_references",
-                    self.cluster.remove_owner_references(&target, &references, &uids),
+                    self.cluster
+                        .remove_owner_references(&target, &references, &uids),
                 )
                 .await
             }
             Attempt::Delete { arm_first: true } => {
                 match self
-                    .act("arm", self.cluster.add_finalizer(&target, SYNCHRONOUS_FINALIZER))
+                    .act(
+                        "arm",
+                        self.cluster.add_finalizer(&target, SYNCHRONOUS_FINALIZER),
+                    )
                     .await
                 {
                     Ok(_) | Err(ApiError::Terminating(_)) => {}
@@ -221,11 +240,13 @@ impl Shared {
                 self.enqueue(Work::AttemptToDelete(uid));
                 Ok(())
             }
-            Attempt::Delete { arm_first: false } => {
-                self.act("delete", self.cluster.delete(&target, meta.resource_version))
-                    .await
-                    .map(drop)
-            }
+            Attempt::Delete { arm_first: false } => self
+                .act(
+                    "delete",
+                    self.cluster.delete(&target, meta.resource_version),
+                )
+                .await
+                .map(drop),
         }
     }
 
@@ -237,10 +258,10 @@ impl Shared {
         namespace: Option<&str>,
     ) -> Result<OwnerState, ApiError> {
         let uid = Uid::parse(&reference.uid);
-        if let Some(node) = self.graph_read().node(uid) {
-            if !node.is(Flags::VIRTUAL) {
-                return Ok(state_of(node.flags));
-            }
+        if let Some(node) = self.graph_read().node(uid)
+            && !node.is(Flags::VIRTUAL)
+        {
+            return Ok(state_of(node.flags));
         }
         let resolved = {
             let resources = self.resources.read().unwrap_or_else(|e| e.into_inner());
@@ -255,7 +276,11 @@ impl Shared {
         };
         let owner = Target {
             resource: api,
-            namespace: if namespaced { namespace.map(str::to_owned) } else { None },
+            namespace: if namespaced {
+                namespace.map(str::to_owned)
+            } else {
+                None
+            },
             name: reference.name.clone(),
             uid: reference.uid.clone(),
         };
@@ -292,7 +317,10 @@ impl Shared {
             return Ok(());
         }
         match self
-            .act("arm", self.cluster.add_finalizer(&target, SYNCHRONOUS_FINALIZER))
+            .act(
+                "arm",
+                self.cluster.add_finalizer(&target, SYNCHRONOUS_FINALIZER),
+            )
             .await
         {
             Ok(_) => {

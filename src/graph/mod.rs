@@ -202,10 +202,16 @@ impl Graph {
                 Box::default()
             }
         };
-        for gone in old_owners.iter().filter(|o| !owners.iter().any(|n| n.uid == o.uid)) {
+        for gone in old_owners
+            .iter()
+            .filter(|o| !owners.iter().any(|n| n.uid == o.uid))
+        {
             self.unlink(gone.uid, uid, &mut work);
         }
-        for added in owners.iter().filter(|o| !old_owners.iter().any(|n| n.uid == o.uid)) {
+        for added in owners
+            .iter()
+            .filter(|o| !old_owners.iter().any(|n| n.uid == o.uid))
+        {
             let owner = self.nodes.entry(added.uid).or_insert_with(|| Node {
                 resource: None,
                 flags: Flags::VIRTUAL,
@@ -257,7 +263,10 @@ impl Graph {
             .filter(|(uid, n)| n.resource == Some(resource) && !listed.contains(uid))
             .map(|(uid, _)| *uid)
             .collect();
-        missed.into_iter().flat_map(|uid| self.delete(uid)).collect()
+        missed
+            .into_iter()
+            .flat_map(|uid| self.delete(uid))
+            .collect()
     }
 
     /// Removes `dependent` from `owner`'s dependents; a virtual owner left without dependents
@@ -321,7 +330,10 @@ mod tests {
         g.apply(CM, object(1, &[], Flags::ARMED));
         g.apply(CM, object(2, &[1], Flags::empty()));
         g.apply(CM, object(3, &[1], Flags::empty()));
-        assert_eq!(g.apply(CM, object(1, &[], WAITING)), [Work::SyncOwner(uid(1))]);
+        assert_eq!(
+            g.apply(CM, object(1, &[], WAITING)),
+            [Work::SyncOwner(uid(1))]
+        );
         assert_eq!(g.delete(uid(2)), [Work::SyncOwner(uid(1))]);
         assert_eq!(
             g.apply(CM, object(3, &[], Flags::empty())),
@@ -354,7 +366,10 @@ mod tests {
             g.apply(CM, object(1, &[], Flags::OPTED_IN)),
             [Work::Arm(uid(1))]
         );
-        assert!(g.apply(CM, object(1, &[], Flags::OPTED_IN | Flags::ARMED)).is_empty());
+        assert!(
+            g.apply(CM, object(1, &[], Flags::OPTED_IN | Flags::ARMED))
+                .is_empty()
+        );
         assert!(
             g.apply(CM, object(2, &[], Flags::OPTED_IN | Flags::DELETING))
                 .is_empty()

@@ -14,10 +14,11 @@ impl Uid {
 
     pub fn parse(text: &str) -> Self {
         let hex: String = text.chars().filter(|c| *c != '-').collect();
-        if text.len() == 36 && hex.len() == 32 {
-            if let Ok(value) = u128::from_str_radix(&hex, 16) {
-                return Self(value);
-            }
+        if text.len() == 36
+            && hex.len() == 32
+            && let Ok(value) = u128::from_str_radix(&hex, 16)
+        {
+            return Self(value);
         }
         // FNV-1a, 128 bits: not a UUID, but still an identity.
         let mut hash: u128 = 0x6c62272e07bb014262b821756295c58d;
@@ -32,7 +33,15 @@ impl Uid {
 impl fmt::Display for Uid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let h = format!("{:032x}", self.0);
-        write!(f, "{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+        write!(
+            f,
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
     }
 }
 

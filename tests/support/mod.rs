@@ -3,6 +3,7 @@
 //! Without it these tests fail with a message that says so; they never skip.
 #![allow(dead_code)]
 
+pub mod process;
 pub mod webhook;
 
 use std::future::Future;
@@ -75,6 +76,11 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates a fresh namespace named after `test` with a unique suffix.
     pub async fn new(client: &Client, test: &str) -> Self {
+        Self::with_labels(client, test, &[]).await
+    }
+
+    /// Creates a fresh namespace named after `test`, with `labels` besides the usual ones.
+    pub async fn with_labels(client: &Client, test: &str, extra: &[(&str, &str)]) -> Self {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -90,17 +96,21 @@ impl TestNamespace {
         .chars()
         .take(63)
         .collect::<String>();
+        let mut labels: std::collections::BTreeMap<String, String> = [
+            ("syncgc.io/test".to_owned(), "true".to_owned()),
+            // Set by the apiserver itself from Kubernetes 1.21 on.
+            (NAMESPACE_NAME_LABEL.to_owned(), name.clone()),
+        ]
+        .into();
+        labels.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some(
-                    [
-                        ("syncgc.io/test".to_owned(), "true".to_owned()),
-                        // Set by the apiserver itself from Kubernetes 1.21 on.
-                        (NAMESPACE_NAME_LABEL.to_owned(), name.clone()),
-                    ]
-                    .into(),
-                ),
+                labels: Some(labels),
                 ..Default::default()
             },
             ..Default::default()

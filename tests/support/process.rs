@@ -1,0 +1,180 @@
+//! A real `syncgc run` process against the local control plane, with its webhook registered
+//! for the namespaces labelled [`WEBHOOK_LABEL`] by its pid. A watchdog shell stops it and
+//! unregisters the webhook when the test process exits.
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use syncgc::webhook::registration::Registration;
+
+use super::kubeconfig_path;
+
+/// The namespace label that selects a syncgc process's webhook; its value is the process's
+/// registration name.
+pub const WEBHOOK_LABEL: &str = "syncgc.io/test-webhook";
+
+pub struct Syncgc {
+    pub name: String,
+    pub metrics: SocketAddr,
+    pub webhook: SocketAddr,
+    child: Child,
+    _certs: tempfile::TempDir,
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+impl Syncgc {
+    /// Starts `syncgc run` with `args` on top of the defaults, registers its webhook and waits
+    /// until it is ready (every watch listed).
+    pub fn start(name: &str, args: &[&str]) -> Self {
+        let certs = tempfile::tempdir().unwrap();
+        let dir = certs.path();
+        let status = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+            .args(["certs", "--out"])
+            .arg(dir)
+            .args(["--dns", "localhost", "--ip", "127.0.0.1"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let (metrics, webhook) = (free_port(), free_port());
+        let mut registration = Registration {
+            name: name.to_owned(),
+            url: format!("https://{webhook}/mutate"),
+            ca_bundle: std::fs::read(dir.join("ca.crt")).unwrap(),
+            timeout_seconds: 10,
+            excluded_namespaces: vec![],
+        }
+        .configuration();
+        for hook in registration.webhooks.iter_mut().flatten() {
+            hook.namespace_selector = Some(
+                serde_json::from_value(
+                    serde_json::json!({ "matchLabels": { WEBHOOK_LABEL: name } }),
+                )
+                .unwrap(),
+            );
+        }
+        let config = dir.join("webhook.json");
+        std::fs::write(&config, serde_json::to_vec(&registration).unwrap()).unwrap();
+        let kubectl = |args: &[&str]| {
+            let out = Command::new("kubectl")
+                .args(args)
+                .env("KUBECONFIG", kubeconfig_path())
+                .output()
+                .expect("kubectl (hack/test.sh puts it on PATH)");
+            assert!(
+                out.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        kubectl(&["apply", "-f", config.to_str().unwrap()]);
+
+        let syncgc = format!(
+            "{bin} run --kubeconfig {kubeconfig} --webhook-addr {webhook} --metrics-addr {metrics} \
+             --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key {args}",
+            bin = env!("CARGO_BIN_EXE_syncgc"),
+            kubeconfig = kubeconfig_path(),
+            dir = dir.display(),
+            args = args.join(" "),
+        );
+        let log = std::fs::File::create(std::env::temp_dir().join(format!("{name}.log"))).unwrap();
+        // The watchdog: when the test process is gone, stop syncgc and unregister its webhook.
+        let script = format!(
+            "{syncgc} & child=$!; echo $child; \
+             while kill -0 {test} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done; \
+             kill -TERM $child 2>/dev/null; wait $child; \
+             KUBECONFIG={kubeconfig} kubectl delete mutatingwebhookconfiguration {name} --ignore-not-found >/dev/null",
+            test = std::process::id(),
+            kubeconfig = kubeconfig_path(),
+        );
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .env("RUST_LOG", "info,syncgc=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let this = Self {
+            name: name.to_owned(),
+            metrics,
+            webhook,
+            child,
+            _certs: certs,
+        };
+        this.wait_ready(Duration::from_secs(60));
+        this
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.get("/readyz").is_some_and(|(status, _)| status == 200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "syncgc {} did not become ready; see its log in {}",
+            self.name,
+            std::env::temp_dir()
+                .join(format!("{}.log", self.name))
+                .display()
+        );
+    }
+
+    /// A plain HTTP GET on the metrics address.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.metrics).ok()?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let status = response.split(' ').nth(1)?.parse().ok()?;
+        Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
+    }
+
+    /// The value of an unlabelled metric, or the sum of a labelled one's series.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.get("/metrics").expect("metrics");
+        body.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Stops syncgc at once, as a crash or an eviction would (SIGKILL to the process).
+    pub fn kill(&mut self) {
+        let pids = Command::new("pgrep")
+            .args(["-f", &format!("--metrics-addr {}", self.metrics)])
+            .output()
+            .unwrap();
+        for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The one syncgc process the tests of this test binary share.
+pub fn shared() -> &'static Syncgc {
+    static SHARED: OnceLock<Syncgc> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        Syncgc::start(
+            &format!("syncgc-tests-{}", std::process::id()),
+            &["--timeout-base", "60s", "--timeout-per-dependent", "100ms"],
+        )
+    })
+}

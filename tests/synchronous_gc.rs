@@ -1,0 +1,406 @@
+//! Synchronous deletion end to end: the real apiserver, kube-controller-manager with its own GC
+//! (cooperative mode), and one `syncgc run` process registered as the webhook for these tests'
+//! namespaces. Scenario names follow SCENARIOS.md (SG-nn).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use syncgc::names::{
+    DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
+};
+
+use support::process::{WEBHOOK_LABEL, shared};
+use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+
+const HOLD: &str = "test.syncgc.io/hold";
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn namespace(test: &str) -> TestNamespace {
+    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
+    let client = support::client().await;
+    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+}
+
+fn opted_in(
+    name: &str,
+    owners: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+) -> ConfigMap {
+    let mut cm = config_map(name, owners);
+    cm.metadata.annotations = Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
+    cm
+}
+
+/// The ConfigMaps a test made (kube-controller-manager puts `kube-root-ca.crt` in every
+/// namespace).
+async fn left(api: &Api<ConfigMap>) -> Vec<String> {
+    api.list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| o.name_any())
+        .filter(|name| name != "kube-root-ca.crt")
+        .collect()
+}
+
+async fn exists(api: &Api<ConfigMap>, name: &str) -> bool {
+    gone(api, name).await.is_none()
+}
+
+async fn release_hold(api: &Api<ConfigMap>, name: &str) {
+    let patch = json!({ "metadata": { "finalizers": null } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+async fn events(ns: &TestNamespace, reason: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(ns.client.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// SG-01, SG-04: the owner stays, with its deletionTimestamp, while any of its 50 dependents
+/// exists (one held by a foreign finalizer), and goes once they are all gone.
+#[tokio::test]
+async fn sg01_owner_waits_for_all_its_dependents() {
+    let ns = namespace("sg01_owner_waits").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![])).await;
+    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
+    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
+    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    create(&api, &held).await;
+    for i in 0..49 {
+        create(
+            &api,
+            &config_map(&format!("d{i}"), vec![owner_ref(&owner, false)]),
+        )
+        .await;
+    }
+
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually("the 49 free dependents are gone", WAIT, || async {
+        (left(&api).await.len() == 2).then_some(())
+    })
+    .await;
+    let waiting = api.get("owner").await.unwrap();
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert!(waiting.annotations().contains_key(DEADLINE_ANNOTATION));
+    assert!(
+        api.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    assert_eq!(events(&ns, "SyncGCWaiting").await.len(), 1);
+
+    release_hold(&api, "held").await;
+    eventually("the owner is released and gone", WAIT, || {
+        gone(&api, "owner")
+    })
+    .await;
+    eventually("SyncGCReleased is recorded", WAIT, || async {
+        (!events(&ns, "SyncGCReleased").await.is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// `kubectl delete` (which waits) returns only when the dependents are gone.
+#[tokio::test]
+async fn kubectl_delete_returns_when_the_tree_is_gone() {
+    let ns = namespace("kubectl_delete_returns").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![])).await;
+    for i in 0..20 {
+        create(
+            &api,
+            &config_map(&format!("d{i}"), vec![owner_ref(&owner, true)]),
+        )
+        .await;
+    }
+    let namespace = ns.name.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "configmap",
+                "owner",
+                "-n",
+                &namespace,
+                "--timeout=60s",
+            ])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(left(&api).await, Vec::<String>::new());
+}
+
+/// SG-09: a tree of depth 3 goes leaf first: no object disappears while one below it exists.
+#[tokio::test]
+async fn sg09_a_tree_goes_leaf_first() {
+    let ns = namespace("sg09_a_tree_goes_leaf_first").await;
+    let api = ns.api::<ConfigMap>();
+    let root = create(&api, &opted_in("root", vec![])).await;
+    let mut below: Vec<(String, Vec<String>)> = Vec::new();
+    for c in 0..3 {
+        let child = create(
+            &api,
+            &config_map(&format!("c{c}"), vec![owner_ref(&root, true)]),
+        )
+        .await;
+        let mut grandchildren = Vec::new();
+        for g in 0..3 {
+            let name = format!("c{c}-g{g}");
+            create(&api, &config_map(&name, vec![owner_ref(&child, true)])).await;
+            grandchildren.push(name);
+        }
+        below.push((format!("c{c}"), grandchildren));
+    }
+
+    api.delete("root", &DeleteParams::background())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let root_exists = exists(&api, "root").await;
+        let mut children_left = 0;
+        for (child, grandchildren) in &below {
+            let child_exists = exists(&api, child).await;
+            for g in grandchildren {
+                if exists(&api, g).await {
+                    assert!(child_exists, "{child} went before its dependent {g}");
+                }
+            }
+            if child_exists {
+                children_left += 1;
+                assert!(root_exists, "root went before its dependent {child}");
+            }
+        }
+        if !root_exists {
+            assert_eq!(children_left, 0);
+            break;
+        }
+        assert!(started.elapsed() < WAIT, "the tree is not gone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left(&api).await, Vec::<String>::new());
+}
+
+/// SG-10, the ADR case: a dependent that also has a live owner survives and loses only its
+/// reference to the deleted owner, which is released.
+#[tokio::test]
+async fn sg10_a_dependent_with_a_live_owner_survives() {
+    let ns = namespace("sg10_a_dependent_with_a_live_owner").await;
+    let api = ns.api::<ConfigMap>();
+    let deleted = create(&api, &opted_in("deleted", vec![])).await;
+    let live = create(&api, &config_map("live", vec![])).await;
+    create(
+        &api,
+        &config_map(
+            "shared",
+            vec![owner_ref(&deleted, true), owner_ref(&live, true)],
+        ),
+    )
+    .await;
+
+    api.delete("deleted", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the deleted owner is released", WAIT, || {
+        gone(&api, "deleted")
+    })
+    .await;
+    let shared = api.get("shared").await.unwrap();
+    assert!(shared.metadata.deletion_timestamp.is_none());
+    let owners: Vec<_> = shared
+        .owner_references()
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    assert_eq!(owners, ["live"]);
+}
+
+/// SG-13: with Orphan, the dependents survive without the reference; the owner is released.
+#[tokio::test]
+async fn sg13_orphan_keeps_the_dependents() {
+    let ns = namespace("sg13_orphan_keeps_the_dependents").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![])).await;
+    for i in 0..3 {
+        create(
+            &api,
+            &config_map(&format!("d{i}"), vec![owner_ref(&owner, true)]),
+        )
+        .await;
+    }
+    let orphan = DeleteParams {
+        propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+        ..Default::default()
+    };
+    api.delete("owner", &orphan).await.unwrap();
+    eventually("the owner is released", WAIT, || gone(&api, "owner")).await;
+    for i in 0..3 {
+        let d = api.get(&format!("d{i}")).await.unwrap();
+        assert!(d.owner_references().is_empty());
+        assert!(d.metadata.deletion_timestamp.is_none());
+    }
+}
+
+/// SG-07: two armed objects that own each other are both released by their timeout, which a
+/// Warning Event says.
+#[tokio::test]
+async fn sg07_an_ownership_cycle_is_broken_by_the_timeout() {
+    let ns = namespace("sg07_an_ownership_cycle").await;
+    let api = ns.api::<ConfigMap>();
+    let mut a = opted_in("a", vec![]);
+    a.annotations_mut()
+        .insert(TIMEOUT_ANNOTATION.into(), "2s".into());
+    let a = create(&api, &a).await;
+    let mut b = opted_in("b", vec![owner_ref(&a, true)]);
+    b.annotations_mut()
+        .insert(TIMEOUT_ANNOTATION.into(), "2s".into());
+    let b = create(&api, &b).await;
+    let patch = json!({ "metadata": { "ownerReferences": [owner_ref(&b, true)] } });
+    api.patch("a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    api.delete("a", &DeleteParams::background()).await.unwrap();
+    eventually("both are gone", WAIT, || async {
+        (gone(&api, "a").await.is_some() && gone(&api, "b").await.is_some()).then_some(())
+    })
+    .await;
+    // The deadline counts from the deletionTimestamp, which has whole seconds.
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "released before the timeout"
+    );
+    eventually("SyncGCTimedOut is recorded", WAIT, || async {
+        (!events(&ns, "SyncGCTimedOut").await.is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// SG-11: a dependent created while its owner waits is collected too, and the owner waits
+/// for it.
+#[tokio::test]
+async fn sg11_a_dependent_created_while_the_owner_waits_is_collected() {
+    let ns = namespace("sg11_a_dependent_created_late").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![])).await;
+    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
+    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    create(&api, &held).await;
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the held dependent is being deleted", WAIT, || async {
+        api.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    })
+    .await;
+
+    let mut late = config_map("late", vec![owner_ref(&owner, true)]);
+    late.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    create(&api, &late).await;
+    eventually("the late dependent is being deleted", WAIT, || async {
+        api.get("late")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    })
+    .await;
+    release_hold(&api, "held").await;
+    eventually("held is gone", WAIT, || gone(&api, "held")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        exists(&api, "owner").await,
+        "the owner went while late exists"
+    );
+    release_hold(&api, "late").await;
+    eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
+}
+
+/// SG-02: an owner that did not opt in is left to the cluster's GC.
+#[tokio::test]
+async fn sg02_an_owner_that_did_not_opt_in_is_untouched() {
+    let ns = namespace("sg02_an_owner_that_did_not_opt_in").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    assert!(owner.finalizers().is_empty());
+    create(
+        &api,
+        &config_map("dependent", vec![owner_ref(&owner, true)]),
+    )
+    .await;
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    assert!(
+        gone(&api, "owner").await.is_some(),
+        "the owner went at once"
+    );
+    eventually("the cluster's GC deleted the dependent", WAIT, || {
+        gone(&api, "dependent")
+    })
+    .await;
+    assert!(events(&ns, "SyncGCWaiting").await.is_empty());
+}
+
+/// SG-17: an opted-in object created while the webhook did not see it is armed by the
+/// controller (backfill).
+#[tokio::test]
+async fn sg17_an_unarmed_opted_in_object_is_backfilled() {
+    tokio::task::spawn_blocking(shared).await.unwrap();
+    let client = support::client().await;
+    // No webhook label: the webhook does not see this namespace, the controller does.
+    let ns = TestNamespace::new(&client, "sg17_backfill").await;
+    let api = ns.api::<ConfigMap>();
+    let created = create(&api, &opted_in("late-armed", vec![])).await;
+    assert!(created.finalizers().is_empty());
+    eventually("the controller arms it", WAIT, || async {
+        let cm = api.get("late-armed").await.unwrap();
+        cm.finalizers()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER)
+            .then_some(())
+    })
+    .await;
+    let opt_out = json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: null }, "finalizers": null } });
+    api.patch(
+        "late-armed",
+        &PatchParams::default(),
+        &Patch::Merge(&opt_out),
+    )
+    .await
+    .unwrap();
+}
