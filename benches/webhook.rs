@@ -96,7 +96,7 @@ fn main() {
     });
     let decision = measure(budget, || {
         let review = Review::parse(black_box(&body)).unwrap();
-        let decided = admit(&review.request, &policy);
+        let decided = admit(&review.request, &policy, 0);
         let answer = Answer::Allow {
             patch: decided.patch,
             warnings: decided.warnings,
@@ -126,6 +126,7 @@ fn main() {
                 metrics.clone(),
             ),
             metrics,
+            graph: Default::default(),
             body_timeout: Duration::from_secs(10),
         })
     });

@@ -1,6 +1,6 @@
 //! `syncgc run`: wires the parts together and runs them until SIGTERM or SIGINT.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,6 +11,7 @@ use crate::api::{self, Cluster, RateLimiter};
 use crate::cli::RunArgs;
 use crate::gc::decide::Timeouts;
 use crate::gc::{self, GcConfig};
+use crate::graph::Graph;
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
 use crate::webhook::handler::{self, Webhook};
@@ -71,7 +72,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     .inc();
             }),
     );
+    let graph = Arc::new(RwLock::new(Graph::new()));
     let webhook = handler::router(Webhook {
+        graph: graph.clone(),
         policy: Policy { unarmed_delete },
         metrics: metrics.clone(),
         cluster: webhook_cluster,
@@ -104,6 +107,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics_server = tokio::spawn(metrics_server.into_future());
 
     let gc = Arc::new(gc::Shared::new(
+        graph,
         gc_cluster,
         metrics.clone(),
         GcConfig {

@@ -149,10 +149,11 @@ async fn kubectl_delete_returns_when_the_tree_is_gone() {
     })
     .await
     .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains("stays until its 20 dependent(s) are gone"),
+        "{stderr}"
     );
     assert_eq!(left(&api).await, Vec::<String>::new());
 }

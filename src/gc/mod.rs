@@ -47,7 +47,7 @@ pub struct GcConfig {
 /// Everything the collector's tasks share. The graph has one writer (the task fed by the
 /// watches); workers and the webhook only read it.
 pub struct Shared {
-    pub graph: RwLock<Graph>,
+    pub graph: Arc<RwLock<Graph>>,
     pub resources: RwLock<Resources>,
     pub queue: WorkQueue<Work>,
     cluster: Cluster,
@@ -59,7 +59,12 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(cluster: Cluster, metrics: Metrics, config: GcConfig) -> Self {
+    pub fn new(
+        graph: Arc<RwLock<Graph>>,
+        cluster: Cluster,
+        metrics: Metrics,
+        config: GcConfig,
+    ) -> Self {
         let recorder = Recorder::new(
             cluster.client.clone(),
             Reporter {
@@ -68,7 +73,7 @@ impl Shared {
             },
         );
         Self {
-            graph: RwLock::new(Graph::new()),
+            graph,
             resources: RwLock::new(Resources::default()),
             queue: WorkQueue::default(),
             cluster,

@@ -105,8 +105,9 @@ pub fn opted_in(meta: &Meta) -> bool {
     meta.annotation(SYNCHRONOUS_ANNOTATION) == Some("true")
 }
 
-/// Decides what to answer to `request`.
-pub fn admit(request: &Request, policy: &Policy) -> Decision {
+/// Decides what to answer to `request`. `dependents` is how many objects the ownership graph
+/// knows to depend on the object, directly or not; a DELETE of an armed object says so.
+pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision {
     if request
         .sub_resource
         .as_deref()
@@ -116,7 +117,20 @@ pub fn admit(request: &Request, policy: &Policy) -> Decision {
     }
     match request.operation {
         Operation::Create | Operation::Update => admit_write(request),
-        Operation::Delete => admit_delete(request, policy),
+        Operation::Delete => {
+            let mut decision = admit_delete(request, policy);
+            let armed = matches!(
+                decision.reason,
+                Reason::DeleteArmed | Reason::DeleteDefaultPropagation
+            );
+            if armed && dependents > 0 {
+                decision.warnings.push(format!(
+                    "syncgc: {} stays until its {dependents} dependent(s) are gone",
+                    describe(request)
+                ));
+            }
+            decision
+        }
         Operation::Connect => Decision::allow(Reason::Ignored),
     }
 }
@@ -340,7 +354,7 @@ mod tests {
     fn create_of_an_opted_in_object_arms_it() {
         for finalizers in [None, Some(&[][..]), Some(&["other"][..])] {
             let m = meta(&[OPT_IN], finalizers);
-            let d = admit(&request(Operation::Create, Some(m.clone()), None), &DENY);
+            let d = admit(&request(Operation::Create, Some(m.clone()), None), &DENY, 0);
             assert_eq!(d.reason, Reason::Arm);
             let mut expected: Vec<String> = finalizers
                 .unwrap_or_default()
@@ -356,12 +370,13 @@ mod tests {
     fn objects_that_did_not_opt_in_are_untouched() {
         for value in ["false", "True", "yes", ""] {
             let m = meta(&[(SYNCHRONOUS_ANNOTATION, value)], None);
-            let d = admit(&request(Operation::Create, Some(m), None), &DENY);
+            let d = admit(&request(Operation::Create, Some(m), None), &DENY, 0);
             assert_eq!((d.reason, d.patch), (Reason::Untouched, None), "{value:?}");
         }
         let d = admit(
             &request(Operation::Create, Some(meta(&[], None)), None),
             &DENY,
+            0,
         );
         assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
     }
@@ -369,7 +384,11 @@ mod tests {
     #[test]
     fn armed_objects_are_not_patched_again() {
         let m = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
-        let d = admit(&request(Operation::Update, Some(m.clone()), Some(m)), &DENY);
+        let d = admit(
+            &request(Operation::Update, Some(m.clone()), Some(m)),
+            &DENY,
+            0,
+        );
         assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
     }
 
@@ -377,7 +396,7 @@ mod tests {
     fn update_that_adds_the_annotation_arms() {
         let old = meta(&[], None);
         let new = meta(&[OPT_IN], None);
-        let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY);
+        let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY, 0);
         assert_eq!(d.reason, Reason::Arm);
     }
 
@@ -388,6 +407,7 @@ mod tests {
         let d = admit(
             &request(Operation::Update, Some(new.clone()), Some(old)),
             &DENY,
+            0,
         );
         assert_eq!(d.reason, Reason::Disarm);
         assert_eq!(
@@ -403,13 +423,14 @@ mod tests {
         let d = admit(
             &request(Operation::Update, Some(m.clone()), Some(m.clone())),
             &DENY,
+            0,
         );
         assert_eq!((d.reason, d.patch), (Reason::Terminating, None));
         let mut old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
         old.deletion_timestamp = m.deletion_timestamp.clone();
         let mut new = meta(&[], Some(&[SYNCHRONOUS_FINALIZER]));
         new.deletion_timestamp = m.deletion_timestamp.clone();
-        let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY);
+        let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY, 0);
         assert_eq!((d.reason, d.patch), (Reason::Terminating, None));
     }
 
@@ -417,14 +438,14 @@ mod tests {
     fn subresources_connect_and_objects_without_metadata_are_ignored() {
         let mut r = request(Operation::Update, Some(meta(&[OPT_IN], None)), None);
         r.sub_resource = Some("status".into());
-        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
         let r = request(Operation::Connect, None, None);
-        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
         let mut r = request(Operation::Create, None, None);
         r.object = Some(Object { metadata: None });
-        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
         let r = request(Operation::Delete, None, None);
-        assert_eq!(admit(&r, &DENY).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
     }
 
     #[test]
@@ -437,7 +458,7 @@ mod tests {
                 &[OPT_IN, (PROPAGATION_ANNOTATION, default)],
                 Some(&[SYNCHRONOUS_FINALIZER]),
             );
-            let d = admit(&delete(old, Options::default()), &DENY);
+            let d = admit(&delete(old, Options::default()), &DENY, 0);
             assert_eq!(d.reason, Reason::DeleteDefaultPropagation);
             assert_eq!(d.patch, None);
             assert_eq!(
@@ -471,7 +492,7 @@ mod tests {
             },
         ];
         for options in named {
-            let d = admit(&delete(old.clone(), options.clone()), &DENY);
+            let d = admit(&delete(old.clone(), options.clone()), &DENY, 0);
             assert_eq!(
                 (d.reason, d.side_effect),
                 (Reason::DeleteArmed, None),
@@ -480,7 +501,7 @@ mod tests {
         }
         let mut dry = delete(old, Options::default());
         dry.dry_run = Some(true);
-        assert_eq!(admit(&dry, &DENY).side_effect, None);
+        assert_eq!(admit(&dry, &DENY, 0).side_effect, None);
     }
 
     #[test]
@@ -490,7 +511,7 @@ mod tests {
                 &[OPT_IN, (PROPAGATION_ANNOTATION, default)],
                 Some(&[SYNCHRONOUS_FINALIZER]),
             );
-            let d = admit(&delete(old, Options::default()), &DENY);
+            let d = admit(&delete(old, Options::default()), &DENY, 0);
             assert_eq!(
                 (d.reason, d.side_effect.is_none()),
                 (Reason::DeleteArmed, true)
@@ -502,7 +523,7 @@ mod tests {
             Some(&[SYNCHRONOUS_FINALIZER, ORPHAN_FINALIZER]),
         );
         assert_eq!(
-            admit(&delete(old, Options::default()), &DENY).side_effect,
+            admit(&delete(old, Options::default()), &DENY, 0).side_effect,
             None
         );
     }
@@ -511,11 +532,11 @@ mod tests {
     fn unarmed_delete_is_allowed_or_denied_and_armed() {
         let old = meta(&[OPT_IN], None);
         let allow = Policy::default();
-        let d = admit(&delete(old.clone(), Options::default()), &allow);
+        let d = admit(&delete(old.clone(), Options::default()), &allow, 0);
         assert_eq!(d.reason, Reason::DeleteUnarmedAllowed);
         assert_eq!((d.denial, d.side_effect), (None, None));
 
-        let d = admit(&delete(old.clone(), Options::default()), &DENY);
+        let d = admit(&delete(old.clone(), Options::default()), &DENY, 0);
         assert_eq!(d.reason, Reason::DeleteUnarmedDenied);
         assert!(d.denial.unwrap().contains("armed now"));
         assert_eq!(
@@ -528,18 +549,35 @@ mod tests {
 
         let mut dry = delete(old, Options::default());
         dry.dry_run = Some(true);
-        let d = admit(&dry, &DENY);
+        let d = admit(&dry, &DENY, 0);
         assert!(d.denial.is_some());
         assert_eq!(d.side_effect, None);
     }
 
     #[test]
+    fn delete_of_an_armed_owner_says_how_many_dependents_it_waits_for() {
+        let old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let d = admit(&delete(old.clone(), Options::default()), &DENY, 3);
+        assert_eq!(d.reason, Reason::DeleteArmed);
+        assert!(
+            d.warnings[0].contains("its 3 dependent(s)"),
+            "{:?}",
+            d.warnings
+        );
+        assert!(
+            admit(&delete(old, Options::default()), &DENY, 0)
+                .warnings
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn delete_of_an_object_not_opted_in_or_terminating_is_untouched() {
-        let d = admit(&delete(meta(&[], None), Options::default()), &DENY);
+        let d = admit(&delete(meta(&[], None), Options::default()), &DENY, 0);
         assert_eq!((d.reason, d.denial), (Reason::Untouched, None));
         let mut m = meta(&[OPT_IN], None);
         m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
-        let d = admit(&delete(m, Options::default()), &DENY);
+        let d = admit(&delete(m, Options::default()), &DENY, 0);
         assert_eq!((d.reason, d.denial), (Reason::Terminating, None));
     }
 }

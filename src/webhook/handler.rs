@@ -11,9 +11,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::api::ApiResource;
 
+use std::sync::{Arc, RwLock};
+
 use super::admit::{Decision, Policy, admit};
+use super::review::Operation;
 use super::review::{self, Answer, Review};
 use crate::api::{Cluster, Target};
+use crate::graph::{Graph, Uid};
 use crate::metrics::Metrics;
 
 /// The largest review accepted: the apiserver's objects are up to ~3 MiB, and a review of an
@@ -33,6 +37,8 @@ pub struct Webhook {
     pub metrics: Metrics,
     /// The seam for side effects on DELETE.
     pub cluster: Cluster,
+    /// The ownership graph, read for the dependents of an object being deleted.
+    pub graph: Arc<RwLock<Graph>>,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
 }
@@ -84,7 +90,18 @@ async fn mutate(
         }
     };
     let request = &review.request;
-    let decision = admit(request, &webhook.policy);
+    let dependents = match (request.operation, &request.old_object) {
+        (Operation::Delete, Some(old)) => old
+            .metadata
+            .as_ref()
+            .and_then(|m| m.uid.as_deref())
+            .map_or(0, |uid| {
+                let graph = webhook.graph.read().unwrap_or_else(|e| e.into_inner());
+                graph.transitive_dependents(Uid::parse(uid))
+            }),
+        _ => 0,
+    };
+    let decision = admit(request, &webhook.policy, dependents);
     let answer = settle(&webhook, request, &decision, deadline).await;
     tracing::debug!(
         uid = %request.uid,

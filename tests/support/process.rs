@@ -19,6 +19,8 @@ pub struct Syncgc {
     pub name: String,
     pub metrics: SocketAddr,
     pub webhook: SocketAddr,
+    /// The pid of `syncgc run` (the child is the watchdog shell).
+    pid: String,
     child: Child,
     _certs: tempfile::TempDir,
 }
@@ -83,7 +85,11 @@ impl Syncgc {
             dir = dir.display(),
             args = args.join(" "),
         );
-        let log = std::fs::File::create(std::env::temp_dir().join(format!("{name}.log"))).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(std::env::temp_dir().join(format!("{name}.log")))
+            .unwrap();
         // The watchdog: when the test process is gone, stop syncgc and unregister its webhook.
         let script = format!(
             "{syncgc} & child=$!; echo $child; \
@@ -93,18 +99,25 @@ impl Syncgc {
             test = std::process::id(),
             kubeconfig = kubeconfig_path(),
         );
-        let child = Command::new("sh")
+        let mut child = Command::new("sh")
             .args(["-c", &script])
             .env("RUST_LOG", "info,syncgc=debug")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
             .unwrap();
+        let mut pid = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+            &mut pid,
+        )
+        .unwrap();
         let this = Self {
             name: name.to_owned(),
             metrics,
             webhook,
+            pid: pid.trim().to_owned(),
             child,
             _certs: certs,
         };
@@ -157,13 +170,11 @@ impl Syncgc {
 
     /// Stops syncgc at once, as a crash or an eviction would (SIGKILL to the process).
     pub fn kill(&mut self) {
-        let pids = Command::new("pgrep")
-            .args(["-f", &format!("--metrics-addr {}", self.metrics)])
-            .output()
+        let killed = Command::new("kill")
+            .args(["-KILL", &self.pid])
+            .status()
             .unwrap();
-        for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-            let _ = Command::new("kill").args(["-KILL", pid]).status();
-        }
+        assert!(killed.success(), "kill -KILL {}", self.pid);
         let _ = self.child.wait();
     }
 }

@@ -62,6 +62,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         policy,
         metrics: metrics.clone(),
         cluster: syncgc::api::Cluster::new(client, None, Duration::from_secs(30), metrics.clone()),
+        graph: Default::default(),
         body_timeout: Duration::from_secs(2),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

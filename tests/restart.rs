@@ -1,0 +1,89 @@
+//! SG-16: syncgc killed (SIGKILL) in the middle of a synchronous deletion finishes it after a
+//! restart, with the deadline it fixed before.
+
+mod support;
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::DeleteParams;
+use syncgc::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, TIMEOUT_ANNOTATION};
+
+use support::process::{Syncgc, WEBHOOK_LABEL};
+use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+
+#[tokio::test]
+async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
+    let name = format!("syncgc-restart-{}", std::process::id());
+    let args = ["--timeout-base", "60s", "--timeout-per-dependent", "100ms"];
+    let mut first = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
+            .await
+            .unwrap()
+    };
+    let client = support::client().await;
+    let ns = TestNamespace::with_labels(&client, "sg16_restart", &[(WEBHOOK_LABEL, &name)]).await;
+    let api = ns.api::<ConfigMap>();
+
+    let mut owner = config_map("owner", vec![]);
+    owner.metadata.annotations = Some(
+        [
+            (SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned()),
+            (TIMEOUT_ANNOTATION.to_owned(), "6s".to_owned()),
+        ]
+        .into(),
+    );
+    let owner = create(&api, &owner).await;
+    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
+    held.metadata.finalizers = Some(vec!["test.syncgc.io/hold".to_owned()]);
+    create(&api, &held).await;
+
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    let deadline: String = eventually("the deadline is fixed", Duration::from_secs(30), || async {
+        api.get("owner")
+            .await
+            .unwrap()
+            .annotations()
+            .get(DEADLINE_ANNOTATION)
+            .cloned()
+    })
+    .await;
+    let deadline: Timestamp = deadline.parse().unwrap();
+
+    tokio::task::spawn_blocking(move || first.kill())
+        .await
+        .unwrap();
+    let second = tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
+        .await
+        .unwrap();
+
+    eventually(
+        "the owner is released by its deadline",
+        Duration::from_secs(30),
+        || gone(&api, "owner"),
+    )
+    .await;
+    let released = Timestamp::now();
+    assert!(
+        released >= deadline,
+        "released at {released}, before the deadline {deadline}"
+    );
+    assert!(
+        released.duration_since(deadline) < jiff::SignedDuration::from_secs(10),
+        "released at {released}, long after the deadline {deadline}"
+    );
+    assert!(second.metric("syncgc_timeouts_total") >= 1.0);
+    let patch = serde_json::json!({ "metadata": { "finalizers": null } });
+    api.patch(
+        "held",
+        &Default::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+}
