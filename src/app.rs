@@ -12,6 +12,7 @@ use crate::cli::RunArgs;
 use crate::gc::decide::Timeouts;
 use crate::gc::{self, GcConfig};
 use crate::graph::Graph;
+use crate::leader::Election;
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
 use crate::webhook::handler::{self, Webhook};
@@ -44,6 +45,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         qps,
         burst,
         ignored_resources,
+        leader_election,
+        leader_election_namespace,
+        leader_election_lease,
+        leader_election_lease_duration,
     } = args;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -121,7 +126,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             rediscovery: REDISCOVERY_INTERVAL,
         },
     ));
-    let collector = tokio::spawn(gc::run(gc, readiness.clone(), shutdown.clone()));
+    let (leading_tx, leading) = tokio::sync::watch::channel(!leader_election);
+    // Without an election this replica always leads: the sender lives as long as `run`.
+    let (election, _always_leading) = if leader_election {
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "syncgc".to_owned());
+            format!("{host}-{}", std::process::id())
+        });
+        tracing::info!(%identity, lease = %leader_election_lease, namespace = %leader_election_namespace, "electing a leader");
+        let election = Election {
+            namespace: leader_election_namespace,
+            name: leader_election_lease,
+            identity,
+            lease_duration: leader_election_lease_duration,
+        };
+        let task = tokio::spawn(election.run(
+            client.clone(),
+            leading_tx,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        (Some(task), None)
+    } else {
+        metrics.leader.set(1);
+        (None, Some(leading_tx))
+    };
+    let collector = tokio::spawn(gc::run(gc, readiness.clone(), leading, shutdown.clone()));
 
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -129,6 +159,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     readiness.set(false);
     collector.await.context("garbage collector task")?;
+    if let Some(election) = election {
+        election.await.context("leader election task")?;
+    }
     tracing::info!("shutting down: finishing in-flight admission reviews");
     webhook_server.await.context("webhook server task")?;
     metrics_server.await.context("metrics server task")??;

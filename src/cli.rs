@@ -88,6 +88,22 @@ pub struct RunArgs {
     /// Calls allowed in a burst above --qps.
     #[arg(long, env = "SYNCGC_BURST", default_value_t = 100)]
     pub burst: u32,
+    /// Elect a leader among replicas with a Lease; only the leader's workers act.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// The namespace of the leader Lease.
+    #[arg(
+        long,
+        env = "SYNCGC_LEADER_ELECTION_NAMESPACE",
+        default_value = "syncgc-system"
+    )]
+    pub leader_election_namespace: String,
+    /// The name of the leader Lease.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE", default_value = "syncgc")]
+    pub leader_election_lease: String,
+    /// How long a leader's lease lasts without renewal before another replica takes over.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub leader_election_lease_duration: Duration,
     /// A resource never watched, as `plural` (core group) or `plural.group` (repeatable).
     #[arg(long = "ignore-resource", env = "SYNCGC_IGNORE_RESOURCES", value_delimiter = ',', value_name = "RESOURCE",
           default_values_t = ["events".to_owned(), "events.events.k8s.io".to_owned()])]

@@ -19,6 +19,7 @@
 //! - [`app`]: `run`, which wires every part of the `run` subcommand together.
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision).
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
+//! - [`leader`]: leader election with a Lease; only the leader's workers act.
 //! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure.
 //! - [`certs`]: development certificates (a CA and a serving certificate signed by it).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`, `/readyz`.
@@ -33,6 +34,7 @@ pub mod cli;
 pub mod duration;
 pub mod gc;
 pub mod graph;
+pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod webhook;

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub synchronous_deletion_duration: HistogramVec,
     /// Owners released by their timeout.
     pub timeouts: IntCounter,
+    /// 1 while this replica holds the leader lease (its workers act).
+    pub leader: IntGauge,
 }
 
 impl Metrics {
@@ -156,6 +158,10 @@ impl Metrics {
             timeouts: r.counter(
                 "syncgc_timeouts_total",
                 "Owners released by their timeout before their dependents were gone",
+            )?,
+            leader: r.gauge(
+                "syncgc_leader",
+                "1 while this replica holds the leader lease and its workers act",
             )?,
             registry,
         })

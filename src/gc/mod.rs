@@ -156,7 +156,12 @@ impl Shared {
 
 /// Runs the collector until `shutdown`: discovery and watches, the graph's writer, and — once
 /// every watch has listed — the workers.
-pub async fn run(shared: Arc<Shared>, readiness: Readiness, shutdown: CancellationToken) {
+pub async fn run(
+    shared: Arc<Shared>,
+    readiness: Readiness,
+    leading: signal::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
     let (events_tx, mut events_rx) = mpsc::channel::<GraphEvent>(4096);
     let (synced_tx, mut synced_rx) = signal::channel(false);
     let mut watches: HashMap<ResourceId, JoinHandle<()>> = HashMap::new();
@@ -215,7 +220,7 @@ pub async fn run(shared: Arc<Shared>, readiness: Readiness, shutdown: Cancellati
         }
     }
     let workers: Vec<JoinHandle<()>> = (0..shared.config.workers.max(1))
-        .map(|_| tokio::spawn(work(shared.clone())))
+        .map(|_| tokio::spawn(work(shared.clone(), leading.clone())))
         .collect();
 
     let mut rediscover = tokio::time::interval(shared.config.rediscovery);
@@ -289,9 +294,26 @@ fn start_watch(
     }
 }
 
-/// One worker: takes items until the queue shuts down.
-async fn work(shared: Arc<Shared>) {
-    while let Some(item) = shared.queue.next().await {
+/// Resolves when this replica stops leading (never, if nobody can change that any more).
+async fn lost(leading: &mut signal::Receiver<bool>) {
+    if leading.wait_for(|leader| !*leader).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One worker: while this replica leads, takes items until the queue shuts down.
+async fn work(shared: Arc<Shared>, mut leading: signal::Receiver<bool>) {
+    loop {
+        if leading.wait_for(|leader| *leader).await.is_err() {
+            return;
+        }
+        let item = tokio::select! {
+            item = shared.queue.next() => match item {
+                Some(item) => item,
+                None => return,
+            },
+            () = lost(&mut leading) => continue,
+        };
         match shared.process(item).await {
             Ok(()) => shared.queue.forget(&item),
             Err(err) if err.is_retryable() => {

@@ -76,10 +76,16 @@ impl Syncgc {
             );
         };
         kubectl(&["apply", "-f", config.to_str().unwrap()]);
+        // The leader Lease lives there.
+        let _ = Command::new("kubectl")
+            .args(["create", "namespace", "syncgc-system"])
+            .env("KUBECONFIG", kubeconfig_path())
+            .output();
 
         let syncgc = format!(
             "{bin} run --kubeconfig {kubeconfig} --webhook-addr {webhook} --metrics-addr {metrics} \
-             --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key {args}",
+             --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
+             --leader-election-lease {name} --leader-election-lease-duration 3s {args}",
             bin = env!("CARGO_BIN_EXE_syncgc"),
             kubeconfig = kubeconfig_path(),
             dir = dir.display(),

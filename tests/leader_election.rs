@@ -1,0 +1,98 @@
+//! Two replicas, one Lease: exactly one leads; when it dies, the other takes over and finishes
+//! the synchronous deletion the first had started.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::DeleteParams;
+use syncgc::names::SYNCHRONOUS_ANNOTATION;
+
+use support::process::{Syncgc, WEBHOOK_LABEL};
+use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+
+fn leads(syncgc: &Syncgc) -> bool {
+    syncgc.metric("syncgc_leader") == 1.0
+}
+
+#[tokio::test]
+async fn one_replica_leads_and_another_takes_over_when_it_dies() {
+    let lease = format!("syncgc-le-{}", std::process::id());
+    let (first, second) = tokio::task::spawn_blocking({
+        let lease = lease.clone();
+        move || {
+            // Same lease and webhook registration name: two replicas of one deployment.
+            let first = Syncgc::start(&lease, &[]);
+            let second = Syncgc::start(&lease, &[]);
+            (first, second)
+        }
+    })
+    .await
+    .unwrap();
+
+    let one_leader = eventually(
+        "exactly one replica leads",
+        Duration::from_secs(30),
+        || async { (leads(&first) != leads(&second)).then_some(()) },
+    );
+    one_leader.await;
+    let (leader, follower) = if leads(&first) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let mut leader = leader;
+
+    let client = support::client().await;
+    let ns =
+        TestNamespace::with_labels(&client, "leader_election", &[(WEBHOOK_LABEL, &lease)]).await;
+    let api = ns.api::<ConfigMap>();
+    let mut owner = config_map("owner", vec![]);
+    owner.metadata.annotations =
+        Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
+    let owner = create(&api, &owner).await;
+    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
+    held.metadata.finalizers = Some(vec!["test.syncgc.io/hold".to_owned()]);
+    create(&api, &held).await;
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the leader deletes the dependent",
+        Duration::from_secs(30),
+        || async {
+            api.get("held")
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .map(|_| ())
+        },
+    )
+    .await;
+
+    tokio::task::spawn_blocking(move || leader.kill())
+        .await
+        .unwrap();
+    eventually(
+        "the follower takes over",
+        Duration::from_secs(30),
+        || async { leads(&follower).then_some(()) },
+    )
+    .await;
+    let patch = serde_json::json!({ "metadata": { "finalizers": null } });
+    api.patch(
+        "held",
+        &Default::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "the new leader releases the owner",
+        Duration::from_secs(30),
+        || gone(&api, "owner"),
+    )
+    .await;
+}
