@@ -405,3 +405,116 @@ async fn sg17_an_unarmed_opted_in_object_is_backfilled() {
     .await
     .unwrap();
 }
+
+/// A custom resource kind created while syncgc runs is discovered and watched, and its
+/// objects count as dependents: a tree whose leaves are custom resources goes leaf first.
+#[tokio::test]
+async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, PostParams};
+
+    let ns = namespace("sg09_custom_resource_leaves").await;
+    let client = ns.client.clone();
+    let group = format!("{}.test.syncgc.io", ns.name);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": format!("leaves.{group}") },
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": { "plural": "leaves", "singular": "leaf", "kind": "Leaf" },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true } } }]
+        }
+    }))
+    .unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let resource = ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Leaf".into(),
+        plural: "leaves".into(),
+    };
+
+    // The probe: an opted-in Leaf where the webhook does not look is armed by the controller
+    // once it watches the new kind.
+    let unhooked = TestNamespace::new(&client, "sg09_custom_resource_probe").await;
+    let probes = Api::<DynamicObject>::namespaced_with(client.clone(), &unhooked.name, &resource);
+    let mut probe = DynamicObject::new("probe", &resource);
+    probe.metadata.annotations =
+        Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
+    eventually("the apiserver serves the new kind", WAIT, || async {
+        probes.create(&PostParams::default(), &probe).await.ok()
+    })
+    .await;
+    eventually("syncgc watches the new kind", WAIT, || async {
+        let probe = probes.get("probe").await.unwrap();
+        probe
+            .finalizers()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER)
+            .then_some(())
+    })
+    .await;
+    let opt_out = json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: null }, "finalizers": null } });
+    probes
+        .patch("probe", &PatchParams::default(), &Patch::Merge(&opt_out))
+        .await
+        .unwrap();
+
+    let leaves = Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &resource);
+    let api = ns.api::<ConfigMap>();
+    let root = create(&api, &opted_in("root", vec![])).await;
+    let child = create(&api, &config_map("child", vec![owner_ref(&root, true)])).await;
+    for i in 0..3 {
+        let mut leaf = DynamicObject::new(&format!("leaf-{i}"), &resource);
+        leaf.metadata.owner_references = Some(vec![owner_ref(&child, true)]);
+        if i == 0 {
+            leaf.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+        }
+        leaves.create(&PostParams::default(), &leaf).await.unwrap();
+    }
+
+    api.delete("root", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the free leaves are gone", WAIT, || async {
+        let left = leaves
+            .list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        (left == 1).then_some(())
+    })
+    .await;
+    assert!(
+        exists(&api, "child").await,
+        "the child went before its held leaf"
+    );
+    assert!(exists(&api, "root").await, "the root went before its child");
+    leaves
+        .patch(
+            "leaf-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await
+        .unwrap();
+    eventually("the root is gone", WAIT, || gone(&api, "root")).await;
+    assert!(!exists(&api, "child").await);
+    assert!(
+        leaves
+            .list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    crds.delete(&format!("leaves.{group}"), &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -3,6 +3,7 @@
 //! kept in a table whose ids never change while the process runs.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use kube::Client;
 use kube::api::ApiResource;
@@ -113,10 +114,26 @@ pub fn resource_name(api: &ApiResource) -> String {
     }
 }
 
+/// How long one discovery may take.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("discovering the served resources: {0}")]
+    Api(#[from] kube::Error),
+    #[error("discovering the served resources took longer than {DISCOVERY_TIMEOUT:?}")]
+    Timeout,
+}
+
 /// Asks the apiserver (group by group) for the resources it serves with list, watch and delete,
 /// leaving out `ignored` ones.
-pub async fn discover(client: &Client, ignored: &[String]) -> Result<Vec<Resource>, kube::Error> {
-    let discovery = Discovery::new(client.clone()).run().await?;
+pub async fn discover(
+    client: &Client,
+    ignored: &[String],
+) -> Result<Vec<Resource>, DiscoveryError> {
+    let discovery = tokio::time::timeout(DISCOVERY_TIMEOUT, Discovery::new(client.clone()).run())
+        .await
+        .map_err(|_| DiscoveryError::Timeout)??;
     Ok(discovery
         .groups()
         .flat_map(|group| group.recommended_resources())
