@@ -28,8 +28,19 @@ target/release/syncgc run --kubeconfig "$SYNCGC_KUBECONFIG" --webhook-addr "127.
   --metrics-addr 127.0.0.1:19090 --tls-cert "$work/tls.crt" --tls-key "$work/tls.key" \
   --leader-election=false 2>"$work/syncgc.log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; kubectl delete mutatingwebhookconfiguration syncgc-measure --ignore-not-found >/dev/null; kubectl delete namespace "$ns" --wait=false >/dev/null; rm -rf "$work"' EXIT
+cleanup() {
+  # While syncgc still runs, so that nothing it armed is left behind.
+  kubectl delete namespace "$ns" --ignore-not-found --timeout=300s >/dev/null || true
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  kubectl delete mutatingwebhookconfiguration syncgc-measure --ignore-not-found >/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
 until curl -sf 127.0.0.1:19090/readyz >/dev/null; do sleep 0.2; done
+observed() { curl -s 127.0.0.1:19090/metrics | awk '/^syncgc_graph_nodes\{kind="observed"\}/ {print $2}'; }
+sleep 5 # the graph gauges are refreshed every 5 seconds
+baseline=$(observed)
 
 owner_uid=$(kubectl create -n "$ns" -o jsonpath='{.metadata.uid}' -f - <<JSON
 {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"owner","annotations":{"syncgc.io/synchronous":"true"}}}
@@ -45,8 +56,8 @@ jq -n --argjson n "$n" --argjson total "$total" --arg uid "$owner_uid" '{
 start=$(date +%s%N)
 kubectl create -f "$work/objects.json" >/dev/null
 echo "created $((total - 1)) ConfigMaps ($n dependents) in $((($(date +%s%N) - start) / 1000000)) ms"
-until [ "$(curl -s 127.0.0.1:19090/metrics | awk '/^syncgc_graph_nodes\{kind="observed"\}/ {print $2}')" -ge "$total" ] 2>/dev/null; do sleep 1; done
-echo "syncgc resident memory with $(curl -s 127.0.0.1:19090/metrics | awk '/^syncgc_graph_nodes\{kind="observed"\}/ {print $2}') objects in its graph: $(awk '/VmRSS/ {print $2, $3}' /proc/$pid/status)"
+until [ "$(observed)" -ge $((baseline + total)) ]; do sleep 1; done
+echo "syncgc resident memory with $(observed) objects in its graph: $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
 
 start=$(date +%s%N)
 kubectl delete configmap owner -n "$ns" --timeout=600s >/dev/null

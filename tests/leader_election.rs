@@ -10,7 +10,9 @@ use kube::api::DeleteParams;
 use syncgc::names::SYNCHRONOUS_ANNOTATION;
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
-use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+};
 
 fn leads(syncgc: &Syncgc) -> bool {
     syncgc.metric("syncgc_leader") == 1.0
@@ -61,14 +63,7 @@ async fn one_replica_leads_and_another_takes_over_when_it_dies() {
     eventually(
         "the leader deletes the dependent",
         Duration::from_secs(30),
-        || async {
-            api.get("held")
-                .await
-                .unwrap()
-                .metadata
-                .deletion_timestamp
-                .map(|_| ())
-        },
+        || being_deleted(&api, "held"),
     )
     .await;
 
@@ -81,14 +76,7 @@ async fn one_replica_leads_and_another_takes_over_when_it_dies() {
         || async { leads(&follower).then_some(()) },
     )
     .await;
-    let patch = serde_json::json!({ "metadata": { "finalizers": null } });
-    api.patch(
-        "held",
-        &Default::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
+    clear_finalizers(&api, "held").await;
     eventually(
         "the new leader releases the owner",
         Duration::from_secs(30),

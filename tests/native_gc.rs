@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 
-use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+};
 
 const HOLD: &str = "test.syncgc.io/hold";
 const GC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,10 +47,7 @@ async fn foreground_deletion_by_the_cluster_gc() {
     eventually(
         "the GC asked to delete the held dependent",
         GC_TIMEOUT,
-        || async {
-            let held = api.get("held").await.unwrap();
-            held.metadata.deletion_timestamp.is_some().then_some(())
-        },
+        || being_deleted(&api, "held"),
     )
     .await;
     let waiting = api
@@ -65,10 +64,7 @@ async fn foreground_deletion_by_the_cluster_gc() {
         waiting.finalizers()
     );
 
-    let release = serde_json::json!({ "metadata": { "finalizers": null } });
-    api.patch("held", &PatchParams::default(), &Patch::Merge(&release))
-        .await
-        .unwrap();
+    clear_finalizers(&api, "held").await;
     eventually("the held dependent is gone", GC_TIMEOUT, || {
         gone(&api, "held")
     })

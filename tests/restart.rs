@@ -12,7 +12,7 @@ use kube::api::DeleteParams;
 use syncgc::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, TIMEOUT_ANNOTATION};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
-use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+use support::{TestNamespace, clear_finalizers, config_map, create, eventually, gone, owner_ref};
 
 #[tokio::test]
 async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
@@ -78,12 +78,5 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
         "released at {released}, long after the deadline {deadline}"
     );
     assert!(second.metric("syncgc_timeouts_total") >= 1.0);
-    let patch = serde_json::json!({ "metadata": { "finalizers": null } });
-    api.patch(
-        "held",
-        &Default::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
+    clear_finalizers(&api, "held").await;
 }

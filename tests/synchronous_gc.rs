@@ -16,7 +16,9 @@ use syncgc::names::{
 };
 
 use support::process::{WEBHOOK_LABEL, shared};
-use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+};
 
 const HOLD: &str = "test.syncgc.io/hold";
 const WAIT: Duration = Duration::from_secs(60);
@@ -51,13 +53,6 @@ async fn left(api: &Api<ConfigMap>) -> Vec<String> {
 
 async fn exists(api: &Api<ConfigMap>, name: &str) -> bool {
     gone(api, name).await.is_none()
-}
-
-async fn release_hold(api: &Api<ConfigMap>, name: &str) {
-    let patch = json!({ "metadata": { "finalizers": null } });
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
 }
 
 async fn events(ns: &TestNamespace, reason: &str) -> Vec<Event> {
@@ -108,7 +103,7 @@ async fn sg01_owner_waits_for_all_its_dependents() {
     );
     assert_eq!(events(&ns, "SyncGCWaiting").await.len(), 1);
 
-    release_hold(&api, "held").await;
+    clear_finalizers(&api, "held").await;
     eventually("the owner is released and gone", WAIT, || {
         gone(&api, "owner")
     })
@@ -318,36 +313,26 @@ async fn sg11_a_dependent_created_while_the_owner_waits_is_collected() {
     api.delete("owner", &DeleteParams::background())
         .await
         .unwrap();
-    eventually("the held dependent is being deleted", WAIT, || async {
-        api.get("held")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .map(|_| ())
+    eventually("the held dependent is being deleted", WAIT, || {
+        being_deleted(&api, "held")
     })
     .await;
 
     let mut late = config_map("late", vec![owner_ref(&owner, true)]);
     late.metadata.finalizers = Some(vec![HOLD.to_owned()]);
     create(&api, &late).await;
-    eventually("the late dependent is being deleted", WAIT, || async {
-        api.get("late")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .map(|_| ())
+    eventually("the late dependent is being deleted", WAIT, || {
+        being_deleted(&api, "late")
     })
     .await;
-    release_hold(&api, "held").await;
+    clear_finalizers(&api, "held").await;
     eventually("held is gone", WAIT, || gone(&api, "held")).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         exists(&api, "owner").await,
         "the owner went while late exists"
     );
-    release_hold(&api, "late").await;
+    clear_finalizers(&api, "late").await;
     eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
 }
 
@@ -496,14 +481,7 @@ async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
         "the child went before its held leaf"
     );
     assert!(exists(&api, "root").await, "the root went before its child");
-    leaves
-        .patch(
-            "leaf-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
-        )
-        .await
-        .unwrap();
+    clear_finalizers(&leaves, "leaf-0").await;
     eventually("the root is gone", WAIT, || gone(&api, "root")).await;
     assert!(!exists(&api, "child").await);
     assert!(

@@ -17,7 +17,9 @@ use syncgc::names::{
 use syncgc::webhook::admit::{Policy, UnarmedDelete};
 
 use support::webhook::RegisteredWebhook;
-use support::{TestNamespace, config_map, create, eventually, gone, owner_ref};
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+};
 
 const HOLD: &str = "test.syncgc.io/hold";
 const WAIT: Duration = Duration::from_secs(30);
@@ -43,11 +45,6 @@ async fn merge(api: &Api<ConfigMap>, name: &str, patch: serde_json::Value) -> Co
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap_or_else(|err| panic!("patching {name} with {patch}: {err}"))
-}
-
-/// Removes every finalizer so that the object can go.
-async fn release(api: &Api<ConfigMap>, name: &str) {
-    merge(api, name, json!({ "metadata": { "finalizers": null } })).await;
 }
 
 #[tokio::test]
@@ -90,7 +87,7 @@ async fn create_and_update_arm_and_disarm() {
     assert!(create(&api, &not_true).await.finalizers().is_empty());
 
     for name in ["annotated", "plain"] {
-        release(&api, name).await;
+        clear_finalizers(&api, name).await;
     }
 }
 
@@ -139,7 +136,7 @@ async fn objects_being_deleted_are_never_patched() {
     assert_eq!(opted_out.finalizers(), [SYNCHRONOUS_FINALIZER]);
 
     for name in ["held", "armed"] {
-        release(&api, name).await;
+        clear_finalizers(&api, name).await;
         eventually(&format!("{name} is gone"), WAIT, || gone(&api, name)).await;
     }
 }
@@ -193,18 +190,13 @@ async fn delete_without_a_policy_gets_the_annotated_foreground() {
     );
     assert!(has(&owner, SYNCHRONOUS_FINALIZER));
     // The cluster's GC acts on it: it deletes the dependent in the foreground.
-    eventually("the GC deletes the dependent", WAIT, || async {
-        api.get("dependent")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .map(|_| ())
+    eventually("the GC deletes the dependent", WAIT, || {
+        being_deleted(&api, "dependent")
     })
     .await;
 
-    release(&api, "dependent").await;
-    release(&api, "owner").await;
+    clear_finalizers(&api, "dependent").await;
+    clear_finalizers(&api, "owner").await;
 }
 
 #[tokio::test]
@@ -230,8 +222,8 @@ async fn delete_without_a_policy_gets_the_annotated_orphan() {
     .await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
 
-    release(&api, "dependent").await;
-    release(&api, "owner").await;
+    clear_finalizers(&api, "dependent").await;
+    clear_finalizers(&api, "owner").await;
 }
 
 #[tokio::test]
@@ -260,8 +252,8 @@ async fn a_named_policy_or_a_dry_run_is_left_alone() {
     assert!(owner.metadata.deletion_timestamp.is_some());
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
 
-    release(&api, "dependent").await;
-    release(&api, "owner").await;
+    clear_finalizers(&api, "dependent").await;
+    clear_finalizers(&api, "owner").await;
 }
 
 #[tokio::test]
@@ -298,7 +290,7 @@ async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
         .unwrap();
     let terminating = api.get("unarmed").await.unwrap();
     assert!(terminating.metadata.deletion_timestamp.is_some());
-    release(&api, "unarmed").await;
+    clear_finalizers(&api, "unarmed").await;
 }
 
 #[tokio::test]
@@ -365,14 +357,7 @@ async fn a_custom_resource_is_armed_like_a_built_in_kind() {
     .await;
     assert_eq!(created.finalizers(), [SYNCHRONOUS_FINALIZER]);
 
-    widgets
-        .patch(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
-        )
-        .await
-        .unwrap();
+    clear_finalizers(&widgets, "w").await;
     crds.delete(&format!("widgets.{group}"), &DeleteParams::default())
         .await
         .unwrap();

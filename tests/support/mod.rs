@@ -229,6 +229,29 @@ where
         })
 }
 
+/// `Some(())` once `name` in `api` has a deletionTimestamp.
+pub async fn being_deleted<K>(api: &Api<K>, name: &str) -> Option<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let object = api
+        .get(name)
+        .await
+        .unwrap_or_else(|err| panic!("reading {name}: {err}"));
+    object.meta().deletion_timestamp.as_ref().map(|_| ())
+}
+
+/// Removes every finalizer of `name`, so that it can go.
+pub async fn clear_finalizers<K>(api: &Api<K>, name: &str)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({ "metadata": { "finalizers": null } });
+    api.patch(name, &Default::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|err| panic!("clearing the finalizers of {name}: {err}"));
+}
+
 /// `Some(())` once `name` is gone from `api`.
 pub async fn gone<K>(api: &Api<K>, name: &str) -> Option<()>
 where
