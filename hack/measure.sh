@@ -16,7 +16,8 @@ work=$(mktemp -d)
 target/release/syncgc certs --out "$work" --dns localhost --ip 127.0.0.1 2>/dev/null
 port=18443
 kubectl get namespace syncgc-system >/dev/null 2>&1 || kubectl create namespace syncgc-system >/dev/null
-kubectl delete namespace "$ns" --ignore-not-found --wait >/dev/null
+kubectl delete namespace "$ns" --ignore-not-found --timeout=300s >/dev/null
+while kubectl get namespace "$ns" >/dev/null 2>&1; do sleep 1; done
 kubectl create namespace "$ns" >/dev/null
 kubectl label namespace "$ns" "kubernetes.io/metadata.name=$ns" syncgc.io/measure=true --overwrite >/dev/null
 target/release/syncgc webhook-config --name syncgc-measure --url "https://127.0.0.1:$port/mutate" \
@@ -54,7 +55,7 @@ jq -n --argjson n "$n" --argjson total "$total" --arg uid "$owner_uid" '{
       uid: $uid, blockOwnerDeletion: true}]} else {} end))}]
 }' >"$work/objects.json"
 start=$(date +%s%N)
-kubectl create -f "$work/objects.json" >/dev/null
+kubectl create -n "$ns" -f "$work/objects.json" >/dev/null
 echo "created $((total - 1)) ConfigMaps ($n dependents) in $((($(date +%s%N) - start) / 1000000)) ms"
 until [ "$(observed)" -ge $((baseline + total)) ]; do sleep 1; done
 echo "syncgc resident memory with $(observed) objects in its graph: $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
