@@ -17,7 +17,8 @@ use syncgc::names::{
 
 use support::process::{WEBHOOK_LABEL, shared};
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
+    eventually, gone, owner_ref,
 };
 
 const HOLD: &str = "test.syncgc.io/hold";
@@ -395,34 +396,11 @@ async fn sg17_an_unarmed_opted_in_object_is_backfilled() {
 /// objects count as dependents: a tree whose leaves are custom resources goes leaf first.
 #[tokio::test]
 async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{ApiResource, DynamicObject, PostParams};
+    use kube::api::{DynamicObject, PostParams};
 
     let ns = namespace("sg09_custom_resource_leaves").await;
     let client = ns.client.clone();
-    let group = format!("{}.test.syncgc.io", ns.name);
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": { "name": format!("leaves.{group}") },
-        "spec": {
-            "group": group, "scope": "Namespaced",
-            "names": { "plural": "leaves", "singular": "leaf", "kind": "Leaf" },
-            "versions": [{ "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": { "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true } } }]
-        }
-    }))
-    .unwrap();
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    crds.create(&PostParams::default(), &crd).await.unwrap();
-    let resource = ApiResource {
-        group: group.clone(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Leaf".into(),
-        plural: "leaves".into(),
-    };
+    let resource = create_crd(&ns, "Leaf", "leaves").await;
 
     // The probe: an opted-in Leaf where the webhook does not look is armed by the controller
     // once it watches the new kind.
@@ -492,7 +470,5 @@ async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
             .items
             .is_empty()
     );
-    crds.delete(&format!("leaves.{group}"), &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_crd(&client, &resource).await;
 }

@@ -6,8 +6,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use syncgc::names::{
@@ -18,7 +17,8 @@ use syncgc::webhook::admit::{Policy, UnarmedDelete};
 
 use support::webhook::RegisteredWebhook;
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
+    eventually, gone, owner_ref,
 };
 
 const HOLD: &str = "test.syncgc.io/hold";
@@ -318,33 +318,7 @@ async fn unarmed_delete_allowed_goes_at_once() {
 async fn a_custom_resource_is_armed_like_a_built_in_kind() {
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "a_custom_resource_is_armed").await;
-    let group = format!("{}.test.syncgc.io", ns.name);
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": { "name": format!("widgets.{group}") },
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": { "plural": "widgets", "singular": "widget", "kind": "Widget" },
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": {
-                    "type": "object", "x-kubernetes-preserve-unknown-fields": true
-                } }
-            }]
-        }
-    }))
-    .unwrap();
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    crds.create(&PostParams::default(), &crd).await.unwrap();
-    let resource = ApiResource {
-        group: group.clone(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
+    let resource = create_crd(&ns, "Widget", "widgets").await;
     let widgets = Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &resource);
     let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
 
@@ -358,7 +332,5 @@ async fn a_custom_resource_is_armed_like_a_built_in_kind() {
     assert_eq!(created.finalizers(), [SYNCHRONOUS_FINALIZER]);
 
     clear_finalizers(&widgets, "w").await;
-    crds.delete(&format!("widgets.{group}"), &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_crd(&client, &resource).await;
 }

@@ -229,6 +229,47 @@ where
         })
 }
 
+/// Creates a namespaced custom resource kind `kind` (plural `plural`, version v1, any fields) in
+/// a group named after `ns`, and returns its resource.
+pub async fn create_crd(ns: &TestNamespace, kind: &str, plural: &str) -> kube::api::ApiResource {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let group = format!("{}.test.syncgc.io", ns.name);
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": format!("{plural}.{group}") },
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true } } }]
+        }
+    }))
+    .expect("a CustomResourceDefinition");
+    Api::<CustomResourceDefinition>::all(ns.client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap_or_else(|err| panic!("creating {plural}.{group}: {err}"));
+    kube::api::ApiResource {
+        api_version: format!("{group}/v1"),
+        group,
+        version: "v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Deletes the custom resource kind `resource` made by [`create_crd`].
+pub async fn delete_crd(client: &Client, resource: &kube::api::ApiResource) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let name = format!("{}.{}", resource.plural, resource.group);
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|err| panic!("deleting {name}: {err}"));
+}
+
 /// `Some(())` once `name` in `api` has a deletionTimestamp.
 pub async fn being_deleted<K>(api: &Api<K>, name: &str) -> Option<()>
 where
