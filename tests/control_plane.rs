@@ -4,7 +4,6 @@ mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
-use kube::discovery::{Discovery, verbs};
 
 use support::{TestNamespace, config_map, create};
 
@@ -22,16 +21,12 @@ async fn the_apiserver_answers_as_kubernetes_1_20() {
 #[tokio::test]
 async fn the_apiserver_serves_the_resources_the_gc_needs() {
     let client = support::client().await;
-    let discovery = Discovery::new(client).run().await.expect("discovery");
-    let deletable: Vec<_> = discovery
-        .groups()
-        .flat_map(|group| group.recommended_resources())
-        .filter(|(_, caps)| {
-            [verbs::LIST, verbs::WATCH, verbs::DELETE]
-                .iter()
-                .all(|verb| caps.supports_operation(verb))
-        })
-        .map(|(resource, _)| (resource.group, resource.plural))
+    // What syncgc's garbage collector would watch (list, watch and delete), nothing ignored.
+    let deletable: Vec<_> = syncgc::gc::discovery::discover(&client, &[])
+        .await
+        .expect("discovery")
+        .into_iter()
+        .map(|resource| (resource.api.group, resource.api.plural))
         .collect();
     for (group, plural) in [
         ("", "configmaps"),

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DeleteParams;
-use syncgc::names::SYNCHRONOUS_ANNOTATION;
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, create, eventually, gone, held, opted_in,
+    owner_ref,
 };
 
 fn leads(syncgc: &Syncgc) -> bool {
@@ -50,13 +50,8 @@ async fn one_replica_leads_and_another_takes_over_when_it_dies() {
     let ns =
         TestNamespace::with_labels(&client, "leader_election", &[(WEBHOOK_LABEL, &lease)]).await;
     let api = ns.api::<ConfigMap>();
-    let mut owner = config_map("owner", vec![]);
-    owner.metadata.annotations =
-        Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
-    let owner = create(&api, &owner).await;
-    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
-    held.metadata.finalizers = Some(vec!["test.syncgc.io/hold".to_owned()]);
-    create(&api, &held).await;
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
     api.delete("owner", &DeleteParams::background())
         .await
         .unwrap();

@@ -10,10 +10,10 @@ use kube::ResourceExt;
 use kube::api::DeleteParams;
 
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, held,
+    owner_ref,
 };
 
-const HOLD: &str = "test.syncgc.io/hold";
 const GC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Foreground deletion: the owner waits, with `foregroundDeletion`, until its blocking
@@ -25,9 +25,7 @@ async fn foreground_deletion_by_the_cluster_gc() {
     let api = ns.api::<ConfigMap>();
 
     let owner = create(&api, &config_map("owner", vec![])).await;
-    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
-    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
-    create(&api, &held).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
     for name in ["free-1", "free-2"] {
         create(&api, &config_map(name, vec![owner_ref(&owner, true)])).await;
     }

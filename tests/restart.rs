@@ -9,10 +9,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
-use syncgc::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, TIMEOUT_ANNOTATION};
+use syncgc::names::{DEADLINE_ANNOTATION, TIMEOUT_ANNOTATION};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
-use support::{TestNamespace, clear_finalizers, config_map, create, eventually, gone, owner_ref};
+use support::{
+    TestNamespace, clear_finalizers, create, eventually, gone, held, opted_in, owner_ref,
+};
 
 #[tokio::test]
 async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
@@ -28,18 +30,12 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
     let ns = TestNamespace::with_labels(&client, "sg16_restart", &[(WEBHOOK_LABEL, &name)]).await;
     let api = ns.api::<ConfigMap>();
 
-    let mut owner = config_map("owner", vec![]);
-    owner.metadata.annotations = Some(
-        [
-            (SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned()),
-            (TIMEOUT_ANNOTATION.to_owned(), "6s".to_owned()),
-        ]
-        .into(),
-    );
-    let owner = create(&api, &owner).await;
-    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
-    held.metadata.finalizers = Some(vec!["test.syncgc.io/hold".to_owned()]);
-    create(&api, &held).await;
+    let owner = create(
+        &api,
+        &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "6s")]),
+    )
+    .await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
 
     api.delete("owner", &DeleteParams::background())
         .await

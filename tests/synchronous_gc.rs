@@ -17,26 +17,16 @@ use syncgc::names::{
 
 use support::process::{WEBHOOK_LABEL, shared};
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
-    eventually, gone, owner_ref,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
+    delete_crd, eventually, gone, held, opted_in, owner_ref,
 };
 
-const HOLD: &str = "test.syncgc.io/hold";
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn namespace(test: &str) -> TestNamespace {
     let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
     let client = support::client().await;
     TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
-}
-
-fn opted_in(
-    name: &str,
-    owners: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
-) -> ConfigMap {
-    let mut cm = config_map(name, owners);
-    cm.metadata.annotations = Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
-    cm
 }
 
 /// The ConfigMaps a test made (kube-controller-manager puts `kube-root-ca.crt` in every
@@ -73,11 +63,9 @@ async fn events(ns: &TestNamespace, reason: &str) -> Vec<Event> {
 async fn sg01_owner_waits_for_all_its_dependents() {
     let ns = namespace("sg01_owner_waits").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![])).await;
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
-    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
-    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
-    create(&api, &held).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
     for i in 0..49 {
         create(
             &api,
@@ -120,7 +108,7 @@ async fn sg01_owner_waits_for_all_its_dependents() {
 async fn kubectl_delete_returns_when_the_tree_is_gone() {
     let ns = namespace("kubectl_delete_returns").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![])).await;
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     for i in 0..20 {
         create(
             &api,
@@ -159,7 +147,7 @@ async fn kubectl_delete_returns_when_the_tree_is_gone() {
 async fn sg09_a_tree_goes_leaf_first() {
     let ns = namespace("sg09_a_tree_goes_leaf_first").await;
     let api = ns.api::<ConfigMap>();
-    let root = create(&api, &opted_in("root", vec![])).await;
+    let root = create(&api, &opted_in("root", vec![], &[])).await;
     let mut below: Vec<(String, Vec<String>)> = Vec::new();
     for c in 0..3 {
         let child = create(
@@ -211,7 +199,7 @@ async fn sg09_a_tree_goes_leaf_first() {
 async fn sg10_a_dependent_with_a_live_owner_survives() {
     let ns = namespace("sg10_a_dependent_with_a_live_owner").await;
     let api = ns.api::<ConfigMap>();
-    let deleted = create(&api, &opted_in("deleted", vec![])).await;
+    let deleted = create(&api, &opted_in("deleted", vec![], &[])).await;
     let live = create(&api, &config_map("live", vec![])).await;
     create(
         &api,
@@ -244,7 +232,7 @@ async fn sg10_a_dependent_with_a_live_owner_survives() {
 async fn sg13_orphan_keeps_the_dependents() {
     let ns = namespace("sg13_orphan_keeps_the_dependents").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![])).await;
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     for i in 0..3 {
         create(
             &api,
@@ -271,11 +259,11 @@ async fn sg13_orphan_keeps_the_dependents() {
 async fn sg07_an_ownership_cycle_is_broken_by_the_timeout() {
     let ns = namespace("sg07_an_ownership_cycle").await;
     let api = ns.api::<ConfigMap>();
-    let mut a = opted_in("a", vec![]);
+    let mut a = opted_in("a", vec![], &[]);
     a.annotations_mut()
         .insert(TIMEOUT_ANNOTATION.into(), "2s".into());
     let a = create(&api, &a).await;
-    let mut b = opted_in("b", vec![owner_ref(&a, true)]);
+    let mut b = opted_in("b", vec![owner_ref(&a, true)], &[]);
     b.annotations_mut()
         .insert(TIMEOUT_ANNOTATION.into(), "2s".into());
     let b = create(&api, &b).await;
@@ -307,10 +295,8 @@ async fn sg07_an_ownership_cycle_is_broken_by_the_timeout() {
 async fn sg11_a_dependent_created_while_the_owner_waits_is_collected() {
     let ns = namespace("sg11_a_dependent_created_late").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![])).await;
-    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
-    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
-    create(&api, &held).await;
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
     api.delete("owner", &DeleteParams::background())
         .await
         .unwrap();
@@ -319,9 +305,7 @@ async fn sg11_a_dependent_created_while_the_owner_waits_is_collected() {
     })
     .await;
 
-    let mut late = config_map("late", vec![owner_ref(&owner, true)]);
-    late.metadata.finalizers = Some(vec![HOLD.to_owned()]);
-    create(&api, &late).await;
+    create(&api, &held("late", vec![owner_ref(&owner, true)])).await;
     eventually("the late dependent is being deleted", WAIT, || {
         being_deleted(&api, "late")
     })
@@ -372,7 +356,7 @@ async fn sg17_an_unarmed_opted_in_object_is_backfilled() {
     // No webhook label: the webhook does not see this namespace, the controller does.
     let ns = TestNamespace::new(&client, "sg17_backfill").await;
     let api = ns.api::<ConfigMap>();
-    let created = create(&api, &opted_in("late-armed", vec![])).await;
+    let created = create(&api, &opted_in("late-armed", vec![], &[])).await;
     assert!(created.finalizers().is_empty());
     eventually("the controller arms it", WAIT, || async {
         let cm = api.get("late-armed").await.unwrap();
@@ -430,7 +414,7 @@ async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
 
     let leaves = Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &resource);
     let api = ns.api::<ConfigMap>();
-    let root = create(&api, &opted_in("root", vec![])).await;
+    let root = create(&api, &opted_in("root", vec![], &[])).await;
     let child = create(&api, &config_map("child", vec![owner_ref(&root, true)])).await;
     for i in 0..3 {
         let mut leaf = DynamicObject::new(&format!("leaf-{i}"), &resource);

@@ -17,25 +17,11 @@ use syncgc::webhook::admit::{Policy, UnarmedDelete};
 
 use support::webhook::RegisteredWebhook;
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
-    eventually, gone, owner_ref,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
+    delete_crd, eventually, gone, held, opted_in, owner_ref,
 };
 
-const HOLD: &str = "test.syncgc.io/hold";
 const WAIT: Duration = Duration::from_secs(30);
-
-fn opted_in(name: &str, extra: &[(&str, &str)]) -> ConfigMap {
-    let mut cm = config_map(name, vec![]);
-    let mut annotations = vec![(SYNCHRONOUS_ANNOTATION, "true")];
-    annotations.extend_from_slice(extra);
-    cm.metadata.annotations = Some(
-        annotations
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-    );
-    cm
-}
 
 fn has(obj: &impl ResourceExt, finalizer: &str) -> bool {
     obj.finalizers().iter().any(|f| f == finalizer)
@@ -54,7 +40,7 @@ async fn create_and_update_arm_and_disarm() {
     let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
     let api = ns.api::<ConfigMap>();
 
-    let mut with_other = opted_in("annotated", &[]);
+    let mut with_other = opted_in("annotated", vec![], &[]);
     with_other.metadata.finalizers = Some(vec![HOLD.to_owned()]);
     let armed = create(&api, &with_other).await;
     assert_eq!(armed.finalizers(), [HOLD, SYNCHRONOUS_FINALIZER]);
@@ -98,9 +84,7 @@ async fn objects_being_deleted_are_never_patched() {
     let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
     let api = ns.api::<ConfigMap>();
 
-    let mut held = config_map("held", vec![]);
-    held.metadata.finalizers = Some(vec![HOLD.to_owned()]);
-    create(&api, &held).await;
+    create(&api, &held("held", vec![])).await;
     api.delete("held", &DeleteParams::background())
         .await
         .unwrap();
@@ -119,7 +103,7 @@ async fn objects_being_deleted_are_never_patched() {
     // Opting out while terminating keeps the finalizer: release is the controller's job.
     let armed = create(
         &api,
-        &opted_in("armed", &[(PROPAGATION_ANNOTATION, "Background")]),
+        &opted_in("armed", vec![], &[(PROPAGATION_ANNOTATION, "Background")]),
     )
     .await;
     assert!(has(&armed, SYNCHRONOUS_FINALIZER));
@@ -146,13 +130,11 @@ async fn objects_being_deleted_are_never_patched() {
 async fn owner_with_held_dependent(api: &Api<ConfigMap>, propagation: &str) -> ConfigMap {
     let owner = create(
         api,
-        &opted_in("owner", &[(PROPAGATION_ANNOTATION, propagation)]),
+        &opted_in("owner", vec![], &[(PROPAGATION_ANNOTATION, propagation)]),
     )
     .await;
     assert!(has(&owner, SYNCHRONOUS_FINALIZER));
-    let mut dependent = config_map("dependent", vec![owner_ref(&owner, true)]);
-    dependent.metadata.finalizers = Some(vec![HOLD.to_owned()]);
-    create(api, &dependent).await;
+    create(api, &held("dependent", vec![owner_ref(&owner, true)])).await;
     owner
 }
 
@@ -262,7 +244,7 @@ async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
     let ns = TestNamespace::new(&client, "unarmed_delete_denied_arms").await;
     let api = ns.api::<ConfigMap>();
     // Created before the webhook is there, so not armed.
-    let unarmed = create(&api, &opted_in("unarmed", &[])).await;
+    let unarmed = create(&api, &opted_in("unarmed", vec![], &[])).await;
     assert!(unarmed.finalizers().is_empty());
     let _webhook = RegisteredWebhook::start(
         &ns,
@@ -298,7 +280,7 @@ async fn unarmed_delete_allowed_goes_at_once() {
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "unarmed_delete_allowed_goes_at_once").await;
     let api = ns.api::<ConfigMap>();
-    create(&api, &opted_in("unarmed", &[])).await;
+    create(&api, &opted_in("unarmed", vec![], &[])).await;
     let webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
 
     api.delete("unarmed", &DeleteParams::background())

@@ -185,6 +185,32 @@ where
     }
 }
 
+/// The finalizer tests put on an object to keep it until they let it go.
+pub const HOLD: &str = "test.syncgc.io/hold";
+
+/// A ConfigMap opted in to synchronous deletion, with `annotations` besides.
+pub fn opted_in(
+    name: &str,
+    owners: Vec<OwnerReference>,
+    annotations: &[(&str, &str)],
+) -> ConfigMap {
+    let mut cm = config_map(name, owners);
+    cm.metadata.annotations = Some(
+        std::iter::once((syncgc::names::SYNCHRONOUS_ANNOTATION, "true"))
+            .chain(annotations.iter().copied())
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+    );
+    cm
+}
+
+/// A ConfigMap whose owners are `owners`, kept by [`HOLD`] until [`clear_finalizers`].
+pub fn held(name: &str, owners: Vec<OwnerReference>) -> ConfigMap {
+    let mut cm = config_map(name, owners);
+    cm.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    cm
+}
+
 /// A ConfigMap named `name` whose owners are `owners`.
 pub fn config_map(name: &str, owners: Vec<OwnerReference>) -> ConfigMap {
     ConfigMap {
