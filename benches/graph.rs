@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use syncgc::graph::{Flags, Graph, Node, Observed, OwnerLink, ResourceId, Uid};
+use syncgc::graph::{Coordinates, Flags, Graph, Mode, Node, Observed, OwnerLink, ResourceId, Uid};
 
 /// Resident memory of this process, in bytes.
 fn rss() -> usize {
@@ -23,11 +23,14 @@ fn rss() -> usize {
 fn object(n: u128, owner: Option<u128>) -> Observed {
     Observed {
         uid: Uid::from_u128(n),
+        coordinates: Coordinates::of("v1", "ConfigMap", &format!("object-{n:06}")),
         namespace: Some(format!("namespace-{}", n % 50)),
+        resource_version: 1000 + n as u64,
         name: format!("object-{n:06}"),
         owners: owner
             .map(|o| OwnerLink {
                 uid: Uid::from_u128(o),
+                coordinates: Coordinates::of("v1", "ConfigMap", &format!("object-{o:06}")),
                 block_owner_deletion: true,
             })
             .into_iter()
@@ -51,7 +54,7 @@ fn main() {
 
     // Memory: objects are made one at a time, so what stays is the graph's.
     let before = rss();
-    let mut graph = Graph::new();
+    let mut graph = Graph::new(Mode::Standalone);
     for object in objects() {
         black_box(graph.apply(ResourceId(0), object));
     }
@@ -61,7 +64,7 @@ fn main() {
     // Speed: the objects are made first.
     let prepared: Vec<Observed> = objects().collect();
     let started = Instant::now();
-    let mut graph = Graph::new();
+    let mut graph = Graph::new(Mode::Standalone);
     for object in prepared {
         black_box(graph.apply(ResourceId(0), object));
     }

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use json_patch::{Patch as JsonPatch, PatchOperation, RemoveOperation, TestOperation};
+use json_patch::{
+    Patch as JsonPatch, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation,
+};
 use jsonptr::PointerBuf;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{
@@ -18,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::gc::decide::Propagation;
 use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +54,20 @@ pub enum ApiError {
     Terminating(String),
     #[error("{0} kept changing under every attempt to patch it")]
     Conflict(String),
+    #[error(
+        "an ownerReference names kind {kind} of {api_version}, which the apiserver does not serve"
+    )]
+    UnknownKind { api_version: String, kind: String },
 }
 
 impl ApiError {
     /// Whether trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Version(_) | Self::Conflict(_) | Self::Timeout { .. } => true,
+            Self::Version(_)
+            | Self::Conflict(_)
+            | Self::Timeout { .. }
+            | Self::UnknownKind { .. } => true,
             Self::Call { source, .. } => match source {
                 kube::Error::Api(status) => matches!(status.code, 409 | 422 | 429 | 500..=599),
                 _ => true,
@@ -294,16 +304,21 @@ impl Cluster {
             .filter(|m| target.uid.is_empty() || m.uid.as_deref() == Some(&target.uid)))
     }
 
-    /// Deletes `target` in the background, only if it still has its uid (and, when given, the
+    /// Deletes `target` with `propagation`, only if it still has its uid (and, when given, the
     /// `resource_version` the decision was made on). `Ok(false)`: it was gone already.
     pub async fn delete(
         &self,
         target: &Target,
+        propagation: Propagation,
         resource_version: Option<String>,
     ) -> Result<bool, ApiError> {
         let api = self.api(target);
         let params = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
+            propagation_policy: Some(match propagation {
+                Propagation::Background => PropagationPolicy::Background,
+                Propagation::Foreground => PropagationPolicy::Foreground,
+                Propagation::Orphan => PropagationPolicy::Orphan,
+            }),
             preconditions: Some(Preconditions {
                 uid: Some(target.uid.clone()),
                 resource_version,
@@ -435,6 +450,35 @@ impl Cluster {
                     PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
                 ops.push(test(path.with_trailing_token("uid"), &reference.uid));
                 ops.push(PatchOperation::Remove(RemoveOperation { path }));
+            }
+        }
+        if ops.len() == 1 {
+            return Ok(());
+        }
+        self.json_patch(target, &JsonPatch(ops)).await
+    }
+
+    /// Makes `target`'s blocking ownerReferences to the owners in `owners` (by uid)
+    /// non-blocking, checking with `test` ops that each is still at the index it was read at.
+    pub async fn unblock_owner_references(
+        &self,
+        target: &Target,
+        references: &[OwnerReference],
+        owners: &[String],
+    ) -> Result<(), ApiError> {
+        let mut ops = vec![test(
+            PointerBuf::from_tokens(["metadata", "uid"]),
+            &target.uid,
+        )];
+        for (index, reference) in references.iter().enumerate() {
+            if owners.contains(&reference.uid) && reference.block_owner_deletion == Some(true) {
+                let path =
+                    PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
+                ops.push(test(path.with_trailing_token("uid"), &reference.uid));
+                ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: path.with_trailing_token("blockOwnerDeletion"),
+                    value: Value::Bool(false),
+                }));
             }
         }
         if ops.len() == 1 {

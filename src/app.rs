@@ -37,6 +37,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         webhook_addr,
         tls_cert,
         tls_key,
+        mode,
         unarmed_delete,
         timeout_base,
         timeout_per_dependent,
@@ -77,7 +78,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     .inc();
             }),
     );
-    let graph = Arc::new(RwLock::new(Graph::new()));
+    let graph = Arc::new(RwLock::new(Graph::new(mode)));
+    tracing::info!(?mode, "garbage collector mode");
     let webhook = handler::router(Webhook {
         graph: graph.clone(),
         policy: Policy { unarmed_delete },

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::certs::{DevCerts, SubjectAltNames};
+use crate::graph::Mode;
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::Registration;
 
@@ -66,6 +67,11 @@ pub struct RunArgs {
         default_value = "/etc/syncgc/tls/tls.key"
     )]
     pub tls_key: PathBuf,
+    /// cooperative: beside kube-controller-manager's garbage collector, syncgc handles its own
+    /// finalizer; standalone: syncgc is the whole garbage collector (background, foreground,
+    /// orphan), for control planes that run without kube-controller-manager's.
+    #[arg(long, env = "SYNCGC_MODE", value_enum, default_value_t = Mode::Cooperative)]
+    pub mode: Mode,
     /// What to do with a DELETE of an opted-in object that is not armed yet: let it go
     /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]

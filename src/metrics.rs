@@ -57,6 +57,11 @@ pub struct Metrics {
     pub queue_retries: IntCounterVec,
     /// Garbage-collector actions, by action and result.
     pub gc_actions: IntCounterVec,
+    /// Objects the garbage collector deleted, by the propagation policy it used.
+    pub gc_deletions: IntCounterVec,
+    /// Finalizers the garbage collector removed once their work was done, by finalizer
+    /// (`foregroundDeletion`, `orphan`, `syncgc.io/synchronous`).
+    pub gc_finalizers_removed: IntCounterVec,
     /// Owners waiting for their dependents.
     pub owners_waiting: IntGauge,
     /// Seconds the longest-waiting owner has waited.
@@ -140,6 +145,16 @@ impl Metrics {
                 "syncgc_gc_actions_total",
                 "Garbage-collector actions on objects, by action and result",
                 &["action", "result"],
+            )?,
+            gc_deletions: r.counter_vec(
+                "syncgc_gc_deletions_total",
+                "Objects the garbage collector deleted, by the propagation policy it used",
+                &["propagation"],
+            )?,
+            gc_finalizers_removed: r.counter_vec(
+                "syncgc_gc_finalizers_removed_total",
+                "Finalizers the garbage collector removed once their work was done, by finalizer",
+                &["finalizer"],
             )?,
             owners_waiting: r.gauge(
                 "syncgc_owners_waiting",

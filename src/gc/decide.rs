@@ -3,54 +3,139 @@
 
 use std::time::Duration;
 
+use crate::graph::Mode;
+
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnerState {
-    /// Exists and is not being deleted [solid].
+    /// Exists and does not wait for its dependents: not being deleted, or being deleted in
+    /// the background or with `orphan` [solid].
     Solid,
-    /// Armed by syncgc and being deleted without `orphan`: waits for this dependent
-    /// [waiting for dependents deletion].
+    /// Being deleted with `foregroundDeletion` [waiting for dependents deletion].
+    WaitingForeground,
+    /// Armed by syncgc and being deleted: waits for all its dependents.
     WaitingSynchronous,
-    /// Being deleted, not by syncgc's rules (the cluster's GC handles it).
-    Deleting,
-    /// Being deleted with `orphan`: its dependents are to be kept.
-    Orphaning,
     /// Gone, or replaced by an object with another uid [dangling].
     Absent,
+    /// Cannot be looked up: a kind the apiserver does not serve, or a namespaced owner of a
+    /// cluster-scoped dependent. Never taken for absent.
+    Unresolvable,
 }
 
-/// What to do with a dependent of a waiting owner.
+impl OwnerState {
+    fn waiting(self) -> bool {
+        matches!(self, Self::WaitingForeground | Self::WaitingSynchronous)
+    }
+}
+
+/// A DELETE's propagation policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+impl Propagation {
+    /// The policy an object's own finalizers ask for (`orphan` wins, as in the apiserver).
+    pub fn from_finalizers(orphan: bool, foreground: bool) -> Self {
+        if orphan {
+            Self::Orphan
+        } else if foreground {
+            Self::Foreground
+        } else {
+            Self::Background
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Background => "background",
+            Self::Foreground => "foreground",
+            Self::Orphan => "orphan",
+        }
+    }
+}
+
+/// What the decision needs of the dependent itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dependent {
+    /// It has dependents of its own.
+    pub has_dependents: bool,
+    /// One of its dependents is itself waiting for its dependents (a possible cycle).
+    pub dependent_waits: bool,
+    /// It carries syncgc's finalizer.
+    pub armed: bool,
+    /// The policy its own finalizers ask for.
+    pub own: Propagation,
+}
+
+/// What to do with a dependent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
     /// Nothing, for now.
     Wait,
-    /// It keeps living (another owner is solid or orphaning); drop only its references to the
-    /// owners at these indices, which wait for it.
+    /// It keeps living (an owner is solid); drop its references to the owners at these
+    /// indices, which are gone or wait for it.
     Keep { drop: Vec<usize> },
-    /// Delete it; arm it first when it has dependents of its own, so the wait is transitive.
-    Delete { arm_first: bool },
+    /// Arm it before deleting it: its owner waits synchronously and it has dependents, so the
+    /// wait is transitive.
+    Arm,
+    /// Delete it with `propagation`, after making its references at `unblock` non-blocking.
+    Delete {
+        propagation: Propagation,
+        unblock: Vec<usize>,
+    },
 }
 
-/// `attemptToDeleteItem` for a dependent with `owners` (in ownerReference order), one of which
-/// waits for it.
-pub fn attempt_to_delete(owners: &[OwnerState], has_dependents: bool, armed: bool) -> Attempt {
-    if !owners.contains(&OwnerState::WaitingSynchronous) {
+/// `attemptToDeleteItem` for a dependent with `owners` (in ownerReference order). In
+/// cooperative mode syncgc only acts for an owner that waits synchronously.
+pub fn attempt_to_delete(mode: Mode, owners: &[OwnerState], dependent: Dependent) -> Attempt {
+    use OwnerState::*;
+    let indices = |keep: fn(OwnerState) -> bool| -> Vec<usize> {
+        (0..owners.len()).filter(|i| keep(owners[*i])).collect()
+    };
+    if owners.is_empty() || owners.contains(&Unresolvable) {
         return Attempt::Wait;
     }
-    let kept_alive = owners
-        .iter()
-        .any(|o| matches!(o, OwnerState::Solid | OwnerState::Orphaning));
-    if kept_alive {
-        let drop = owners
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| **o == OwnerState::WaitingSynchronous)
-            .map(|(i, _)| i)
-            .collect();
-        return Attempt::Keep { drop };
+    let synchronous = owners.contains(&WaitingSynchronous);
+    if mode == Mode::Cooperative && !synchronous {
+        return Attempt::Wait;
+    }
+    if owners.contains(&Solid) {
+        let drop = indices(|o| o != Solid);
+        return if drop.is_empty() {
+            Attempt::Wait
+        } else {
+            Attempt::Keep { drop }
+        };
+    }
+    if dependent.has_dependents && synchronous {
+        return if dependent.armed {
+            Attempt::Delete {
+                propagation: Propagation::Background,
+                unblock: Vec::new(),
+            }
+        } else {
+            Attempt::Arm
+        };
+    }
+    if dependent.has_dependents && owners.iter().any(|o| o.waiting()) {
+        // Its dependents go first; when one of them waits too, this may be a cycle, and the
+        // references to the waiting owners stop blocking so that they need not wait for it.
+        let unblock = if dependent.dependent_waits {
+            indices(OwnerState::waiting)
+        } else {
+            Vec::new()
+        };
+        return Attempt::Delete {
+            propagation: Propagation::Foreground,
+            unblock,
+        };
     }
     Attempt::Delete {
-        arm_first: has_dependents && !armed,
+        propagation: dependent.own,
+        unblock: Vec::new(),
     }
 }
 
@@ -90,55 +175,137 @@ mod tests {
     use super::OwnerState::*;
     use super::*;
 
+    const LEAF: Dependent = Dependent {
+        has_dependents: false,
+        dependent_waits: false,
+        armed: false,
+        own: Propagation::Background,
+    };
+    const PARENT: Dependent = Dependent {
+        has_dependents: true,
+        ..LEAF
+    };
+
+    fn delete(propagation: Propagation, unblock: Vec<usize>) -> Attempt {
+        Attempt::Delete {
+            propagation,
+            unblock,
+        }
+    }
+
+    fn both(owners: &[OwnerState], dependent: Dependent) -> Attempt {
+        let standalone = attempt_to_delete(Mode::Standalone, owners, dependent);
+        assert_eq!(
+            standalone,
+            attempt_to_delete(Mode::Cooperative, owners, dependent),
+            "{owners:?}"
+        );
+        standalone
+    }
+
     #[test]
     fn a_dependent_whose_owners_all_go_is_deleted() {
         assert_eq!(
-            attempt_to_delete(&[WaitingSynchronous], false, false),
-            Attempt::Delete { arm_first: false }
+            both(&[WaitingSynchronous], LEAF),
+            delete(Propagation::Background, vec![])
         );
         assert_eq!(
-            attempt_to_delete(&[Absent, WaitingSynchronous, Deleting], false, false),
-            Attempt::Delete { arm_first: false }
-        );
-    }
-
-    #[test]
-    fn a_dependent_with_dependents_is_armed_first_unless_it_is() {
-        assert_eq!(
-            attempt_to_delete(&[WaitingSynchronous], true, false),
-            Attempt::Delete { arm_first: true }
-        );
-        assert_eq!(
-            attempt_to_delete(&[WaitingSynchronous], true, true),
-            Attempt::Delete { arm_first: false }
+            both(&[Absent, WaitingSynchronous, WaitingForeground], LEAF),
+            delete(Propagation::Background, vec![])
         );
     }
 
     #[test]
-    fn a_solid_or_orphaning_owner_keeps_it_and_only_waiting_references_go() {
+    fn a_dependent_with_dependents_of_a_synchronous_owner_is_armed_first() {
+        assert_eq!(both(&[WaitingSynchronous], PARENT), Attempt::Arm);
+        let armed = Dependent {
+            armed: true,
+            ..PARENT
+        };
         assert_eq!(
-            attempt_to_delete(
-                &[WaitingSynchronous, Solid, WaitingSynchronous],
-                false,
-                false
-            ),
+            both(&[WaitingSynchronous], armed),
+            delete(Propagation::Background, vec![])
+        );
+    }
+
+    #[test]
+    fn a_solid_owner_keeps_it_and_only_the_other_references_go() {
+        assert_eq!(
+            both(&[WaitingSynchronous, Solid, Absent], LEAF),
             Attempt::Keep { drop: vec![0, 2] }
         );
         assert_eq!(
-            attempt_to_delete(&[Orphaning, WaitingSynchronous], false, false),
-            Attempt::Keep { drop: vec![1] }
+            attempt_to_delete(Mode::Standalone, &[WaitingForeground, Solid], LEAF),
+            Attempt::Keep { drop: vec![0] }
+        );
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[Solid, Solid], LEAF),
+            Attempt::Wait
         );
     }
 
     #[test]
-    fn without_a_waiting_owner_it_is_not_syncgcs_to_collect() {
-        for owners in [&[][..], &[Absent], &[Deleting, Absent], &[Solid]] {
+    fn without_a_synchronous_owner_cooperative_mode_leaves_it_to_the_cluster() {
+        for owners in [&[][..], &[Absent], &[WaitingForeground, Absent], &[Solid]] {
             assert_eq!(
-                attempt_to_delete(owners, false, false),
+                attempt_to_delete(Mode::Cooperative, owners, LEAF),
                 Attempt::Wait,
                 "{owners:?}"
             );
         }
+    }
+
+    #[test]
+    fn standalone_mode_collects_dangling_dependents_with_their_own_policy() {
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[Absent], LEAF),
+            delete(Propagation::Background, vec![])
+        );
+        let orphaning = Dependent {
+            own: Propagation::Orphan,
+            ..PARENT
+        };
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[Absent, Absent], orphaning),
+            delete(Propagation::Orphan, vec![])
+        );
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[], LEAF),
+            Attempt::Wait
+        );
+    }
+
+    #[test]
+    fn dependents_of_a_foreground_owner_go_in_foreground_when_they_have_dependents() {
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[WaitingForeground], LEAF),
+            delete(Propagation::Background, vec![])
+        );
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[WaitingForeground, Absent], PARENT),
+            delete(Propagation::Foreground, vec![])
+        );
+        // A cycle: its own dependent waits for it too, so its references stop blocking.
+        let in_cycle = Dependent {
+            dependent_waits: true,
+            ..PARENT
+        };
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[Absent, WaitingForeground], in_cycle),
+            delete(Propagation::Foreground, vec![1])
+        );
+    }
+
+    #[test]
+    fn an_owner_that_cannot_be_looked_up_is_never_taken_for_absent() {
+        assert_eq!(
+            both(&[Unresolvable, WaitingSynchronous], LEAF),
+            Attempt::Wait
+        );
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[Absent, Unresolvable], LEAF),
+            Attempt::Wait
+        );
     }
 
     #[test]

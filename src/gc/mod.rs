@@ -1,14 +1,18 @@
-//! The synchronous garbage collector (cooperative mode: the cluster's own GC runs beside it and
-//! handles `foregroundDeletion`, `orphan` and ordinary background collection).
+//! The garbage collector. In cooperative mode it handles syncgc's finalizer and the dependents
+//! of the owners that carry it, beside the cluster's own GC; in standalone mode it is the whole
+//! GC (background, `foregroundDeletion`, `orphan`). The mode only changes which work the graph
+//! brings up (see [`crate::graph::Mode`]) and which owners a decision acts for.
 //!
 //! - [`discovery`]: which resources to watch, rediscovered periodically.
 //! - [`watch`]: one metadata-only watch per resource, feeding the graph's one writer.
 //! - [`queue`]: the deduplicating, delaying, backing-off work queue.
 //! - [`decide`]: the pure decisions.
+//! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - `workers`: the actions, through [`crate::api::Cluster`].
 //!
 //! Workers start only once every watch has listed once; `/readyz` says so.
 
+pub mod absent;
 pub mod decide;
 pub mod discovery;
 pub mod queue;
@@ -17,7 +21,7 @@ mod workers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
@@ -25,12 +29,13 @@ use tokio::sync::{mpsc, watch as signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use self::absent::AbsentOwners;
 use self::decide::Timeouts;
 use self::discovery::Resources;
 use self::queue::WorkQueue;
 use self::watch::GraphEvent;
 use crate::api::Cluster;
-use crate::graph::{Graph, ResourceId, Uid, Work};
+use crate::graph::{Graph, Mode, ResourceId, Uid, Work};
 use crate::metrics::{Metrics, Readiness};
 
 /// How the garbage collector is configured.
@@ -56,7 +61,17 @@ pub struct Shared {
     config: GcConfig,
     /// Owners waiting for their dependents, since their deletionTimestamp.
     waiting: Mutex<HashMap<Uid, Timestamp>>,
+    /// Owners verified absent by a live read.
+    absent: Mutex<AbsentOwners>,
+    /// Objects this collector deleted that no watch has reported gone yet, with when.
+    deleted: Mutex<HashMap<Uid, Instant>>,
 }
+
+/// How many absent owners are remembered.
+const ABSENT_OWNERS: usize = 1024;
+/// How long an object this collector deleted is not looked at again while no watch reports it
+/// gone (it may be held by finalizers, or the watch may lag).
+const DELETED_GRACE: Duration = Duration::from_secs(30);
 
 impl Shared {
     pub fn new(
@@ -81,6 +96,8 @@ impl Shared {
             recorder,
             config,
             waiting: Mutex::new(HashMap::new()),
+            absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
+            deleted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -88,14 +105,35 @@ impl Shared {
         self.graph.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub fn mode(&self) -> Mode {
+        self.graph_read().mode()
+    }
+
     fn enqueue(&self, work: Work) {
-        let item = match work {
-            Work::SyncOwner(_) => "sync_owner",
-            Work::AttemptToDelete(_) => "attempt_to_delete",
-            Work::Arm(_) => "arm",
-        };
-        self.metrics.queue_adds.with_label_values(&[item]).inc();
+        self.metrics
+            .queue_adds
+            .with_label_values(&[work.name()])
+            .inc();
         self.queue.add(work);
+    }
+
+    fn absent_owners(&self) -> std::sync::MutexGuard<'_, AbsentOwners> {
+        self.absent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn note_deleted(&self, uid: Uid) {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid, Instant::now());
+    }
+
+    fn recently_deleted(&self, uid: Uid) -> bool {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&uid)
+            .is_some_and(|at| at.elapsed() < DELETED_GRACE)
     }
 
     fn start_waiting(&self, uid: Uid, since: Timestamp) {
@@ -119,8 +157,15 @@ impl Shared {
             let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
             match event {
                 GraphEvent::Apply(id, observed) => graph.apply(id, observed),
-                GraphEvent::Delete(_, uid) => graph.delete(uid),
+                GraphEvent::Delete(_, uid) => {
+                    self.deleted
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&uid);
+                    graph.delete(uid)
+                }
                 GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
+                GraphEvent::Unserved(id) => graph.unserve(id),
                 GraphEvent::ListFailed(_) => Vec::new(),
             }
         };
@@ -151,6 +196,10 @@ impl Shared {
             Timestamp::now().duration_since(*since).as_secs().max(0)
         });
         self.metrics.oldest_waiting_owner_seconds.set(oldest);
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, at| at.elapsed() < DELETED_GRACE);
     }
 }
 
@@ -245,7 +294,7 @@ pub async fn run(
                             if let Some(task) = watches.remove(&id) {
                                 task.abort();
                             }
-                            let _ = events_tx.send(GraphEvent::Listed(id, HashSet::new())).await;
+                            let _ = events_tx.send(GraphEvent::Unserved(id)).await;
                         }
                         shared.metrics.watched_resources.set(watches.len() as i64);
                     }
@@ -318,15 +367,10 @@ async fn work(shared: Arc<Shared>, mut leading: signal::Receiver<bool>) {
             Ok(()) => shared.queue.forget(&item),
             Err(err) if err.is_retryable() => {
                 let delay = shared.queue.retry(item);
-                let name = match item {
-                    Work::SyncOwner(_) => "sync_owner",
-                    Work::AttemptToDelete(_) => "attempt_to_delete",
-                    Work::Arm(_) => "arm",
-                };
                 shared
                     .metrics
                     .queue_retries
-                    .with_label_values(&[name])
+                    .with_label_values(&[item.name()])
                     .inc();
                 tracing::debug!(?item, %err, retry_in = ?delay, "retrying");
             }

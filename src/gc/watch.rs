@@ -3,14 +3,14 @@
 use std::collections::HashSet;
 
 use futures::StreamExt;
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use super::discovery::Resource;
-use crate::graph::{Flags, Observed, OwnerLink, ResourceId, Uid};
+use crate::graph::{Coordinates, Flags, Observed, OwnerLink, ResourceId, Uid};
 use crate::metrics::Metrics;
 use crate::names::{
     FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
@@ -25,13 +25,17 @@ pub enum GraphEvent {
     Listed(ResourceId, HashSet<Uid>),
     /// The first list failed; the watch keeps retrying.
     ListFailed(ResourceId),
+    /// The resource is no longer served (its watch has stopped).
+    Unserved(ResourceId),
 }
 
 /// What the graph keeps of an object's metadata; `None` for an object without a uid.
 pub fn observe(
+    resource: &ApiResource,
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Option<Observed> {
     let uid = Uid::parse(meta.uid.as_deref()?);
+    let name = meta.name.clone().unwrap_or_default();
     let finalizers = meta.finalizers.as_deref().unwrap_or_default();
     let has = |f: &str| finalizers.iter().any(|x| x == f);
     let opted_in = meta
@@ -47,14 +51,21 @@ pub fn observe(
         .with(Flags::ORPHAN, has(ORPHAN_FINALIZER));
     Some(Observed {
         uid,
+        coordinates: Coordinates::of(&resource.api_version, &resource.kind, &name),
         namespace: meta.namespace.clone(),
-        name: meta.name.clone().unwrap_or_default(),
+        resource_version: meta
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        name,
         owners: meta
             .owner_references
             .iter()
             .flatten()
             .map(|r| OwnerLink {
                 uid: Uid::parse(&r.uid),
+                coordinates: Coordinates::of(&r.api_version, &r.kind, &r.name),
                 block_owner_deletion: r.block_owner_deletion == Some(true),
             })
             .collect(),
@@ -86,7 +97,7 @@ pub async fn watch(
                 None
             }
             Ok(Event::InitApply(object)) => {
-                let observed = observed(&object);
+                let observed = observe(&resource.api, &object.metadata);
                 if let (Some(listing), Some(o)) = (listing.as_mut(), &observed) {
                     listing.insert(o.uid);
                 }
@@ -99,8 +110,14 @@ pub async fn watch(
                 listed_once = true;
                 Some(GraphEvent::Listed(id, listing.take().unwrap_or_default()))
             }
-            Ok(Event::Apply(object)) => observed(&object).map(|o| GraphEvent::Apply(id, o)),
-            Ok(Event::Delete(object)) => observed(&object).map(|o| GraphEvent::Delete(id, o.uid)),
+            Ok(Event::Apply(object)) => {
+                observe(&resource.api, &object.metadata).map(|o| GraphEvent::Apply(id, o))
+            }
+            Ok(Event::Delete(object)) => object
+                .metadata
+                .uid
+                .as_deref()
+                .map(|uid| GraphEvent::Delete(id, Uid::parse(uid))),
             Err(err) => {
                 metrics.watch_errors.inc();
                 failures += 1;
@@ -114,8 +131,4 @@ pub async fn watch(
             return;
         }
     }
-}
-
-fn observed(object: &PartialObjectMeta<DynamicObject>) -> Option<Observed> {
-    observe(&object.metadata)
 }

@@ -1,24 +1,53 @@
 //! The ownership graph: every watched object as a node keyed by uid, with its owners and
-//! dependents, fed by the watches through [`Graph::apply`], [`Graph::delete`] and
-//! [`Graph::reset`], each of which says which owners need another look.
+//! dependents, fed by the watches through [`Graph::apply`], [`Graph::delete`], [`Graph::reset`]
+//! and [`Graph::unserve`], each of which says which objects need another look.
 //!
 //! One task writes the graph; everyone else reads. Nothing here does I/O.
 
 mod uid;
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 pub use uid::Uid;
+
+/// Which deletions syncgc carries out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// Beside the cluster's own garbage collector: syncgc handles its finalizer and the
+    /// dependents of the owners that carry it; kube-controller-manager does the rest.
+    #[default]
+    Cooperative,
+    /// The whole garbage collector: background, `foregroundDeletion` and `orphan` too, for
+    /// control planes that run without kube-controller-manager's.
+    Standalone,
+}
 
 /// An index into the table of watched resources (see `gc::discovery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceId(pub u16);
 
+/// A digest of an object's identity besides its uid — API group, kind and name — so that an
+/// ownerReference can be checked against the object the graph knows under its uid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Coordinates(u32);
+
+impl Coordinates {
+    /// `api_version` is `group/version`, or `version` for the core group.
+    pub fn of(api_version: &str, kind: &str, name: &str) -> Self {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let mut hasher = std::hash::DefaultHasher::new();
+        (group, kind, name).hash(&mut hasher);
+        Self(hasher.finish() as u32)
+    }
+}
+
 /// One ownerReference, as the graph keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OwnerLink {
     pub uid: Uid,
+    pub coordinates: Coordinates,
     pub block_owner_deletion: bool,
 }
 
@@ -26,8 +55,11 @@ pub struct OwnerLink {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
     pub uid: Uid,
+    pub coordinates: Coordinates,
     pub namespace: Option<String>,
     pub name: String,
+    /// `metadata.resourceVersion` when it is a number (it is for etcd-backed resources), else 0.
+    pub resource_version: u64,
     pub owners: Vec<OwnerLink>,
     pub flags: Flags,
 }
@@ -49,6 +81,8 @@ impl Flags {
     pub const FOREGROUND: Self = Self(1 << 4);
     /// Carries `orphan`.
     pub const ORPHAN: Self = Self(1 << 5);
+    /// A virtual node for an object a watch saw deleted: its uid will never exist again.
+    pub const GONE: Self = Self(1 << 6);
 
     pub const fn empty() -> Self {
         Self(0)
@@ -80,6 +114,8 @@ impl std::ops::BitOr for Flags {
 pub struct Node {
     pub resource: Option<ResourceId>,
     pub flags: Flags,
+    pub coordinates: Coordinates,
+    pub resource_version: u64,
     pub namespace: Option<Arc<str>>,
     pub name: Box<str>,
     pub owners: Box<[OwnerLink]>,
@@ -91,33 +127,86 @@ impl Node {
         self.flags.contains(flag)
     }
 
+    fn virtual_owner() -> Self {
+        Self {
+            resource: None,
+            flags: Flags::VIRTUAL,
+            coordinates: Coordinates::default(),
+            resource_version: 0,
+            namespace: None,
+            name: Box::default(),
+            owners: Box::default(),
+            dependents: Vec::new(),
+        }
+    }
+
     /// An armed object whose deletion has started: syncgc holds it until its dependents go.
-    pub fn waiting_for_dependents(&self) -> bool {
+    pub fn waiting_synchronously(&self) -> bool {
         self.is(Flags::ARMED) && self.is(Flags::DELETING) && !self.is(Flags::VIRTUAL)
+    }
+
+    /// An object in foreground deletion: it goes once its blocking dependents are gone.
+    pub fn waiting_in_foreground(&self) -> bool {
+        self.is(Flags::FOREGROUND) && self.is(Flags::DELETING) && !self.is(Flags::VIRTUAL)
+    }
+
+    /// Whether `dependent`, through `link`, really refers to this node: the reference names
+    /// this object (group, kind, name) and may reach it from the dependent's namespace.
+    /// References to owners never seen are taken as they are.
+    pub fn is_owner_through(&self, dependent: &Node, link: &OwnerLink) -> bool {
+        if self.is(Flags::VIRTUAL) && !self.is(Flags::GONE) {
+            return true;
+        }
+        link.coordinates == self.coordinates
+            && (self.namespace.is_none() || self.namespace == dependent.namespace)
     }
 }
 
 /// Something a worker should look at again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Work {
-    /// An armed, deleting owner: delete its dependents, release it when they are gone.
+    /// An owner being deleted that waits for its dependents (armed, or in foreground deletion
+    /// in standalone mode): delete them, and release it when they are gone.
     SyncOwner(Uid),
-    /// A dependent of a waiting owner: delete it, or drop its reference.
+    /// A dependent whose owners may all be gone or waiting: delete it, or drop its references.
     AttemptToDelete(Uid),
+    /// An owner being deleted with `orphan` (standalone mode): drop its dependents'
+    /// references to it, then the finalizer.
+    Orphan(Uid),
     /// An opted-in object that does not carry the finalizer: arm it.
     Arm(Uid),
+}
+
+impl Work {
+    /// The item's name in logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::SyncOwner(_) => "sync_owner",
+            Self::AttemptToDelete(_) => "attempt_to_delete",
+            Self::Orphan(_) => "orphan",
+            Self::Arm(_) => "arm",
+        }
+    }
 }
 
 /// The graph.
 #[derive(Debug, Default)]
 pub struct Graph {
+    mode: Mode,
     nodes: HashMap<Uid, Node>,
     namespaces: HashSet<Arc<str>>,
 }
 
 impl Graph {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     pub fn node(&self, uid: Uid) -> Option<&Node> {
@@ -127,6 +216,28 @@ impl Graph {
     /// The uids of the objects that name `uid` as an owner.
     pub fn dependents(&self, uid: Uid) -> &[Uid] {
         self.nodes.get(&uid).map_or(&[], |n| &n.dependents)
+    }
+
+    /// The dependents of `uid` whose references really reach it (see
+    /// [`Node::is_owner_through`]), with their link to it.
+    pub fn valid_dependents(&self, uid: Uid) -> impl Iterator<Item = (Uid, &Node, OwnerLink)> {
+        let owner = self.nodes.get(&uid);
+        owner
+            .map_or(&[][..], |n| &n.dependents)
+            .iter()
+            .filter_map(move |d| {
+                let dependent = self.nodes.get(d)?;
+                let link = *dependent.owners.iter().find(|l| l.uid == uid)?;
+                owner?
+                    .is_owner_through(dependent, &link)
+                    .then_some((*d, dependent, link))
+            })
+    }
+
+    /// Whether the node `uid` waits for its dependents in this mode.
+    fn waits(&self, node: &Node) -> bool {
+        node.waiting_synchronously()
+            || (self.mode == Mode::Standalone && node.waiting_in_foreground())
     }
 
     /// (observed, virtual) node counts.
@@ -149,11 +260,11 @@ impl Graph {
         seen.len() - 1
     }
 
-    /// Owners waiting for their dependents, with their uids.
+    /// Owners waiting synchronously for their dependents, with their uids.
     pub fn waiting_owners(&self) -> impl Iterator<Item = Uid> + '_ {
         self.nodes
             .iter()
-            .filter(|(_, n)| n.waiting_for_dependents())
+            .filter(|(_, n)| n.waiting_synchronously())
             .map(|(uid, _)| *uid)
     }
 
@@ -171,63 +282,57 @@ impl Graph {
     pub fn apply(&mut self, resource: ResourceId, object: Observed) -> Vec<Work> {
         let Observed {
             uid,
+            coordinates,
             namespace,
             name,
+            resource_version,
             owners,
             flags,
         } = object;
         let namespace = self.intern(namespace);
         let mut work = Vec::new();
-        let old_owners: Box<[OwnerLink]> = match self.nodes.get_mut(&uid) {
-            Some(node) => {
-                let old = std::mem::replace(&mut node.owners, owners.clone().into());
-                node.resource = Some(resource);
-                node.flags = flags;
-                node.namespace = namespace;
-                node.name = name.into();
-                old
-            }
-            None => {
-                self.nodes.insert(
-                    uid,
-                    Node {
-                        resource: Some(resource),
-                        flags,
-                        namespace,
-                        name: name.into(),
-                        owners: owners.clone().into(),
-                        dependents: Vec::new(),
-                    },
-                );
-                Box::default()
-            }
-        };
+        let node = self.nodes.entry(uid).or_insert_with(Node::virtual_owner);
+        let old_owners = std::mem::replace(&mut node.owners, owners.clone().into());
+        node.resource = Some(resource);
+        node.flags = flags;
+        node.coordinates = coordinates;
+        node.resource_version = resource_version;
+        node.namespace = namespace;
+        node.name = name.into();
+        let standalone = self.mode == Mode::Standalone;
         for gone in old_owners
             .iter()
             .filter(|o| !owners.iter().any(|n| n.uid == o.uid))
         {
             self.unlink(gone.uid, uid, &mut work);
         }
-        for added in owners
-            .iter()
-            .filter(|o| !old_owners.iter().any(|n| n.uid == o.uid))
-        {
-            let owner = self.nodes.entry(added.uid).or_insert_with(|| Node {
-                resource: None,
-                flags: Flags::VIRTUAL,
-                namespace: None,
-                name: Box::default(),
-                owners: Box::default(),
-                dependents: Vec::new(),
-            });
-            owner.dependents.push(uid);
-            if owner.waiting_for_dependents() {
-                work.push(Work::SyncOwner(added.uid));
+        for link in &owners {
+            match old_owners.iter().find(|o| o.uid == link.uid) {
+                None => {
+                    let owner = self
+                        .nodes
+                        .entry(link.uid)
+                        .or_insert_with(Node::virtual_owner);
+                    owner.dependents.push(uid);
+                    if standalone && owner.is(Flags::VIRTUAL) {
+                        // Never seen, or seen deleted: verify, and collect if it is gone.
+                        work.push(Work::AttemptToDelete(uid));
+                    }
+                }
+                Some(old) if old.block_owner_deletion == link.block_owner_deletion => continue,
+                Some(_) => {}
+            }
+            if self.nodes.get(&link.uid).is_some_and(|o| self.waits(o)) {
+                work.push(Work::SyncOwner(link.uid));
             }
         }
-        if flags.contains(Flags::ARMED | Flags::DELETING) {
+        if self.nodes.get(&uid).is_some_and(|n| self.waits(n)) {
             work.push(Work::SyncOwner(uid));
-        } else if flags.contains(Flags::OPTED_IN)
+        }
+        if standalone && flags.contains(Flags::DELETING | Flags::ORPHAN) {
+            work.push(Work::Orphan(uid));
+        }
+        if flags.contains(Flags::OPTED_IN)
             && !flags.contains(Flags::ARMED)
             && !flags.contains(Flags::DELETING)
         {
@@ -236,8 +341,40 @@ impl Graph {
         work
     }
 
-    /// An object is gone. It stays as a virtual node while dependents still name it.
+    /// An object is gone. It stays as a virtual node while dependents still name it; in
+    /// standalone mode they get another look.
     pub fn delete(&mut self, uid: Uid) -> Vec<Work> {
+        self.forget(uid, Flags::GONE)
+    }
+
+    /// A relist of `resource` is complete: objects of it that were not listed are gone.
+    pub fn reset(&mut self, resource: ResourceId, listed: &HashSet<Uid>) -> Vec<Work> {
+        self.of_resource(resource)
+            .into_iter()
+            .filter(|uid| !listed.contains(uid))
+            .flat_map(|uid| self.delete(uid))
+            .collect()
+    }
+
+    /// `resource` is no longer served: its objects are no longer seen, but that does not mean
+    /// they are gone (an aggregated API may be down), so they become virtual, not gone.
+    pub fn unserve(&mut self, resource: ResourceId) -> Vec<Work> {
+        self.of_resource(resource)
+            .into_iter()
+            .flat_map(|uid| self.forget(uid, Flags::empty()))
+            .collect()
+    }
+
+    fn of_resource(&self, resource: ResourceId) -> Vec<Uid> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.resource == Some(resource))
+            .map(|(uid, _)| *uid)
+            .collect()
+    }
+
+    /// Stops seeing `uid`: `Flags::GONE` when it is known to be deleted.
+    fn forget(&mut self, uid: Uid, gone: Flags) -> Vec<Work> {
         let mut work = Vec::new();
         let Some(node) = self.nodes.get_mut(&uid) else {
             return work;
@@ -246,27 +383,16 @@ impl Graph {
         if node.dependents.is_empty() {
             self.nodes.remove(&uid);
         } else {
-            node.flags = Flags::VIRTUAL;
+            node.flags = Flags::VIRTUAL | gone;
             node.resource = None;
+            if self.mode == Mode::Standalone && gone == Flags::GONE {
+                work.extend(node.dependents.iter().map(|d| Work::AttemptToDelete(*d)));
+            }
         }
         for owner in owners.iter() {
             self.unlink(owner.uid, uid, &mut work);
         }
         work
-    }
-
-    /// A relist of `resource` is complete: objects of it that were not listed are gone.
-    pub fn reset(&mut self, resource: ResourceId, listed: &HashSet<Uid>) -> Vec<Work> {
-        let missed: Vec<Uid> = self
-            .nodes
-            .iter()
-            .filter(|(uid, n)| n.resource == Some(resource) && !listed.contains(uid))
-            .map(|(uid, _)| *uid)
-            .collect();
-        missed
-            .into_iter()
-            .flat_map(|uid| self.delete(uid))
-            .collect()
     }
 
     /// Removes `dependent` from `owner`'s dependents; a virtual owner left without dependents
@@ -278,7 +404,7 @@ impl Graph {
         node.dependents.retain(|d| *d != dependent);
         if node.is(Flags::VIRTUAL) && node.dependents.is_empty() {
             self.nodes.remove(&owner);
-        } else if node.waiting_for_dependents() {
+        } else if self.nodes.get(&owner).is_some_and(|n| self.waits(n)) {
             work.push(Work::SyncOwner(owner));
         }
     }
@@ -294,27 +420,59 @@ mod tests {
         Uid::from_u128(n)
     }
 
-    fn object(n: u128, owners: &[u128], flags: Flags) -> Observed {
+    fn link(n: u128, block_owner_deletion: bool) -> OwnerLink {
+        OwnerLink {
+            uid: uid(n),
+            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
+            block_owner_deletion,
+        }
+    }
+
+    fn in_namespace(ns: &str, n: u128, owners: &[u128], flags: Flags) -> Observed {
         Observed {
             uid: uid(n),
-            namespace: Some("ns".into()),
+            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
+            namespace: Some(ns.into()),
             name: format!("o{n}"),
-            owners: owners
-                .iter()
-                .map(|o| OwnerLink {
-                    uid: uid(*o),
-                    block_owner_deletion: true,
-                })
-                .collect(),
+            resource_version: 1,
+            owners: owners.iter().map(|o| link(*o, true)).collect(),
             flags,
         }
     }
 
+    fn object(n: u128, owners: &[u128], flags: Flags) -> Observed {
+        in_namespace("ns", n, owners, flags)
+    }
+
     const WAITING: Flags = Flags(Flags::ARMED.0 | Flags::DELETING.0);
+    const FOREGROUND: Flags = Flags(Flags::FOREGROUND.0 | Flags::DELETING.0);
+    const ORPHANING: Flags = Flags(Flags::ORPHAN.0 | Flags::DELETING.0);
+
+    /// The graph's invariant: each owner's dependents are exactly the objects naming it.
+    fn check(g: &Graph) {
+        for (uid, node) in &g.nodes {
+            for owner in node.owners.iter() {
+                assert!(
+                    g.dependents(owner.uid).contains(uid),
+                    "{uid} not under its owner"
+                );
+            }
+            for dependent in &node.dependents {
+                let d = g.node(*dependent).expect("dependents exist");
+                assert!(d.owners.iter().any(|o| o.uid == *uid), "stale dependent");
+            }
+            if node.is(Flags::VIRTUAL) {
+                assert!(
+                    !node.dependents.is_empty(),
+                    "virtual nodes without dependents go"
+                );
+            }
+        }
+    }
 
     #[test]
     fn owners_referenced_before_they_are_seen_are_virtual_until_then() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(2, &[1], Flags::empty()));
         assert!(g.node(uid(1)).unwrap().is(Flags::VIRTUAL));
         assert_eq!(g.counts(), (1, 1));
@@ -322,11 +480,12 @@ mod tests {
         assert!(!g.node(uid(1)).unwrap().is(Flags::VIRTUAL));
         assert_eq!(g.dependents(uid(1)), [uid(2)]);
         assert_eq!(g.counts(), (2, 0));
+        check(&g);
     }
 
     #[test]
     fn a_waiting_owner_gets_another_look_when_a_dependent_goes_or_drops_it() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(1, &[], Flags::ARMED));
         g.apply(CM, object(2, &[1], Flags::empty()));
         g.apply(CM, object(3, &[1], Flags::empty()));
@@ -345,11 +504,69 @@ mod tests {
             g.apply(CM, object(4, &[1], Flags::empty())),
             [Work::SyncOwner(uid(1))]
         );
+        check(&g);
+    }
+
+    #[test]
+    fn cooperative_mode_leaves_foreground_orphan_and_background_to_the_cluster() {
+        let mut g = Graph::new(Mode::Cooperative);
+        g.apply(CM, object(1, &[], Flags::empty()));
+        g.apply(CM, object(2, &[1], Flags::empty()));
+        assert!(g.apply(CM, object(1, &[], FOREGROUND)).is_empty());
+        assert!(g.apply(CM, object(1, &[], ORPHANING)).is_empty());
+        assert!(g.delete(uid(1)).is_empty());
+        assert!(g.apply(CM, object(3, &[9], Flags::empty())).is_empty());
+    }
+
+    #[test]
+    fn standalone_mode_collects_in_the_background() {
+        let mut g = Graph::new(Mode::Standalone);
+        g.apply(CM, object(1, &[], Flags::empty()));
+        assert!(g.apply(CM, object(2, &[1], Flags::empty())).is_empty());
+        assert!(g.apply(CM, object(3, &[1], Flags::empty())).is_empty());
+        let mut work = g.delete(uid(1));
+        work.sort();
+        assert_eq!(
+            work,
+            [Work::AttemptToDelete(uid(2)), Work::AttemptToDelete(uid(3))]
+        );
+        assert!(g.node(uid(1)).unwrap().is(Flags::VIRTUAL | Flags::GONE));
+        // An owner never seen is verified; a dependent of a gone owner is collected.
+        assert_eq!(
+            g.apply(CM, object(4, &[9], Flags::empty())),
+            [Work::AttemptToDelete(uid(4))]
+        );
+        assert_eq!(
+            g.apply(CM, object(5, &[1], Flags::empty())),
+            [Work::AttemptToDelete(uid(5))]
+        );
+        check(&g);
+    }
+
+    #[test]
+    fn standalone_mode_handles_foreground_and_orphan() {
+        let mut g = Graph::new(Mode::Standalone);
+        g.apply(CM, object(1, &[], Flags::empty()));
+        g.apply(CM, object(2, &[1], Flags::empty()));
+        assert_eq!(
+            g.apply(CM, object(1, &[], FOREGROUND)),
+            [Work::SyncOwner(uid(1))]
+        );
+        // Unblocking a reference to a foreground owner is a change it waits for.
+        let mut unblocked = object(2, &[], Flags::empty());
+        unblocked.owners = vec![link(1, false)];
+        assert_eq!(g.apply(CM, unblocked), [Work::SyncOwner(uid(1))]);
+        assert_eq!(g.delete(uid(2)), [Work::SyncOwner(uid(1))]);
+        assert_eq!(
+            g.apply(CM, object(3, &[], ORPHANING)),
+            [Work::Orphan(uid(3))]
+        );
+        check(&g);
     }
 
     #[test]
     fn deleted_owners_stay_virtual_while_dependents_name_them() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(1, &[], Flags::empty()));
         g.apply(CM, object(2, &[1], Flags::empty()));
         g.delete(uid(1));
@@ -360,8 +577,41 @@ mod tests {
     }
 
     #[test]
+    fn an_unserved_resource_is_not_taken_for_deleted() {
+        let mut g = Graph::new(Mode::Standalone);
+        g.apply(ResourceId(1), object(1, &[], Flags::empty()));
+        g.apply(CM, object(2, &[1], Flags::empty()));
+        assert!(g.unserve(ResourceId(1)).is_empty());
+        let owner = g.node(uid(1)).unwrap();
+        assert!(owner.is(Flags::VIRTUAL) && !owner.is(Flags::GONE));
+        check(&g);
+    }
+
+    #[test]
+    fn references_reach_an_owner_only_with_its_coordinates_and_from_its_namespace() {
+        let mut g = Graph::new(Mode::Standalone);
+        g.apply(CM, in_namespace("a", 1, &[], Flags::empty()));
+        g.apply(CM, in_namespace("a", 2, &[1], Flags::empty()));
+        g.apply(CM, in_namespace("b", 3, &[1], Flags::empty()));
+        let mut wrong_kind = in_namespace("a", 4, &[], Flags::empty());
+        wrong_kind.owners = vec![OwnerLink {
+            coordinates: Coordinates::of("v1", "Secret", "o1"),
+            ..link(1, true)
+        }];
+        g.apply(CM, wrong_kind);
+        let valid: Vec<Uid> = g.valid_dependents(uid(1)).map(|(d, ..)| d).collect();
+        assert_eq!(valid, [uid(2)]);
+        assert_eq!(g.dependents(uid(1)).len(), 3);
+        // Another version of the same group and kind is the same owner.
+        assert_eq!(
+            Coordinates::of("rbac.authorization.k8s.io/v1", "Role", "r"),
+            Coordinates::of("rbac.authorization.k8s.io/v1beta1", "Role", "r")
+        );
+    }
+
+    #[test]
     fn opted_in_objects_without_the_finalizer_are_armed() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         assert_eq!(
             g.apply(CM, object(1, &[], Flags::OPTED_IN)),
             [Work::Arm(uid(1))]
@@ -378,7 +628,7 @@ mod tests {
 
     #[test]
     fn a_relist_removes_what_was_missed() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(1, &[], WAITING));
         g.apply(CM, object(2, &[1], Flags::empty()));
         g.apply(ResourceId(1), object(3, &[], Flags::empty()));
@@ -388,9 +638,29 @@ mod tests {
         assert!(g.node(uid(3)).is_some(), "other resources are left alone");
     }
 
+    /// GC-26: event sequences from the upstream graph tests keep the invariant.
+    #[test]
+    fn the_invariant_holds_through_rewiring_and_out_of_order_events() {
+        let mut g = Graph::new(Mode::Standalone);
+        // Dependents before owners, a chain, then a middle owner goes.
+        g.apply(CM, object(4, &[3], Flags::empty()));
+        g.apply(CM, object(3, &[1, 2], Flags::empty()));
+        check(&g);
+        g.apply(CM, object(1, &[], Flags::empty()));
+        g.apply(CM, object(2, &[], Flags::empty()));
+        g.apply(CM, object(4, &[2, 1], Flags::empty()));
+        check(&g);
+        g.delete(uid(3));
+        check(&g);
+        g.delete(uid(2));
+        g.apply(CM, object(4, &[], Flags::empty()));
+        check(&g);
+        assert_eq!(g.counts(), (2, 0));
+    }
+
     #[test]
     fn transitive_dependents_count_each_once_and_end_on_cycles() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(1, &[3], Flags::empty()));
         g.apply(CM, object(2, &[1], Flags::empty()));
         g.apply(CM, object(3, &[2], Flags::empty()));
@@ -401,7 +671,7 @@ mod tests {
 
     #[test]
     fn namespaces_are_interned() {
-        let mut g = Graph::new();
+        let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(1, &[], Flags::empty()));
         g.apply(CM, object(2, &[], Flags::empty()));
         let a = g.node(uid(1)).unwrap().namespace.clone().unwrap();
