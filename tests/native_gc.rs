@@ -20,6 +20,7 @@ const GC_TIMEOUT: Duration = Duration::from_secs(60);
 /// dependents are gone; a dependent held by a foreign finalizer keeps it waiting.
 #[tokio::test]
 async fn foreground_deletion_by_the_cluster_gc() {
+    support::kcm(support::Kcm::Gc);
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "foreground_deletion_by_the_cluster_gc").await;
     let api = ns.api::<ConfigMap>();
@@ -73,6 +74,7 @@ async fn foreground_deletion_by_the_cluster_gc() {
 /// Background deletion: the owner goes at once, and its dependents follow.
 #[tokio::test]
 async fn background_deletion_by_the_cluster_gc() {
+    support::kcm(support::Kcm::Gc);
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "background_deletion_by_the_cluster_gc").await;
     let api = ns.api::<ConfigMap>();

@@ -83,7 +83,7 @@ impl Shared {
         let recorder = Recorder::new(
             cluster.client.clone(),
             Reporter {
-                controller: "syncgc".into(),
+                controller: workers::EVENT_REPORTER.into(),
                 instance: std::env::var("POD_NAME").ok(),
             },
         );

@@ -28,6 +28,8 @@ const GENERATION_RECHECK: Duration = Duration::from_secs(1);
 const NAMES_IN_EVENTS: usize = 5;
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
+/// The controller named in syncgc's Events.
+pub(super) const EVENT_REPORTER: &str = "syncgc";
 
 /// What the graph alone says about a dependent.
 enum Plan {
@@ -637,9 +639,58 @@ impl Shared {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&event, &reference).await {
+        let published = if reference.namespace.is_some() {
+            self.recorder.publish(&event, &reference).await
+        } else {
+            self.cluster_scoped_event(event, reference).await
+        };
+        if let Err(err) = published {
             tracing::debug!(%err, reason, "could not record an event");
         }
+    }
+
+    /// An Event about a cluster-scoped object: the events.k8s.io API of Kubernetes before
+    /// 1.22 only takes those in `kube-system`, where the recorder does not put them.
+    async fn cluster_scoped_event(
+        &self,
+        event: Event,
+        regarding: ObjectReference,
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let now = Timestamp::now();
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or("syncgc"),
+            now.as_nanosecond()
+        );
+        let event = K8sEvent {
+            action: Some(event.action),
+            reason: Some(event.reason),
+            note: event.note,
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding),
+            metadata: ObjectMeta {
+                name: Some(name),
+                ..Default::default()
+            },
+            reporting_controller: Some(EVENT_REPORTER.to_owned()),
+            reporting_instance: Some(
+                std::env::var("POD_NAME").unwrap_or_else(|_| EVENT_REPORTER.to_owned()),
+            ),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            ..Default::default()
+        };
+        kube::Api::<K8sEvent>::namespaced(self.cluster.client.clone(), "kube-system")
+            .create(&Default::default(), &event)
+            .await
+            .map(drop)
     }
 }
 

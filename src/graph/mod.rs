@@ -314,8 +314,13 @@ impl Graph {
                         .entry(link.uid)
                         .or_insert_with(Node::virtual_owner);
                     owner.dependents.push(uid);
-                    if standalone && owner.is(Flags::VIRTUAL) {
-                        // Never seen, or seen deleted: verify, and collect if it is gone.
+                    let owner = &self.nodes[&link.uid];
+                    if standalone
+                        && (owner.is(Flags::VIRTUAL)
+                            || !owner.is_owner_through(&self.nodes[&uid], link))
+                    {
+                        // Never seen, seen deleted, or not what the reference names: verify,
+                        // and collect if it is gone.
                         work.push(Work::AttemptToDelete(uid));
                     }
                 }
@@ -599,9 +604,15 @@ mod tests {
             ..link(1, true)
         }];
         g.apply(CM, wrong_kind);
+        let mut other_namespace = in_namespace("b", 5, &[], Flags::empty());
+        other_namespace.owners = vec![link(1, true)];
+        assert_eq!(
+            g.apply(CM, other_namespace),
+            [Work::AttemptToDelete(uid(5))]
+        );
         let valid: Vec<Uid> = g.valid_dependents(uid(1)).map(|(d, ..)| d).collect();
         assert_eq!(valid, [uid(2)]);
-        assert_eq!(g.dependents(uid(1)).len(), 3);
+        assert_eq!(g.dependents(uid(1)).len(), 4);
         // Another version of the same group and kind is the same owner.
         assert_eq!(
             Coordinates::of("rbac.authorization.k8s.io/v1", "Role", "r"),

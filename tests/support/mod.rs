@@ -3,6 +3,7 @@
 //! Without it these tests fail with a message that says so; they never skip.
 #![allow(dead_code)]
 
+pub mod gc;
 pub mod process;
 pub mod webhook;
 
@@ -10,7 +11,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -65,6 +66,35 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Which garbage collector kube-controller-manager runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kcm {
+    /// Its own GC (for syncgc in cooperative mode, and for the native side of comparisons).
+    Gc,
+    /// No GC (for syncgc in standalone mode).
+    NoGc,
+}
+
+/// (Re)starts kube-controller-manager in `mode` unless it runs so already
+/// (`hack/cluster.sh kcm`). Test binaries run one at a time, and each asks for the mode it needs.
+pub fn kcm(mode: Kcm) {
+    let arg = match mode {
+        Kcm::Gc => "gc",
+        Kcm::NoGc => "nogc",
+    };
+    static SWITCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = SWITCHING.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
+        .args(["kcm", arg])
+        .output()
+        .expect("running hack/cluster.sh");
+    assert!(
+        out.status.success(),
+        "hack/cluster.sh kcm {arg}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A namespace of a test's own, deleted when the value is dropped (also when the test fails).
@@ -140,25 +170,30 @@ impl Drop for TestNamespace {
         let name = self.name.clone();
         cleanup(move |client| async move {
             // Nothing may keep the namespace from going: drop the finalizers tests left.
-            let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &name);
-            if let Ok(list) = config_maps.list_metadata(&Default::default()).await {
-                let clear = serde_json::json!({ "metadata": { "finalizers": null } });
-                for item in list.items.iter().filter(|i| !i.finalizers().is_empty()) {
-                    let _ = config_maps
-                        .patch_metadata(
-                            &item.name_any(),
-                            &Default::default(),
-                            &Patch::Merge(&clear),
-                        )
-                        .await;
-                }
-            }
+            clear_all_finalizers(&Api::<ConfigMap>::namespaced(client.clone(), &name)).await;
+            clear_all_finalizers(&Api::<Pod>::namespaced(client.clone(), &name)).await;
+            clear_all_finalizers(&Api::<Secret>::namespaced(client.clone(), &name)).await;
             Api::<Namespace>::all(client)
                 .delete(&name, &DeleteParams::background())
                 .await
                 .map_err(|err| anyhow::anyhow!("deleting namespace {name}: {err}"))?;
             Ok(())
         });
+    }
+}
+
+async fn clear_all_finalizers<K>(api: &Api<K>)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Ok(list) = api.list_metadata(&Default::default()).await else {
+        return;
+    };
+    let clear = serde_json::json!({ "metadata": { "finalizers": null } });
+    for item in list.items.iter().filter(|i| !i.finalizers().is_empty()) {
+        let _ = api
+            .patch_metadata(&item.name_any(), &Default::default(), &Patch::Merge(&clear))
+            .await;
     }
 }
 

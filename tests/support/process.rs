@@ -35,6 +35,13 @@ impl Syncgc {
     /// Starts `syncgc run` with `args` on top of the defaults, registers its webhook and waits
     /// until it is ready (every watch listed).
     pub fn start(name: &str, args: &[&str]) -> Self {
+        // kube-controller-manager's GC runs beside syncgc in cooperative mode, not standalone.
+        let standalone = args.windows(2).any(|a| a == ["--mode", "standalone"]);
+        super::kcm(if standalone {
+            super::Kcm::NoGc
+        } else {
+            super::Kcm::Gc
+        });
         let certs = tempfile::tempdir().unwrap();
         let dir = certs.path();
         let status = Command::new(env!("CARGO_BIN_EXE_syncgc"))

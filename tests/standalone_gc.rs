@@ -1,0 +1,799 @@
+//! syncgc as the cluster's whole garbage collector (`--mode standalone`): the real apiserver,
+//! kube-controller-manager **without** its GC, and one `syncgc run --mode standalone` process.
+//! The Kubernetes GC integration suite (test/integration/garbagecollector, 1.20) ported scenario
+//! by scenario, named as in SCENARIOS.md (GC-nn), plus properties from its unit tests and known
+//! upstream bugs. GC-12 and GC-13 need syncgc started after their objects: `standalone_start.rs`.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ReplicationController};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use support::gc::{delete_with, make, owner_names, pod, rc, reference, service_account_ready};
+use support::process::Syncgc;
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
+    eventually, gone, owner_ref,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+const X_Y: &str = "x/y";
+
+fn syncgc() -> &'static Syncgc {
+    static SHARED: OnceLock<Syncgc> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        Syncgc::start(
+            &format!("syncgc-standalone-{}", std::process::id()),
+            &["--mode", "standalone", "--qps", "500", "--burst", "1000"],
+        )
+    })
+}
+
+async fn namespace(test: &str) -> TestNamespace {
+    tokio::task::spawn_blocking(syncgc).await.unwrap();
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, test).await;
+    service_account_ready(&ns).await;
+    ns
+}
+
+async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    gone(api, name).await.is_none()
+}
+
+/// Checks `still` for `how_long` and fails as soon as it stops holding.
+async fn stays<F, Fut>(what: &str, how_long: Duration, mut still: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + how_long;
+    while tokio::time::Instant::now() < until {
+        assert!(still().await, "{what} stopped holding");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn warnings(client: &kube::Client, object: &str, reason: &str) -> usize {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+        .count()
+}
+
+/// GC-01 TestCascadingDeletion.
+#[tokio::test]
+async fn gc01_cascading_deletion() {
+    let ns = namespace("gc01_cascading_deletion").await;
+    let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
+    let rc1 = make(&rcs, rc("rc1", &[])).await;
+    let rc2 = make(&rcs, rc("rc2", &[])).await;
+    make(&pods, pod("pod1", vec![owner_ref(&rc1, false)], &[])).await;
+    make(&pods, pod("pod2", vec![], &[])).await;
+    make(
+        &pods,
+        pod(
+            "pod3",
+            vec![owner_ref(&rc1, false), owner_ref(&rc2, false)],
+            &[],
+        ),
+    )
+    .await;
+
+    rcs.delete("rc1", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("pod1 is collected", WAIT, || gone(&pods, "pod1")).await;
+    eventually("pod3 loses its reference to rc1", WAIT, || async {
+        let pod3 = pods.get("pod3").await.unwrap();
+        (owner_names(&pod3) == ["rc2"]).then_some(())
+    })
+    .await;
+    assert!(exists(&pods, "pod2").await);
+}
+
+/// GC-02 TestCreateWithNonExistentOwner: an owner never seen is verified by a live read.
+#[tokio::test]
+async fn gc02_create_with_nonexistent_owner() {
+    let ns = namespace("gc02_create_with_nonexistent_owner").await;
+    let pods = ns.api::<Pod>();
+    let missing = reference(
+        "v1",
+        "ReplicationController",
+        "test.rc.1",
+        "doesn't matter",
+        None,
+    );
+    make(&pods, pod("pod", vec![missing], &[])).await;
+    eventually("the pod is collected", Duration::from_secs(30), || {
+        gone(&pods, "pod")
+    })
+    .await;
+}
+
+/// GC-03 TestStressingCascadingDeletion: 10 collections of 5 variants, each an RC with 3 pods.
+#[tokio::test]
+async fn gc03_stressing_cascading_deletion() {
+    let ns = namespace("gc03_stressing_cascading_deletion").await;
+    let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
+    let variants: [(&[&str], serde_json::Value); 5] = [
+        (&[], json!({})),
+        (&["orphan"], json!({})),
+        (&["orphan"], json!({ "orphanDependents": false })),
+        (&[], json!({ "orphanDependents": true })),
+        (&[], json!({ "propagationPolicy": "Orphan" })),
+    ];
+    let mut made = Vec::new();
+    for i in 0..10 {
+        for (v, (finalizers, _)) in variants.iter().enumerate() {
+            let name = format!("rc-{v}-{i}");
+            made.push((v, name.clone(), make(&rcs, rc(&name, finalizers)).await));
+        }
+    }
+    futures::future::join_all(made.iter().flat_map(|(_, name, owner)| {
+        let pods = &pods;
+        (0..3).map(move |p| {
+            make(
+                pods,
+                pod(&format!("{name}-{p}"), vec![owner_ref(owner, false)], &[]),
+            )
+        })
+    }))
+    .await;
+    // The orphan variants need the collector to have seen the pods (GCR-01).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    futures::future::join_all(made.iter().map(|(v, name, _)| {
+        delete_with::<ReplicationController>(&ns.client, &ns.name, name, variants[*v].1.clone())
+    }))
+    .await;
+
+    eventually(
+        "no RC is left and only the orphans remain",
+        Duration::from_secs(300),
+        || async {
+            let left_rcs = rcs
+                .list_metadata(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len();
+            let left = pods
+                .list_metadata(&ListParams::default())
+                .await
+                .unwrap()
+                .items;
+            (left_rcs == 0 && left.len() == 120).then_some(())
+        },
+    )
+    .await;
+    let left = pods
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        left.iter().all(|p| !p.name_any().starts_with("rc-2-")),
+        "variant 3 is collected"
+    );
+    assert!(
+        left.iter().all(|p| p.owner_references().is_empty()),
+        "orphans keep no reference"
+    );
+}
+
+/// GC-04 TestOrphaning.
+#[tokio::test]
+async fn gc04_orphaning() {
+    let ns = namespace("gc04_orphaning").await;
+    let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
+    let owner = make(&rcs, rc("rc", &[])).await;
+    for i in 0..3 {
+        make(
+            &pods,
+            pod(&format!("pod{i}"), vec![owner_ref(&owner, false)], &[]),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    delete_with::<ReplicationController>(
+        &ns.client,
+        &ns.name,
+        "rc",
+        json!({ "orphanDependents": true }),
+    )
+    .await;
+    eventually("the RC is gone", Duration::from_secs(30), || {
+        gone(&rcs, "rc")
+    })
+    .await;
+    for i in 0..3 {
+        let p = pods.get(&format!("pod{i}")).await.unwrap();
+        assert!(
+            p.owner_references().is_empty(),
+            "{:?}",
+            p.owner_references()
+        );
+    }
+}
+
+/// GC-05 TestSolidOwnerDoesNotBlockWaitingOwner.
+#[tokio::test]
+async fn gc05_solid_owner_does_not_block_waiting_owner() {
+    let ns = namespace("gc05_solid_owner").await;
+    let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
+    let rc1 = make(&rcs, rc("rc1", &[])).await;
+    let rc2 = make(&rcs, rc("rc2", &[])).await;
+    make(
+        &pods,
+        pod(
+            "pod",
+            vec![owner_ref(&rc1, true), owner_ref(&rc2, false)],
+            &[],
+        ),
+    )
+    .await;
+    rcs.delete("rc1", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("rc1 is gone", Duration::from_secs(30), || gone(&rcs, "rc1")).await;
+    assert_eq!(owner_names(&pods.get("pod").await.unwrap()), ["rc2"]);
+}
+
+/// GC-06 TestNonBlockingOwnerRefDoesNotBlock, GC-59.
+#[tokio::test]
+async fn gc06_non_blocking_owner_ref_does_not_block() {
+    let ns = namespace("gc06_non_blocking").await;
+    let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
+    let owner = make(&rcs, rc("rc", &[])).await;
+    let mut unset = owner_ref(&owner, false);
+    unset.block_owner_deletion = None;
+    make(&pods, pod("pod1", vec![unset], &[X_Y])).await;
+    make(&pods, pod("pod2", vec![owner_ref(&owner, false)], &[X_Y])).await;
+    rcs.delete("rc", &DeleteParams::foreground()).await.unwrap();
+    eventually("the RC is gone", Duration::from_secs(30), || {
+        gone(&rcs, "rc")
+    })
+    .await;
+    for name in ["pod1", "pod2"] {
+        eventually("the dependent is being deleted", WAIT, || {
+            being_deleted(&pods, name)
+        })
+        .await;
+        clear_finalizers(&pods, name).await;
+    }
+}
+
+/// GC-07 TestDoubleDeletionWithFinalizer (#77081, #81081), GCR-05.
+#[tokio::test]
+async fn gc07_double_deletion_with_finalizer() {
+    let ns = namespace("gc07_double_deletion").await;
+    let pods = ns.api::<Pod>();
+    make(&pods, pod("pod", vec![], &[X_Y])).await;
+    for round in 0..2 {
+        pods.delete("pod", &DeleteParams::foreground())
+            .await
+            .unwrap();
+        eventually(
+            &format!("foregroundDeletion is removed (round {round})"),
+            Duration::from_secs(10),
+            || async { (pods.get("pod").await.unwrap().finalizers() == [X_Y]).then_some(()) },
+        )
+        .await;
+    }
+    let remove = json!([{ "op": "remove", "path": "/metadata/finalizers" }]);
+    pods.patch(
+        "pod",
+        &PatchParams::default(),
+        &Patch::<()>::Json(serde_json::from_value(remove).unwrap()),
+    )
+    .await
+    .unwrap();
+    eventually("the pod is gone", Duration::from_secs(10), || {
+        gone(&pods, "pod")
+    })
+    .await;
+}
+
+/// GC-08 TestBlockingOwnerRefDoesBlock, with kcp's extension: letting the dependent go lets
+/// the owner go.
+#[tokio::test]
+async fn gc08_blocking_owner_ref_does_block() {
+    let ns = namespace("gc08_blocking").await;
+    let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
+    let owner = make(&rcs, rc("rc", &[])).await;
+    make(&pods, pod("pod", vec![owner_ref(&owner, true)], &[X_Y])).await;
+    rcs.delete("rc", &DeleteParams::foreground()).await.unwrap();
+    stays(
+        "the RC waits, in foreground deletion",
+        Duration::from_secs(15),
+        || async {
+            let rc = rcs.get("rc").await.unwrap();
+            rc.finalizers().iter().any(|f| f == "foregroundDeletion") && exists(&pods, "pod").await
+        },
+    )
+    .await;
+    clear_finalizers(&pods, "pod").await;
+    eventually("the pod is gone", WAIT, || gone(&pods, "pod")).await;
+    eventually("the RC is gone", WAIT, || gone(&rcs, "rc")).await;
+}
+
+/// GC-09 TestCustomResourceCascadingDeletion.
+#[tokio::test]
+async fn gc09_custom_resource_cascading_deletion() {
+    let ns = namespace("gc09_custom_resource").await;
+    let resource = create_crd(&ns, "Owner", "owners").await;
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let owner = make_custom(&api, &resource, "owner", vec![]).await;
+    make_custom(
+        &api,
+        &resource,
+        "dependent",
+        vec![custom_ref(&resource, &owner)],
+    )
+    .await;
+    api.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
+    eventually("the dependent is gone", WAIT, || gone(&api, "dependent")).await;
+    delete_crd(&ns.client, &resource).await;
+}
+
+/// GC-10 TestMixedRelationships.
+#[tokio::test]
+async fn gc10_mixed_relationships() {
+    let ns = namespace("gc10_mixed").await;
+    let resource = create_crd(&ns, "Mixed", "mixeds").await;
+    let custom: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+    let maps = ns.api::<ConfigMap>();
+    let custom_owner = make_custom(&custom, &resource, "custom-owner", vec![]).await;
+    create(
+        &maps,
+        &config_map("core-dependent", vec![custom_ref(&resource, &custom_owner)]),
+    )
+    .await;
+    let core_owner = create(&maps, &config_map("core-owner", vec![])).await;
+    make_custom(
+        &custom,
+        &resource,
+        "custom-dependent",
+        vec![owner_ref(&core_owner, false)],
+    )
+    .await;
+
+    custom
+        .delete("custom-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the custom owner is gone", WAIT, || {
+        gone(&custom, "custom-owner")
+    })
+    .await;
+    eventually("its core dependent is gone", WAIT, || {
+        gone(&maps, "core-dependent")
+    })
+    .await;
+    maps.delete("core-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the core owner is gone", WAIT, || gone(&maps, "core-owner")).await;
+    eventually("its custom dependent is gone", WAIT, || {
+        gone(&custom, "custom-dependent")
+    })
+    .await;
+    delete_crd(&ns.client, &resource).await;
+}
+
+/// GC-11 TestCRDDeletionCascading, twice: the collector drops the watch of the deleted kind
+/// and watches it again when it comes back.
+#[tokio::test]
+async fn gc11_crd_deletion_cascading() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let ns = namespace("gc11_crd_deletion").await;
+    let maps = ns.api::<ConfigMap>();
+    for pass in 0..2 {
+        let resource = create_crd(&ns, "Parent", "parents").await;
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
+        let owner = eventually("the new kind is served", WAIT, || async {
+            let obj = kube::api::DynamicObject::new("owner", &resource).data(json!({}));
+            api.create(&Default::default(), &obj).await.ok()
+        })
+        .await;
+        let dependent = format!("dependent-{pass}");
+        create(
+            &maps,
+            &config_map(&dependent, vec![custom_ref(&resource, &owner)]),
+        )
+        .await;
+        // Upstream waits for the GC's resync period; syncgc rediscovers every 20 s.
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        delete_crd(&ns.client, &resource).await;
+        // Once the kind is gone, so is its URL: a 404 either way.
+        eventually("the custom owner is gone", WAIT, || async {
+            match api.get_opt("owner").await {
+                Ok(None) => Some(()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+        eventually("its ConfigMap dependent is gone", WAIT, || {
+            gone(&maps, &dependent)
+        })
+        .await;
+        let crds = Api::<CustomResourceDefinition>::all(ns.client.clone());
+        let name = format!("{}.{}", resource.plural, resource.group);
+        eventually("the CRD is gone", WAIT, || gone(&crds, &name)).await;
+    }
+}
+
+/// GC-36/GC-37: a reference to a namespaced owner that lives in another namespace names
+/// nothing in the dependent's namespace: the dependent is collected, with a Warning, and the
+/// owner is untouched.
+#[tokio::test]
+async fn gc36_reference_across_namespaces_is_dangling() {
+    let ns1 = namespace("gc36_ns1").await;
+    let ns2 = namespace("gc36_ns2").await;
+    let (maps1, maps2) = (ns1.api::<ConfigMap>(), ns2.api::<ConfigMap>());
+    let owner = create(&maps2, &config_map("owner", vec![])).await;
+    create(&maps2, &config_map("good", vec![owner_ref(&owner, false)])).await;
+    create(&maps1, &config_map("bad", vec![owner_ref(&owner, false)])).await;
+    eventually(
+        "the child in the wrong namespace is collected",
+        WAIT,
+        || gone(&maps1, "bad"),
+    )
+    .await;
+    eventually("a Warning says why", WAIT, || async {
+        (warnings(&ns1.client, "bad", "OwnerRefInvalidNamespace").await > 0).then_some(())
+    })
+    .await;
+    stays(
+        "the owner and its good child stay",
+        Duration::from_secs(5),
+        || async { exists(&maps2, "owner").await && exists(&maps2, "good").await },
+    )
+    .await;
+}
+
+/// GC-38/GC-39, GCR-11: a cluster-scoped object with a namespaced owner is never collected, and
+/// a Warning says so.
+#[tokio::test]
+async fn gc38_cluster_scoped_child_of_namespaced_owner_is_kept() {
+    let ns = namespace("gc38_cluster_scoped_child").await;
+    let owner = create(&ns.api::<ConfigMap>(), &config_map("owner", vec![])).await;
+    let roles = Api::<ClusterRole>::all(ns.client.clone());
+    let name = format!("{}-child", ns.name);
+    let child: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": name, "ownerReferences": [owner_ref(&owner, false)] }
+    }))
+    .unwrap();
+    make(&roles, child).await;
+    ns.api::<ConfigMap>()
+        .delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("a Warning says why it is kept", WAIT, || async {
+        (warnings(&ns.client, &name, "OwnerRefInvalidNamespace").await > 0).then_some(())
+    })
+    .await;
+    stays(
+        "the cluster-scoped child stays",
+        Duration::from_secs(5),
+        || exists(&roles, &name),
+    )
+    .await;
+    roles.delete(&name, &DeleteParams::default()).await.unwrap();
+}
+
+/// GC-45..47, GCR-12: a reference with the uid of an existing owner but another kind is
+/// dangling; one with the right kind is not.
+#[tokio::test]
+async fn gc45_reference_with_the_wrong_kind_is_dangling() {
+    let ns = namespace("gc45_wrong_kind").await;
+    let maps = ns.api::<ConfigMap>();
+    let owner = create(&maps, &config_map("owner", vec![])).await;
+    let wrong = reference("v1", "Secret", "owner", &owner.uid().unwrap(), None);
+    create(&maps, &config_map("bad", vec![wrong])).await;
+    create(&maps, &config_map("good", vec![owner_ref(&owner, false)])).await;
+    eventually("the badly referring child is collected", WAIT, || {
+        gone(&maps, "bad")
+    })
+    .await;
+    stays("the good child stays", Duration::from_secs(3), || {
+        exists(&maps, "good")
+    })
+    .await;
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the good child follows its owner", WAIT, || {
+        gone(&maps, "good")
+    })
+    .await;
+}
+
+/// GC-54: a plain DELETE takes each type's default: `orphan` for v1 ReplicationControllers,
+/// background for apps/v1 ReplicaSets.
+#[tokio::test]
+async fn gc54_default_propagation_per_type() {
+    let ns = namespace("gc54_defaults").await;
+    let (rcs, pods, sets) = (
+        ns.api::<ReplicationController>(),
+        ns.api::<Pod>(),
+        ns.api::<ReplicaSet>(),
+    );
+    let owner = make(&rcs, rc("rc", &[])).await;
+    make(&pods, pod("of-rc", vec![owner_ref(&owner, false)], &[])).await;
+    let set: ReplicaSet = serde_json::from_value(json!({
+        "metadata": { "name": "rs" },
+        "spec": { "replicas": 0, "selector": { "matchLabels": { "rs": "rs" } },
+            "template": { "metadata": { "labels": { "rs": "rs" } },
+                "spec": { "containers": [{ "name": "c", "image": "fake.invalid/none" }] } } }
+    }))
+    .unwrap();
+    let set = make(&sets, set).await;
+    make(&pods, pod("of-rs", vec![owner_ref(&set, false)], &[])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rcs.delete("rc", &DeleteParams::default()).await.unwrap();
+    sets.delete("rs", &DeleteParams::default()).await.unwrap();
+    eventually("the RC is gone", WAIT, || gone(&rcs, "rc")).await;
+    eventually("the ReplicaSet's pod is collected", WAIT, || {
+        gone(&pods, "of-rs")
+    })
+    .await;
+    assert!(
+        pods.get("of-rc")
+            .await
+            .unwrap()
+            .owner_references()
+            .is_empty()
+    );
+}
+
+/// GC-55: a second DELETE with Orphan turns a waiting foreground deletion into orphaning.
+#[tokio::test]
+async fn gc55_orphan_after_foreground_orphans() {
+    let ns = namespace("gc55_policy_swap").await;
+    let maps = ns.api::<ConfigMap>();
+    let mut owner = config_map("owner", vec![]);
+    owner.metadata.finalizers = Some(vec![X_Y.into()]);
+    let owner = create(&maps, &owner).await;
+    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
+    held.metadata.finalizers = Some(vec![X_Y.into()]);
+    create(&maps, &held).await;
+    maps.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the held dependent is being deleted", WAIT, || {
+        being_deleted(&maps, "held")
+    })
+    .await;
+    maps.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    eventually("the held dependent is orphaned", WAIT, || async {
+        let held = maps.get("held").await.unwrap();
+        held.owner_references().is_empty().then_some(())
+    })
+    .await;
+    eventually("orphan is removed", WAIT, || async {
+        (maps.get("owner").await.unwrap().finalizers() == [X_Y]).then_some(())
+    })
+    .await;
+    clear_finalizers(&maps, "owner").await;
+    clear_finalizers(&maps, "held").await;
+}
+
+/// GC-56: an owner deleted and made again under the same name: the old one's dependents go,
+/// the new one's stay.
+#[tokio::test]
+async fn gc56_same_name_new_uid() {
+    let ns = namespace("gc56_same_name").await;
+    let maps = ns.api::<ConfigMap>();
+    let old = create(&maps, &config_map("owner", vec![])).await;
+    create(
+        &maps,
+        &config_map("old-child", vec![owner_ref(&old, false)]),
+    )
+    .await;
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    let new = create(&maps, &config_map("owner", vec![])).await;
+    create(
+        &maps,
+        &config_map("new-child", vec![owner_ref(&new, false)]),
+    )
+    .await;
+    eventually("the old owner's child is collected", WAIT, || {
+        gone(&maps, "old-child")
+    })
+    .await;
+    stays(
+        "the new owner's child stays",
+        Duration::from_secs(3),
+        || exists(&maps, "new-child"),
+    )
+    .await;
+}
+
+/// GC-58, GC-60: an owner deleted in the background but kept by a finalizer is solid; its
+/// dependents (even blocking ones) go once it is gone.
+#[tokio::test]
+async fn gc58_owner_kept_by_a_finalizer_is_solid() {
+    let ns = namespace("gc58_solid_while_finalizing").await;
+    let maps = ns.api::<ConfigMap>();
+    let mut owner = config_map("owner", vec![]);
+    owner.metadata.finalizers = Some(vec![X_Y.into()]);
+    let owner = create(&maps, &owner).await;
+    create(&maps, &config_map("child", vec![owner_ref(&owner, true)])).await;
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    stays(
+        "the child stays while its owner exists",
+        Duration::from_secs(5),
+        || exists(&maps, "child"),
+    )
+    .await;
+    clear_finalizers(&maps, "owner").await;
+    eventually("the child is collected", WAIT, || gone(&maps, "child")).await;
+}
+
+/// GC-61: orphaning by one owner leaves the other's reference; deleting that one collects.
+#[tokio::test]
+async fn gc61_orphan_one_owner_then_delete_the_other() {
+    let ns = namespace("gc61_two_owners").await;
+    let maps = ns.api::<ConfigMap>();
+    let a = create(&maps, &config_map("a", vec![])).await;
+    let b = create(&maps, &config_map("b", vec![])).await;
+    create(
+        &maps,
+        &config_map("d", vec![owner_ref(&a, false), owner_ref(&b, false)]),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    maps.delete("a", &DeleteParams::orphan()).await.unwrap();
+    eventually("a is gone", WAIT, || gone(&maps, "a")).await;
+    assert_eq!(owner_names(&maps.get("d").await.unwrap()), ["b"]);
+    maps.delete("b", &DeleteParams::background()).await.unwrap();
+    eventually("d is collected", WAIT, || gone(&maps, "d")).await;
+}
+
+/// GCR-06 (#89503): a second orphaning DELETE's `orphan` finalizer is removed too.
+#[tokio::test]
+async fn gcr06_orphan_twice() {
+    let ns = namespace("gcr06_orphan_twice").await;
+    let pods = ns.api::<Pod>();
+    make(&pods, pod("pod", vec![], &[X_Y])).await;
+    for round in 0..2 {
+        delete_with::<Pod>(
+            &ns.client,
+            &ns.name,
+            "pod",
+            json!({ "orphanDependents": true }),
+        )
+        .await;
+        eventually(
+            &format!("orphan is removed (round {round})"),
+            Duration::from_secs(10),
+            || async { (pods.get("pod").await.unwrap().finalizers() == [X_Y]).then_some(()) },
+        )
+        .await;
+    }
+    clear_finalizers(&pods, "pod").await;
+    eventually("the pod is gone", Duration::from_secs(10), || {
+        gone(&pods, "pod")
+    })
+    .await;
+}
+
+/// A foreground deletion through an ownership cycle (A owns B, B owns A, both blocking) ends:
+/// B's reference to the waiting A is unblocked and B deleted in foreground.
+#[tokio::test]
+async fn foreground_cycle_does_not_deadlock() {
+    let ns = namespace("foreground_cycle").await;
+    let maps = ns.api::<ConfigMap>();
+    let a = create(&maps, &config_map("a", vec![])).await;
+    let b = create(&maps, &config_map("b", vec![owner_ref(&a, true)])).await;
+    maps.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "metadata": { "ownerReferences": [owner_ref(&b, true)] }
+        })),
+    )
+    .await
+    .unwrap();
+    create(&maps, &config_map("c", vec![owner_ref(&b, true)])).await;
+    maps.delete("a", &DeleteParams::foreground()).await.unwrap();
+    for name in ["a", "b", "c"] {
+        eventually(&format!("{name} is gone"), WAIT, || gone(&maps, name)).await;
+    }
+}
+
+/// A three-level tree in foreground: each level goes after the one below, and syncgc counts
+/// its work by propagation and finalizer.
+#[tokio::test]
+async fn foreground_tree_goes_leaf_first_and_is_counted() {
+    let ns = namespace("foreground_tree").await;
+    let maps = ns.api::<ConfigMap>();
+    let before = syncgc().metric("syncgc_gc_finalizers_removed_total");
+    let root = create(&maps, &config_map("root", vec![])).await;
+    for i in 0..3 {
+        let mid = create(
+            &maps,
+            &config_map(&format!("mid{i}"), vec![owner_ref(&root, true)]),
+        )
+        .await;
+        for j in 0..3 {
+            create(
+                &maps,
+                &config_map(&format!("leaf{i}{j}"), vec![owner_ref(&mid, true)]),
+            )
+            .await;
+        }
+    }
+    maps.delete("root", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the root is gone", WAIT, || gone(&maps, "root")).await;
+    let left = maps
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        left.iter().all(|m| m.name_any() == "kube-root-ca.crt"),
+        "the root went last: {:?}",
+        left.iter().map(|m| m.name_any()).collect::<Vec<_>>()
+    );
+    assert!(syncgc().metric("syncgc_gc_finalizers_removed_total") >= before + 4.0);
+    assert!(syncgc().metric("syncgc_gc_deletions_total") > 0.0);
+}
+
+async fn make_custom(
+    api: &Api<kube::api::DynamicObject>,
+    resource: &kube::api::ApiResource,
+    name: &str,
+    owners: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+) -> kube::api::DynamicObject {
+    let mut obj = kube::api::DynamicObject::new(name, resource).data(json!({}));
+    obj.metadata.owner_references = Some(owners);
+    // A new kind takes a moment to be served.
+    eventually(&format!("{name} is created"), WAIT, || async {
+        api.create(&Default::default(), &obj).await.ok()
+    })
+    .await
+}
+
+fn custom_ref(
+    resource: &kube::api::ApiResource,
+    owner: &kube::api::DynamicObject,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    reference(
+        &resource.api_version,
+        &resource.kind,
+        &owner.name_any(),
+        &owner.uid().unwrap(),
+        Some(true),
+    )
+}
