@@ -18,6 +18,9 @@ pub struct Resource {
     pub namespaced: bool,
     /// Still served, as of the last discovery.
     pub served: bool,
+    /// Watched (not ignored). Ignored resources stay in the table so that owners of their
+    /// kinds can still be read.
+    pub watched: bool,
 }
 
 /// The table of resources, indexed by [`ResourceId`].
@@ -126,7 +129,7 @@ pub enum DiscoveryError {
 }
 
 /// Asks the apiserver (group by group) for the resources it serves with list, watch and delete,
-/// leaving out `ignored` ones.
+/// marking `ignored` ones as not watched.
 pub async fn discover(
     client: &Client,
     ignored: &[String],
@@ -142,8 +145,8 @@ pub async fn discover(
                 .iter()
                 .all(|verb| caps.supports_operation(verb))
         })
-        .filter(|(api, _)| !ignored.contains(&resource_name(api)))
         .map(|(api, caps)| Resource {
+            watched: !ignored.contains(&resource_name(&api)),
             api,
             namespaced: caps.scope == Scope::Namespaced,
             served: true,
@@ -170,6 +173,7 @@ mod tests {
             },
             namespaced: true,
             served: true,
+            watched: true,
         }
     }
 

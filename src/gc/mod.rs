@@ -232,7 +232,11 @@ pub async fn run(
     };
     let initial: HashSet<ResourceId> = {
         let mut resources = shared.resources.write().unwrap_or_else(|e| e.into_inner());
-        resources.update(first).added.into_iter().collect()
+        let added = resources.update(first).added;
+        added
+            .into_iter()
+            .filter(|id| watched(&resources, *id))
+            .collect()
     };
     for id in &initial {
         start_watch(&shared, *id, &events_tx, &mut watches);
@@ -288,7 +292,9 @@ pub async fn run(
                             .unwrap_or_else(|e| e.into_inner())
                             .update(found);
                         for id in changes.added {
-                            start_watch(&shared, id, &events_tx, &mut watches);
+                            if watched(&shared.resources.read().unwrap_or_else(|e| e.into_inner()), id) {
+                                start_watch(&shared, id, &events_tx, &mut watches);
+                            }
                         }
                         for id in changes.removed {
                             if let Some(task) = watches.remove(&id) {
@@ -313,6 +319,10 @@ pub async fn run(
         let _ = worker.await;
     }
     let _ = writer.await;
+}
+
+fn watched(resources: &Resources, id: ResourceId) -> bool {
+    resources.get(id).is_some_and(|r| r.watched)
 }
 
 fn start_watch(
