@@ -292,9 +292,31 @@ async fn run_all(collector: &str) -> (Vec<TestNamespace>, BTreeMap<Scenario, Sna
     (namespaces, SCENARIOS.into_iter().zip(ends).collect())
 }
 
+/// Waits until a garbage collector collects: kube-controller-manager's starts collecting only
+/// once its graph has synced, some time after it starts.
+async fn collecting() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "diff-probe").await;
+    let maps = ns.api::<ConfigMap>();
+    let owner = create(&maps, &config_map("owner", vec![])).await;
+    create(
+        &maps,
+        &config_map("dependent", vec![owner_ref(&owner, false)]),
+    )
+    .await;
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    support::eventually("the collector collects", Duration::from_secs(180), || {
+        support::gone(&maps, "dependent")
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn standalone_syncgc_ends_where_the_cluster_gc_ends() {
     support::kcm(Kcm::Gc);
+    collecting().await;
     let (native_namespaces, native) = run_all("native").await;
     let _syncgc = tokio::task::spawn_blocking(|| {
         Syncgc::start(
