@@ -20,7 +20,6 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::gc::decide::Propagation;
 use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -187,6 +186,35 @@ impl RateLimiter {
         };
         if let Some(wait) = wait {
             tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A DELETE's propagation policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+impl Propagation {
+    /// The policy an object's own finalizers ask for (`orphan` wins, as in the apiserver).
+    pub fn from_finalizers(orphan: bool, foreground: bool) -> Self {
+        if orphan {
+            Self::Orphan
+        } else if foreground {
+            Self::Foreground
+        } else {
+            Self::Background
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Background => "background",
+            Self::Foreground => "foreground",
+            Self::Orphan => "orphan",
         }
     }
 }

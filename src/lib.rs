@@ -3,6 +3,8 @@
 //! An owner that opts in (`syncgc.io/synchronous: "true"`) carries the finalizer
 //! `syncgc.io/synchronous`; when it is deleted it stays, with a `deletionTimestamp`, until all of
 //! its dependents (transitively) are gone, or until a timeout that grows with their number.
+//! In cooperative mode it runs beside kube-controller-manager's garbage collector; in
+//! standalone mode it is the whole garbage collector (background, foreground, orphan).
 //!
 //! ```text
 //!  kube-apiserver ──AdmissionReview──▶ webhook (axum + tokio-rustls)  ──reads──┐

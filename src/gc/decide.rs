@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use crate::api::Propagation;
 use crate::graph::Mode;
 
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
@@ -25,35 +26,6 @@ pub enum OwnerState {
 impl OwnerState {
     fn waiting(self) -> bool {
         matches!(self, Self::WaitingForeground | Self::WaitingSynchronous)
-    }
-}
-
-/// A DELETE's propagation policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Propagation {
-    Background,
-    Foreground,
-    Orphan,
-}
-
-impl Propagation {
-    /// The policy an object's own finalizers ask for (`orphan` wins, as in the apiserver).
-    pub fn from_finalizers(orphan: bool, foreground: bool) -> Self {
-        if orphan {
-            Self::Orphan
-        } else if foreground {
-            Self::Foreground
-        } else {
-            Self::Background
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Background => "background",
-            Self::Foreground => "foreground",
-            Self::Orphan => "orphan",
-        }
     }
 }
 
