@@ -35,6 +35,11 @@ impl Syncgc {
     /// Starts `syncgc run` with `args` on top of the defaults, registers its webhook and waits
     /// until it is ready (every watch listed).
     pub fn start(name: &str, args: &[&str]) -> Self {
+        Self::start_as(name, &kubeconfig_path(), args)
+    }
+
+    /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
+    pub fn start_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
         // kube-controller-manager's GC runs beside syncgc in cooperative mode, not standalone.
         let standalone = args.windows(2).any(|a| a == ["--mode", "standalone"]);
         super::kcm(if standalone {
@@ -94,7 +99,6 @@ impl Syncgc {
              --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
              --leader-election-lease {name} --leader-election-lease-duration 3s {args}",
             bin = env!("CARGO_BIN_EXE_syncgc"),
-            kubeconfig = kubeconfig_path(),
             dir = dir.display(),
             args = args.join(" "),
         );
