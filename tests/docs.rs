@@ -64,3 +64,37 @@ fn every_metric_is_in_the_readme() {
         );
     }
 }
+
+/// Every syncgc series the Grafana dashboard and the alert rules query is one syncgc exports.
+#[test]
+fn dashboards_and_alerts_query_only_exported_metrics() {
+    // The names syncgc registers, as string literals of src/metrics.rs.
+    let exported =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics.rs")).unwrap();
+    for file in [
+        "manifests/prometheus/grafana-dashboard.json",
+        "manifests/prometheus/prometheusrule.yaml",
+    ] {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_owned() + file)
+                .unwrap();
+        let mut queried = 0;
+        for (at, _) in text.match_indices("syncgc_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .fold(name.as_str(), |n, suffix| {
+                    n.strip_suffix(suffix).unwrap_or(n)
+                });
+            assert!(
+                exported.contains(&format!("\"{family}\"")),
+                "{file} queries {name}, which syncgc does not export"
+            );
+            queried += 1;
+        }
+        assert!(queried > 5, "{file} queries syncgc's metrics");
+    }
+}
