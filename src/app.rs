@@ -102,17 +102,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let metrics_listener = TcpListener::bind(metrics_addr)
-        .await
-        .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
-    tracing::info!(addr = %metrics_listener.local_addr()?, "serving /metrics, /healthz and /readyz");
-    let metrics_server = axum::serve(
-        metrics_listener,
-        metrics::router(metrics.clone(), readiness.clone()),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let metrics_server = tokio::spawn(metrics_server.into_future());
-
     let gc = Arc::new(gc::Shared::new(
         graph,
         gc_cluster,
@@ -128,6 +117,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             rediscovery: REDISCOVERY_INTERVAL,
         },
     ));
+    let metrics_listener = TcpListener::bind(metrics_addr)
+        .await
+        .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
+    tracing::info!(addr = %metrics_listener.local_addr()?, "serving /metrics, /healthz, /readyz and /debug/graph");
+    let metrics_server = axum::serve(
+        metrics_listener,
+        metrics::router(metrics.clone(), readiness.clone()).merge(gc::debug::router(gc.clone())),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let metrics_server = tokio::spawn(metrics_server.into_future());
+
     let (leading_tx, leading) = tokio::sync::watch::channel(!leader_election);
     // Without an election this replica always leads: the sender lives as long as `run`.
     let (election, _always_leading) = if leader_election {

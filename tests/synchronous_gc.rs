@@ -456,3 +456,39 @@ async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
     );
     delete_crd(&client, &resource).await;
 }
+
+/// `/debug/graph` shows an owner with its dependents, transitively, as JSON and as DOT.
+#[tokio::test]
+async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
+    let ns = namespace("debug_graph").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let child = create(&api, &config_map("child", vec![owner_ref(&owner, true)])).await;
+    create(
+        &api,
+        &config_map("grandchild", vec![owner_ref(&child, false)]),
+    )
+    .await;
+    let syncgc = shared();
+    let uid = owner.uid().unwrap();
+    let view: serde_json::Value = eventually("the graph has all three", WAIT, || async {
+        let (status, body) = syncgc.get(&format!("/debug/graph?uid={uid}"))?;
+        let view: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (status == 200 && view["nodes"].as_array()?.len() == 3).then_some(view)
+    })
+    .await;
+    assert_eq!(view["nodes"][0]["name"], "owner");
+    assert_eq!(view["nodes"][0]["kind"], "ConfigMap");
+    assert_eq!(view["nodes"][0]["flags"], json!(["armed", "opted-in"]));
+    assert_eq!(view["edges"].as_array().unwrap().len(), 2);
+    let (status, dot) = syncgc
+        .get(&format!("/debug/graph?uid={uid}&format=dot"))
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(dot.starts_with("digraph ownership {"), "{dot}");
+    assert_eq!(dot.matches(" -> ").count(), 2, "{dot}");
+    let (status, _) = syncgc.get("/debug/graph?uid=no-such-uid").unwrap();
+    assert_eq!(status, 404);
+    let (status, _) = syncgc.get("/debug/graph").unwrap();
+    assert_eq!(status, 400);
+}

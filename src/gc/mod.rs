@@ -8,11 +8,13 @@
 //! - [`queue`]: the deduplicating, delaying, backing-off work queue.
 //! - [`decide`]: the pure decisions.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
+//! - [`debug`]: `/debug/graph`, the graph around one object.
 //! - `workers`: the actions, through [`crate::api::Cluster`].
 //!
 //! Workers start only once every watch has listed once; `/readyz` says so.
 
 pub mod absent;
+pub mod debug;
 pub mod decide;
 pub mod discovery;
 pub mod queue;

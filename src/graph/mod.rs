@@ -102,6 +102,25 @@ impl Flags {
     }
 }
 
+impl Flags {
+    /// The names of the bits set, for people.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (Self::VIRTUAL, "virtual"),
+            (Self::DELETING, "deleting"),
+            (Self::ARMED, "armed"),
+            (Self::OPTED_IN, "opted-in"),
+            (Self::FOREGROUND, "foreground"),
+            (Self::ORPHAN, "orphan"),
+            (Self::GONE, "gone"),
+        ]
+        .into_iter()
+        .filter(|(flag, _)| self.contains(*flag))
+        .map(|(_, name)| name)
+        .collect()
+    }
+}
+
 impl std::ops::BitOr for Flags {
     type Output = Self;
     fn bitor(self, other: Self) -> Self {
@@ -258,6 +277,31 @@ impl Graph {
             }
         }
         seen.len() - 1
+    }
+
+    /// The object `uid`, its owners, and its dependents, transitively (each once, so cycles
+    /// end); empty when the graph does not know `uid`.
+    pub fn neighbourhood(&self, uid: Uid) -> Vec<Uid> {
+        let Some(node) = self.nodes.get(&uid) else {
+            return Vec::new();
+        };
+        let mut seen: Vec<Uid> = vec![uid];
+        let mut known = HashSet::from([uid]);
+        for owner in node.owners.iter() {
+            if known.insert(owner.uid) {
+                seen.push(owner.uid);
+            }
+        }
+        let mut stack = vec![uid];
+        while let Some(next) = stack.pop() {
+            for dependent in self.dependents(next) {
+                if known.insert(*dependent) {
+                    seen.push(*dependent);
+                    stack.push(*dependent);
+                }
+            }
+        }
+        seen
     }
 
     /// Owners waiting synchronously for their dependents, with their uids.
@@ -678,6 +722,24 @@ mod tests {
         g.apply(CM, object(4, &[1, 2], Flags::empty()));
         assert_eq!(g.transitive_dependents(uid(1)), 3);
         assert_eq!(g.transitive_dependents(uid(4)), 0);
+    }
+
+    #[test]
+    fn the_neighbourhood_is_the_owners_and_every_dependent_below() {
+        let mut g = Graph::new(Mode::Cooperative);
+        g.apply(CM, object(2, &[1], Flags::empty()));
+        g.apply(CM, object(3, &[2], Flags::empty()));
+        g.apply(CM, object(4, &[3, 2], Flags::empty()));
+        g.apply(CM, object(2, &[1, 4], Flags::empty()));
+        g.apply(CM, object(5, &[], Flags::empty()));
+        let mut around = g.neighbourhood(uid(2));
+        around.sort();
+        assert_eq!(around, [uid(1), uid(2), uid(3), uid(4)]);
+        assert!(g.neighbourhood(uid(9)).is_empty());
+        assert_eq!(
+            (Flags::DELETING | Flags::ARMED).names(),
+            ["deleting", "armed"]
+        );
     }
 
     #[test]
