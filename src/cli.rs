@@ -1,4 +1,4 @@
-//! The command line: `syncgc run` and `syncgc certs`.
+//! The command line: `syncgc run`, `certs`, `webhook-config` and `explain`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -40,6 +40,22 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL.
     WebhookConfig(WebhookConfigArgs),
+    /// Say what keeps an object from going: its finalizers and who removes them, and the
+    /// dependents that block it. Exits 1 while the object is being deleted and blocked.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The object, as KIND/NAME (KIND: kind, plural or kind.group, any case).
+    #[arg(value_name = "KIND/NAME")]
+    pub object: String,
+    /// Its namespace; the kubeconfig's by default.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +182,26 @@ pub async fn main() -> ExitCode {
         Command::Run(args) => crate::app::run(args).await,
         Command::Certs(args) => certs(args),
         Command::WebhookConfig(args) => webhook_config(args),
+        Command::Explain(ExplainArgs {
+            object,
+            namespace,
+            kubeconfig,
+        }) => {
+            return match crate::explain::explain(
+                kubeconfig.as_deref(),
+                &object,
+                namespace.as_deref(),
+            )
+            .await
+            {
+                Ok(false) => ExitCode::SUCCESS,
+                Ok(true) => ExitCode::from(1),
+                Err(err) => {
+                    tracing::error!("{err:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,6 +19,7 @@
 //!
 //! - [`cli`]: the command line (`syncgc run`, `syncgc certs`), parsed with clap.
 //! - [`app`]: `run`, which wires every part of the `run` subcommand together.
+//! - [`explain`]: `syncgc explain`, what keeps an object from going.
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision).
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
 //! - [`leader`]: leader election with a Lease; only the leader's workers act.
@@ -34,6 +35,7 @@ pub mod app;
 pub mod certs;
 pub mod cli;
 pub mod duration;
+pub mod explain;
 pub mod gc;
 pub mod graph;
 pub mod leader;

@@ -492,3 +492,61 @@ async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
     let (status, _) = syncgc.get("/debug/graph").unwrap();
     assert_eq!(status, 400);
 }
+
+/// `syncgc explain`, also as the kubectl plugin `kubectl syncgc`: while a held dependent keeps
+/// the owner, it says so and exits 1; once the owner is gone, it exits 0.
+#[tokio::test]
+async fn explain_says_what_blocks_a_deletion() {
+    let ns = namespace("explain").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually("the owner waits", WAIT, || being_deleted(&api, "owner")).await;
+
+    let plugins = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_syncgc"),
+        plugins.path().join("kubectl-syncgc"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        plugins.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let explain = |name: &str| {
+        let out = std::process::Command::new("kubectl")
+            .args(["syncgc", "explain", name, "-n", &ns.name])
+            .env("PATH", &path)
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = explain("configmap/owner");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("{SYNCHRONOUS_FINALIZER}: removed by syncgc")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("ConfigMap {}/held", ns.name)),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "BLOCKS: the owner waits for every dependent; its finalizers: test.syncgc.io/hold"
+        ),
+        "{text}"
+    );
+
+    clear_finalizers(&api, "held").await;
+    eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
+    let (code, text) = explain("configmaps/owner");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("is gone"), "{text}");
+}

@@ -1,0 +1,353 @@
+//! `syncgc explain KIND/NAME [-n NAMESPACE]`: what keeps an object from going. Reads the
+//! cluster directly (not a running syncgc): the object, its finalizers and who removes each,
+//! syncgc's deadline, and the tree of dependents still present, marking those that block and
+//! why. [`report`] is pure; [`explain`] gathers what it needs.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DynamicObject, ListParams};
+
+use crate::gc::discovery::{self, Resource};
+use crate::names::{
+    DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
+};
+
+/// An object as the report shows it.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub kind: String,
+    pub meta: ObjectMeta,
+}
+
+impl Object {
+    fn title(&self) -> String {
+        let name = self.meta.name.as_deref().unwrap_or_default();
+        match &self.meta.namespace {
+            Some(ns) => format!("{} {ns}/{name}", self.kind),
+            None => format!("{} {name}", self.kind),
+        }
+    }
+
+    fn finalizers(&self) -> &[String] {
+        self.meta.finalizers.as_deref().unwrap_or_default()
+    }
+
+    fn has(&self, finalizer: &str) -> bool {
+        self.finalizers().iter().any(|f| f == finalizer)
+    }
+}
+
+/// Who removes a finalizer.
+pub fn remover(finalizer: &str) -> &'static str {
+    match finalizer {
+        SYNCHRONOUS_FINALIZER => "syncgc, once every dependent is gone or the deadline passes",
+        FOREGROUND_FINALIZER => {
+            "the garbage collector, once no dependent with blockOwnerDeletion is left"
+        }
+        ORPHAN_FINALIZER => "the garbage collector, once the dependents are orphaned",
+        "kubernetes" => "the namespace controller, once the namespace is empty",
+        _ => "another controller (not Kubernetes' garbage collector or syncgc)",
+    }
+}
+
+/// The report on `object`, whose dependents (by owner uid) are in `dependents`; and whether
+/// something keeps it from going (it is being deleted and still has finalizers).
+pub fn report(object: &Object, dependents: &HashMap<String, Vec<Object>>) -> (String, bool) {
+    let mut out = String::new();
+    let uid = object.meta.uid.clone().unwrap_or_default();
+    let _ = writeln!(out, "{}  (uid {uid})", object.title());
+    let deleting = object.meta.deletion_timestamp.as_ref();
+    match deleting {
+        Some(at) => {
+            let _ = writeln!(out, "  being deleted since {}", at.0);
+        }
+        None => {
+            let _ = writeln!(out, "  not being deleted");
+        }
+    }
+    if let Some(deadline) = object
+        .meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DEADLINE_ANNOTATION))
+    {
+        let _ = writeln!(out, "  syncgc releases it at the latest at {deadline}");
+    }
+    if object.finalizers().is_empty() {
+        let _ = writeln!(out, "  no finalizers");
+    } else {
+        let _ = writeln!(out, "  finalizers:");
+        for finalizer in object.finalizers() {
+            let _ = writeln!(out, "    {finalizer}: removed by {}", remover(finalizer));
+        }
+    }
+    let mut seen = vec![uid.clone()];
+    let mut tree = String::new();
+    let blocking = tree_of(object, dependents, 4, &mut seen, &mut tree);
+    if seen.len() == 1 {
+        let _ = writeln!(out, "  no dependents");
+    } else {
+        let _ = writeln!(out, "  dependents ({} blocking):", blocking);
+        out.push_str(&tree);
+    }
+    let blocked = deleting.is_some() && !object.finalizers().is_empty();
+    if blocked {
+        let _ = writeln!(out, "blocked: it stays until its finalizers are removed");
+    }
+    (out, blocked)
+}
+
+/// Writes the dependents of `owner`, indented, and returns how many of its direct ones block
+/// it.
+fn tree_of(
+    owner: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    depth: usize,
+    seen: &mut Vec<String>,
+    out: &mut String,
+) -> usize {
+    let uid = owner.meta.uid.clone().unwrap_or_default();
+    let mut blocking = 0;
+    for dependent in dependents.get(&uid).into_iter().flatten() {
+        let dependent_uid = dependent.meta.uid.clone().unwrap_or_default();
+        let block_owner_deletion = dependent
+            .meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == uid && r.block_owner_deletion == Some(true));
+        let mut why = Vec::new();
+        if owner.has(SYNCHRONOUS_FINALIZER) {
+            why.push("the owner waits for every dependent".to_owned());
+        } else if owner.has(FOREGROUND_FINALIZER) && block_owner_deletion {
+            why.push("blockOwnerDeletion".to_owned());
+        }
+        if !why.is_empty() {
+            blocking += 1;
+            if dependent.has(SYNCHRONOUS_FINALIZER) {
+                why.push("armed: it waits for its own dependents".to_owned());
+            }
+            let others: Vec<&String> = dependent
+                .finalizers()
+                .iter()
+                .filter(|f| *f != SYNCHRONOUS_FINALIZER)
+                .collect();
+            if !others.is_empty() {
+                why.push(format!(
+                    "its finalizers: {}",
+                    others
+                        .iter()
+                        .map(|f| f.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        let state = if dependent.meta.deletion_timestamp.is_some() {
+            " (being deleted)"
+        } else {
+            ""
+        };
+        let marks = if why.is_empty() {
+            String::new()
+        } else {
+            format!("  BLOCKS: {}", why.join("; "))
+        };
+        let _ = writeln!(out, "{:depth$}{}{state}{marks}", "", dependent.title());
+        if seen.contains(&dependent_uid) {
+            continue;
+        }
+        seen.push(dependent_uid);
+        tree_of(dependent, dependents, depth + 2, seen, out);
+    }
+    blocking
+}
+
+/// Finds `kind_name` (`KIND/NAME`, KIND as kind, plural or singular, optionally `.group`) in
+/// `namespace` (or the kubeconfig's), prints the report, and says whether the object is blocked.
+pub async fn explain(
+    kubeconfig: Option<&Path>,
+    kind_name: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<bool> {
+    let (kind, name) = kind_name
+        .split_once('/')
+        .context("name the object as KIND/NAME, e.g. configmap/owner")?;
+    let client = crate::api::client(crate::api::config(kubeconfig).await?)?;
+    let namespace = namespace
+        .map(str::to_owned)
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let resources = discovery::discover(&client, &[]).await?;
+    let resource = resolve(&resources, kind)
+        .with_context(|| format!("the apiserver serves no kind {kind:?} (with list and delete)"))?;
+    let api = scoped(&client, resource, &namespace);
+    let Some(meta) = api.get_metadata_opt(name).await?.map(|o| o.metadata) else {
+        println!("{kind_name} is gone (or never was) in namespace {namespace}");
+        return Ok(false);
+    };
+    let object = Object {
+        kind: resource.api.kind.clone(),
+        meta,
+    };
+    // Dependents share the owner's namespace, unless the owner is cluster-scoped.
+    let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
+    for candidate in &resources {
+        let api = if resource.namespaced && candidate.namespaced {
+            scoped(&client, candidate, &namespace)
+        } else if resource.namespaced {
+            continue;
+        } else {
+            Api::all_with(client.clone(), &candidate.api)
+        };
+        let Ok(list) = api.list_metadata(&ListParams::default()).await else {
+            continue;
+        };
+        for item in list.items {
+            for reference in item.metadata.owner_references.iter().flatten() {
+                dependents
+                    .entry(reference.uid.clone())
+                    .or_default()
+                    .push(Object {
+                        kind: candidate.api.kind.clone(),
+                        meta: item.metadata.clone(),
+                    });
+            }
+        }
+    }
+    let (text, blocked) = report(&object, &dependents);
+    print!("{text}");
+    Ok(blocked)
+}
+
+fn scoped(client: &kube::Client, resource: &Resource, namespace: &str) -> Api<DynamicObject> {
+    if resource.namespaced {
+        Api::namespaced_with(client.clone(), namespace, &resource.api)
+    } else {
+        Api::all_with(client.clone(), &resource.api)
+    }
+}
+
+/// The resource `kind` names: its kind, plural or singular, case-insensitively, optionally
+/// followed by `.group`; the core group and then the first match win.
+pub fn resolve<'a>(resources: &'a [Resource], kind: &str) -> Option<&'a Resource> {
+    let kind = kind.to_ascii_lowercase();
+    let (name, group) = match kind.split_once('.') {
+        Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
+        None => (kind.clone(), None),
+    };
+    let matches = |r: &&Resource| {
+        let api = &r.api;
+        let names = [
+            api.kind.to_ascii_lowercase(),
+            api.plural.to_ascii_lowercase(),
+        ];
+        names.contains(&name) && group.as_ref().is_none_or(|g| *g == api.group)
+    };
+    resources
+        .iter()
+        .filter(matches)
+        .min_by_key(|r| !r.api.group.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    fn object(name: &str, uid: &str, owner: Option<(&str, bool)>, finalizers: &[&str]) -> Object {
+        Object {
+            kind: "ConfigMap".into(),
+            meta: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                uid: Some(uid.into()),
+                finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+                owner_references: owner.map(|(o, block)| {
+                    vec![OwnerReference {
+                        uid: o.into(),
+                        block_owner_deletion: Some(block),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_deleting_owner_names_what_blocks_it_and_why() {
+        let mut owner = object("owner", "1", None, &[FOREGROUND_FINALIZER, "x/y"]);
+        owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let held = object("held", "2", Some(("1", true)), &["x/y"]);
+        let free = object("free", "3", Some(("1", false)), &[]);
+        let below = object("below", "4", Some(("2", true)), &[]);
+        let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
+        dependents
+            .entry("1".into())
+            .or_default()
+            .extend([held, free]);
+        dependents.entry("2".into()).or_default().push(below);
+        let (text, blocked) = report(&owner, &dependents);
+        assert!(blocked);
+        assert!(text.contains("being deleted since"), "{text}");
+        assert!(
+            text.contains("foregroundDeletion: removed by the garbage collector"),
+            "{text}"
+        );
+        assert!(
+            text.contains("x/y: removed by another controller"),
+            "{text}"
+        );
+        assert!(text.contains("dependents (1 blocking)"), "{text}");
+        assert!(
+            text.contains("ConfigMap ns/held  BLOCKS: blockOwnerDeletion; its finalizers: x/y"),
+            "{text}"
+        );
+        assert!(text.contains("\n    ConfigMap ns/free\n"), "{text}");
+        assert!(text.contains("\n      ConfigMap ns/below\n"), "{text}");
+    }
+
+    #[test]
+    fn an_object_not_being_deleted_is_not_blocked() {
+        let (text, blocked) = report(&object("o", "1", None, &[]), &HashMap::new());
+        assert!(!blocked);
+        assert!(
+            text.contains("not being deleted") && text.contains("no dependents"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn kinds_resolve_by_kind_plural_and_group() {
+        let resource = |group: &str, kind: &str, plural: &str| Resource {
+            api: kube::api::ApiResource {
+                group: group.into(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: kind.into(),
+                plural: plural.into(),
+            },
+            namespaced: true,
+            served: true,
+            watched: true,
+        };
+        let all = [
+            resource("example.io", "Event", "events"),
+            resource("", "Event", "events"),
+            resource("", "ConfigMap", "configmaps"),
+        ];
+        assert_eq!(resolve(&all, "configmap").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "ConfigMaps").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "events").unwrap().api.group, "");
+        assert_eq!(
+            resolve(&all, "event.example.io").unwrap().api.group,
+            "example.io"
+        );
+        assert!(resolve(&all, "secret").is_none());
+    }
+}
