@@ -1,5 +1,5 @@
-//! The README cannot drift from the binary: every flag of `syncgc run` and every metric syncgc
-//! registers is documented there.
+//! The README cannot drift from the binary: every flag and environment variable of every
+//! subcommand and every metric syncgc registers is documented there.
 
 use std::process::Command;
 
@@ -24,7 +24,7 @@ fn flags(help: &str) -> Vec<String> {
 #[test]
 fn every_flag_of_each_subcommand_is_in_the_readme() {
     let readme = readme();
-    for subcommand in ["run", "certs", "webhook-config"] {
+    for subcommand in ["run", "certs", "webhook-config", "explain"] {
         let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
             .args([subcommand, "--help"])
             .output()
@@ -40,6 +40,17 @@ fn every_flag_of_each_subcommand_is_in_the_readme() {
             assert!(
                 readme.contains(flag.as_str()),
                 "README.md does not mention {subcommand} {flag}"
+            );
+        }
+        // And every environment variable a flag is read from.
+        for (at, _) in help.match_indices("[env: ") {
+            let var: String = help[at + 6..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            assert!(
+                readme.contains(&format!("`{var}`")),
+                "README.md does not mention {subcommand}'s {var}"
             );
         }
     }
