@@ -460,53 +460,65 @@ impl Cluster {
         Err(ApiError::Conflict(target.to_string()))
     }
 
-    /// Removes from `target` the ownerReferences to the owners in `owners` (by uid), checking
-    /// with `test` ops that each is still at the index it was read at in `references`.
+    /// Removes from `target` the ownerReferences to the owners in `owners` (by uid).
     pub async fn remove_owner_references(
         &self,
         target: &Target,
         references: &[OwnerReference],
         owners: &[String],
     ) -> Result<(), ApiError> {
-        let mut ops = vec![test(
-            PointerBuf::from_tokens(["metadata", "uid"]),
-            &target.uid,
-        )];
-        for (index, reference) in references.iter().enumerate().rev() {
-            if owners.contains(&reference.uid) {
-                let path =
-                    PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
-                ops.push(test(path.with_trailing_token("uid"), &reference.uid));
-                ops.push(PatchOperation::Remove(RemoveOperation { path }));
-            }
-        }
-        if ops.len() == 1 {
-            return Ok(());
-        }
-        self.json_patch(target, &JsonPatch(ops)).await
+        self.patch_owner_references(
+            target,
+            references,
+            |r| owners.contains(&r.uid),
+            |path| PatchOperation::Remove(RemoveOperation { path }),
+        )
+        .await
     }
 
     /// Makes `target`'s blocking ownerReferences to the owners in `owners` (by uid)
-    /// non-blocking, checking with `test` ops that each is still at the index it was read at.
+    /// non-blocking.
     pub async fn unblock_owner_references(
         &self,
         target: &Target,
         references: &[OwnerReference],
         owners: &[String],
     ) -> Result<(), ApiError> {
+        self.patch_owner_references(
+            target,
+            references,
+            |r| owners.contains(&r.uid) && r.block_owner_deletion == Some(true),
+            |path| {
+                PatchOperation::Replace(ReplaceOperation {
+                    path: path.with_trailing_token("blockOwnerDeletion"),
+                    value: Value::Bool(false),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Applies `change` to each of `target`'s ownerReferences (as read in `references`) that
+    /// `pick` selects, in one JSON patch whose `test` ops check the object's uid and that each
+    /// reference is still at the index it was read at; last index first, so removals do not
+    /// shift the ones still to come. Nothing selected: no call.
+    async fn patch_owner_references(
+        &self,
+        target: &Target,
+        references: &[OwnerReference],
+        pick: impl Fn(&OwnerReference) -> bool,
+        change: impl Fn(PointerBuf) -> PatchOperation,
+    ) -> Result<(), ApiError> {
         let mut ops = vec![test(
             PointerBuf::from_tokens(["metadata", "uid"]),
             &target.uid,
         )];
-        for (index, reference) in references.iter().enumerate() {
-            if owners.contains(&reference.uid) && reference.block_owner_deletion == Some(true) {
+        for (index, reference) in references.iter().enumerate().rev() {
+            if pick(reference) {
                 let path =
                     PointerBuf::from_tokens(["metadata", "ownerReferences", &index.to_string()]);
                 ops.push(test(path.with_trailing_token("uid"), &reference.uid));
-                ops.push(PatchOperation::Replace(ReplaceOperation {
-                    path: path.with_trailing_token("blockOwnerDeletion"),
-                    value: Value::Bool(false),
-                }));
+                ops.push(change(path));
             }
         }
         if ops.len() == 1 {

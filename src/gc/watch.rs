@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -30,25 +31,9 @@ pub enum GraphEvent {
 }
 
 /// What the graph keeps of an object's metadata; `None` for an object without a uid.
-pub fn observe(
-    resource: &ApiResource,
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<Observed> {
+pub fn observe(resource: &ApiResource, meta: &ObjectMeta) -> Option<Observed> {
     let uid = Uid::parse(meta.uid.as_deref()?);
     let name = meta.name.clone().unwrap_or_default();
-    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
-    let has = |f: &str| finalizers.iter().any(|x| x == f);
-    let opted_in = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(SYNCHRONOUS_ANNOTATION))
-        .is_some_and(|v| v == "true");
-    let flags = Flags::empty()
-        .with(Flags::DELETING, meta.deletion_timestamp.is_some())
-        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
-        .with(Flags::OPTED_IN, opted_in)
-        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
-        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER));
     Some(Observed {
         uid,
         coordinates: Coordinates::of(&resource.api_version, &resource.kind, &name),
@@ -69,8 +54,25 @@ pub fn observe(
                 block_owner_deletion: r.block_owner_deletion == Some(true),
             })
             .collect(),
-        flags,
+        flags: flags_of(meta),
     })
+}
+
+/// The state the graph keeps of an object, read from its metadata.
+pub fn flags_of(meta: &ObjectMeta) -> Flags {
+    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+    let has = |f: &str| finalizers.iter().any(|x| x == f);
+    let opted_in = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SYNCHRONOUS_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    Flags::empty()
+        .with(Flags::DELETING, meta.deletion_timestamp.is_some())
+        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
+        .with(Flags::OPTED_IN, opted_in)
+        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
+        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
 }
 
 /// Watches `resource` (metadata only) until the returned future is dropped, sending what it sees

@@ -14,11 +14,12 @@ use kube::runtime::events::{Event, EventType};
 use super::Shared;
 use super::absent;
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
+use super::watch::flags_of;
 use crate::api::{ApiError, Changed, Target};
 use crate::graph::{Coordinates, Flags, Graph, Mode, Node, Uid, Work};
 use crate::names::{
-    DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
-    SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
+    DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
+    TIMEOUT_ANNOTATION,
 };
 
 /// How soon an owner is looked at again while its controller has not observed its latest
@@ -308,16 +309,14 @@ impl Shared {
         let mut owners = Vec::with_capacity(node.owners.len());
         for link in node.owners.iter() {
             match graph.node(link.uid) {
-                Some(owner)
-                    if (owner.is(Flags::GONE) || !owner.is(Flags::VIRTUAL))
-                        && owner.is_owner_through(node, link) =>
-                {
+                Some(owner) if owner.seen() && owner.is_owner_through(node, link) => {
                     owners.push(state_of(owner.flags));
                 }
                 _ => return Plan::Live(target),
             }
         }
-        match decide::attempt_to_delete(graph.mode(), &owners, dependent_of(graph, uid, node)) {
+        match decide::attempt_to_delete(graph.mode(), &owners, dependent_of(graph, uid, node.flags))
+        {
             Attempt::Wait => Plan::Done,
             Attempt::Delete {
                 propagation,
@@ -343,25 +342,14 @@ impl Shared {
         for reference in &references {
             owners.push(self.owner_state(reference, target).await?);
         }
-        let has = |f: &str| meta.finalizers.iter().flatten().any(|x| x == f);
-        let (mode, mut dependent) = {
+        let (mode, dependent) = {
             let graph = self.graph_read();
-            let facts = graph.node(uid).map(|node| dependent_of(&graph, uid, node));
-            (graph.mode(), facts)
+            (graph.mode(), dependent_of(&graph, uid, flags_of(&meta)))
         };
-        let dependent = dependent.get_or_insert(Dependent {
-            has_dependents: false,
-            dependent_waits: false,
-            armed: false,
-            own: Propagation::Background,
-        });
-        dependent.armed = has(SYNCHRONOUS_FINALIZER);
-        dependent.own =
-            Propagation::from_finalizers(has(ORPHAN_FINALIZER), has(FOREGROUND_FINALIZER));
         let uids = |indices: &[usize]| -> Vec<String> {
             indices.iter().map(|i| references[*i].uid.clone()).collect()
         };
-        match decide::attempt_to_delete(mode, &owners, *dependent) {
+        match decide::attempt_to_delete(mode, &owners, dependent) {
             Attempt::Wait => Ok(()),
             Attempt::Keep { drop } => {
                 tracing::debug!(dependent = %target, owners = ?uids(&drop), "keeping it: dropping references");
@@ -445,13 +433,8 @@ impl Shared {
         let elsewhere = {
             let graph = self.graph_read();
             match graph.node(uid) {
-                Some(owner)
-                    if (owner.is(Flags::GONE) || !owner.is(Flags::VIRTUAL))
-                        && owner.coordinates == coordinates =>
-                {
-                    if owner.namespace.is_none()
-                        || owner.namespace.as_deref() == dependent.namespace.as_deref()
-                    {
+                Some(owner) if owner.seen() && owner.coordinates == coordinates => {
+                    if owner.in_reach_of(dependent.namespace.as_deref()) {
                         return Ok(state_of(owner.flags));
                     }
                     owner.namespace.clone()
@@ -578,12 +561,8 @@ impl Shared {
         let Some(meta) = self.cluster.get_metadata(&target).await? else {
             return Ok(());
         };
-        let opted_in = meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(SYNCHRONOUS_ANNOTATION))
-            .is_some_and(|v| v == "true");
-        if !opted_in || meta.deletion_timestamp.is_some() {
+        let flags = flags_of(&meta);
+        if !flags.contains(Flags::OPTED_IN) || flags.contains(Flags::DELETING) {
             return Ok(());
         }
         match self
@@ -694,8 +673,9 @@ impl Shared {
     }
 }
 
-/// What the decision needs of a dependent, from the graph.
-fn dependent_of(graph: &Graph, uid: Uid, node: &Node) -> Dependent {
+/// What the decision needs of a dependent with `flags`: its own, and its dependents' from the
+/// graph.
+fn dependent_of(graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
     let mut has_dependents = false;
     let mut dependent_waits = false;
     for (_, dependent, _) in graph.valid_dependents(uid) {
@@ -705,19 +685,12 @@ fn dependent_of(graph: &Graph, uid: Uid, node: &Node) -> Dependent {
     Dependent {
         has_dependents,
         dependent_waits,
-        armed: node.is(Flags::ARMED),
-        own: Propagation::from_finalizers(node.is(Flags::ORPHAN), node.is(Flags::FOREGROUND)),
+        armed: flags.contains(Flags::ARMED),
+        own: Propagation::from_finalizers(
+            flags.contains(Flags::ORPHAN),
+            flags.contains(Flags::FOREGROUND),
+        ),
     }
-}
-
-fn flags_of(meta: &ObjectMeta) -> Flags {
-    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
-    let has = |f: &str| finalizers.iter().any(|x| x == f);
-    Flags::empty()
-        .with(Flags::DELETING, meta.deletion_timestamp.is_some())
-        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
-        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
-        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
 }
 
 /// How a dependent sees an owner with `flags` (see [`OwnerState`]).

@@ -169,15 +169,25 @@ impl Node {
         self.is(Flags::FOREGROUND) && self.is(Flags::DELETING) && !self.is(Flags::VIRTUAL)
     }
 
+    /// Seen by a watch: observed now, or seen deleted.
+    pub fn seen(&self) -> bool {
+        !self.is(Flags::VIRTUAL) || self.is(Flags::GONE)
+    }
+
+    /// Whether a reference from an object in `namespace` can reach this node: it is
+    /// cluster-scoped, or in the same namespace.
+    pub fn in_reach_of(&self, namespace: Option<&str>) -> bool {
+        self.namespace.is_none() || self.namespace.as_deref() == namespace
+    }
+
     /// Whether `dependent`, through `link`, really refers to this node: the reference names
     /// this object (group, kind, name) and may reach it from the dependent's namespace.
     /// References to owners never seen are taken as they are.
     pub fn is_owner_through(&self, dependent: &Node, link: &OwnerLink) -> bool {
-        if self.is(Flags::VIRTUAL) && !self.is(Flags::GONE) {
+        if !self.seen() {
             return true;
         }
-        link.coordinates == self.coordinates
-            && (self.namespace.is_none() || self.namespace == dependent.namespace)
+        link.coordinates == self.coordinates && self.in_reach_of(dependent.namespace.as_deref())
     }
 }
 
@@ -253,10 +263,15 @@ impl Graph {
             })
     }
 
-    /// Whether the node `uid` waits for its dependents in this mode.
+    /// Whether `node` waits for its dependents in this mode.
     fn waits(&self, node: &Node) -> bool {
         node.waiting_synchronously()
             || (self.mode == Mode::Standalone && node.waiting_in_foreground())
+    }
+
+    /// Whether the node `uid` exists and waits for its dependents.
+    fn waits_by_uid(&self, uid: Uid) -> bool {
+        self.nodes.get(&uid).is_some_and(|n| self.waits(n))
     }
 
     /// (observed, virtual) node counts.
@@ -371,11 +386,11 @@ impl Graph {
                 Some(old) if old.block_owner_deletion == link.block_owner_deletion => continue,
                 Some(_) => {}
             }
-            if self.nodes.get(&link.uid).is_some_and(|o| self.waits(o)) {
+            if self.waits_by_uid(link.uid) {
                 work.push(Work::SyncOwner(link.uid));
             }
         }
-        if self.nodes.get(&uid).is_some_and(|n| self.waits(n)) {
+        if self.waits_by_uid(uid) {
             work.push(Work::SyncOwner(uid));
         }
         if standalone && flags.contains(Flags::DELETING | Flags::ORPHAN) {
@@ -453,7 +468,7 @@ impl Graph {
         node.dependents.retain(|d| *d != dependent);
         if node.is(Flags::VIRTUAL) && node.dependents.is_empty() {
             self.nodes.remove(&owner);
-        } else if self.nodes.get(&owner).is_some_and(|n| self.waits(n)) {
+        } else if self.waits_by_uid(owner) {
             work.push(Work::SyncOwner(owner));
         }
     }
