@@ -15,7 +15,7 @@ use serde_json::json;
 
 use support::gc::{delete_with, reference};
 use support::process::Syncgc;
-use support::{HOLD, Kcm, TestNamespace, config_map, create, held, owner_ref};
+use support::{HOLD, Kcm, TestNamespace, config_map, create, held, owner_ref, with_finalizer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Scenario {
@@ -51,11 +51,6 @@ const SCENARIOS: [Scenario; 14] = [
     Scenario::OrphanTwiceWithFinalizer,
     Scenario::DefaultPropagationOfSecrets,
 ];
-
-fn with_finalizer(mut cm: ConfigMap, finalizer: &str) -> ConfigMap {
-    cm.metadata.finalizers = Some(vec![finalizer.to_owned()]);
-    cm
-}
 
 /// Sets up `scenario` in `ns` and starts its deletion.
 async fn run(scenario: Scenario, ns: &TestNamespace) {

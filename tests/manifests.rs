@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
@@ -17,34 +17,13 @@ use serde_json::{Value, json};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, config_map, create, eventually, gone, kubeconfig_path, opted_in, owner_ref,
+    TestNamespace, config_map, create, eventually, gone, held, kubeconfig_path, kubectl, opted_in,
+    owner_ref,
 };
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
 /// Kinds whose CRDs (cert-manager, Prometheus Operator) the local control plane does not have.
 const NOT_BUILT_IN: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
-
-fn kubectl(args: &[&str], input: Option<&str>) -> String {
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl (hack/test.sh puts it on PATH)");
-    if let Some(input) = input {
-        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The kustomize build of `manifests/`, as JSON objects.
 fn built() -> Vec<Value> {
@@ -54,16 +33,9 @@ fn built() -> Vec<Value> {
         .collect()
 }
 
-fn ensure_namespace() {
-    let _ = Command::new("kubectl")
-        .args(["create", "namespace", "syncgc-system"])
-        .env("KUBECONFIG", kubeconfig_path())
-        .output();
-}
-
 #[test]
 fn the_apiserver_accepts_every_built_in_object() {
-    ensure_namespace();
+    support::syncgc_namespace();
     let objects = built();
     let kinds: Vec<String> = objects
         .iter()
@@ -203,7 +175,7 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
 /// permission syncgc does not need (creating objects) is not granted.
 #[tokio::test]
 async fn syncgc_runs_with_the_manifests_service_account() {
-    ensure_namespace();
+    support::syncgc_namespace();
     let client = support::client().await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = service_account_kubeconfig(&client, dir.path()).await;
@@ -218,9 +190,7 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     let api = ns.api::<ConfigMap>();
     let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     assert_eq!(owner.finalizers(), [syncgc::names::SYNCHRONOUS_FINALIZER]);
-    let mut holder = config_map("held", vec![owner_ref(&owner, true)]);
-    holder.metadata.finalizers = Some(vec![support::HOLD.into()]);
-    create(&api, &holder).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
     for i in 0..3 {
         create(
             &api,

@@ -17,11 +17,11 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use support::gc::{delete_with, make, owner_names, pod, rc, reference, service_account_ready};
+use support::gc::{delete_with, owner_names, pod, rc, reference, service_account_ready};
 use support::process::Syncgc;
 use support::{
     TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
-    eventually, gone, owner_ref,
+    eventually, exists, gone, owner_ref, with_finalizer,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -43,13 +43,6 @@ async fn namespace(test: &str) -> TestNamespace {
     let ns = TestNamespace::new(&client, test).await;
     service_account_ready(&ns).await;
     ns
-}
-
-async fn exists<K>(api: &Api<K>, name: &str) -> bool
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    gone(api, name).await.is_none()
 }
 
 /// Checks `still` for `how_long` and fails as soon as it stops holding.
@@ -82,13 +75,13 @@ async fn warnings(client: &kube::Client, object: &str, reason: &str) -> usize {
 async fn gc01_cascading_deletion() {
     let ns = namespace("gc01_cascading_deletion").await;
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
-    let rc1 = make(&rcs, rc("rc1", &[])).await;
-    let rc2 = make(&rcs, rc("rc2", &[])).await;
-    make(&pods, pod("pod1", vec![owner_ref(&rc1, false)], &[])).await;
-    make(&pods, pod("pod2", vec![], &[])).await;
-    make(
+    let rc1 = create(&rcs, &rc("rc1", &[])).await;
+    let rc2 = create(&rcs, &rc("rc2", &[])).await;
+    create(&pods, &pod("pod1", vec![owner_ref(&rc1, false)], &[])).await;
+    create(&pods, &pod("pod2", vec![], &[])).await;
+    create(
         &pods,
-        pod(
+        &pod(
             "pod3",
             vec![owner_ref(&rc1, false), owner_ref(&rc2, false)],
             &[],
@@ -120,7 +113,7 @@ async fn gc02_create_with_nonexistent_owner() {
         "doesn't matter",
         None,
     );
-    make(&pods, pod("pod", vec![missing], &[])).await;
+    create(&pods, &pod("pod", vec![missing], &[])).await;
     eventually("the pod is collected", Duration::from_secs(30), || {
         gone(&pods, "pod")
     })
@@ -143,16 +136,14 @@ async fn gc03_stressing_cascading_deletion() {
     for i in 0..10 {
         for (v, (finalizers, _)) in variants.iter().enumerate() {
             let name = format!("rc-{v}-{i}");
-            made.push((v, name.clone(), make(&rcs, rc(&name, finalizers)).await));
+            made.push((v, name.clone(), create(&rcs, &rc(&name, finalizers)).await));
         }
     }
     futures::future::join_all(made.iter().flat_map(|(_, name, owner)| {
         let pods = &pods;
-        (0..3).map(move |p| {
-            make(
-                pods,
-                pod(&format!("{name}-{p}"), vec![owner_ref(owner, false)], &[]),
-            )
+        (0..3).map(move |p| async move {
+            let dependent = pod(&format!("{name}-{p}"), vec![owner_ref(owner, false)], &[]);
+            create(pods, &dependent).await
         })
     }))
     .await;
@@ -202,11 +193,11 @@ async fn gc03_stressing_cascading_deletion() {
 async fn gc04_orphaning() {
     let ns = namespace("gc04_orphaning").await;
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
-    let owner = make(&rcs, rc("rc", &[])).await;
+    let owner = create(&rcs, &rc("rc", &[])).await;
     for i in 0..3 {
-        make(
+        create(
             &pods,
-            pod(&format!("pod{i}"), vec![owner_ref(&owner, false)], &[]),
+            &pod(&format!("pod{i}"), vec![owner_ref(&owner, false)], &[]),
         )
         .await;
     }
@@ -237,11 +228,11 @@ async fn gc04_orphaning() {
 async fn gc05_solid_owner_does_not_block_waiting_owner() {
     let ns = namespace("gc05_solid_owner").await;
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
-    let rc1 = make(&rcs, rc("rc1", &[])).await;
-    let rc2 = make(&rcs, rc("rc2", &[])).await;
-    make(
+    let rc1 = create(&rcs, &rc("rc1", &[])).await;
+    let rc2 = create(&rcs, &rc("rc2", &[])).await;
+    create(
         &pods,
-        pod(
+        &pod(
             "pod",
             vec![owner_ref(&rc1, true), owner_ref(&rc2, false)],
             &[],
@@ -260,11 +251,11 @@ async fn gc05_solid_owner_does_not_block_waiting_owner() {
 async fn gc06_non_blocking_owner_ref_does_not_block() {
     let ns = namespace("gc06_non_blocking").await;
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
-    let owner = make(&rcs, rc("rc", &[])).await;
+    let owner = create(&rcs, &rc("rc", &[])).await;
     let mut unset = owner_ref(&owner, false);
     unset.block_owner_deletion = None;
-    make(&pods, pod("pod1", vec![unset], &[X_Y])).await;
-    make(&pods, pod("pod2", vec![owner_ref(&owner, false)], &[X_Y])).await;
+    create(&pods, &pod("pod1", vec![unset], &[X_Y])).await;
+    create(&pods, &pod("pod2", vec![owner_ref(&owner, false)], &[X_Y])).await;
     rcs.delete("rc", &DeleteParams::foreground()).await.unwrap();
     eventually("the RC is gone", Duration::from_secs(30), || {
         gone(&rcs, "rc")
@@ -284,7 +275,7 @@ async fn gc06_non_blocking_owner_ref_does_not_block() {
 async fn gc07_double_deletion_with_finalizer() {
     let ns = namespace("gc07_double_deletion").await;
     let pods = ns.api::<Pod>();
-    make(&pods, pod("pod", vec![], &[X_Y])).await;
+    create(&pods, &pod("pod", vec![], &[X_Y])).await;
     for round in 0..2 {
         pods.delete("pod", &DeleteParams::foreground())
             .await
@@ -316,8 +307,8 @@ async fn gc07_double_deletion_with_finalizer() {
 async fn gc08_blocking_owner_ref_does_block() {
     let ns = namespace("gc08_blocking").await;
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
-    let owner = make(&rcs, rc("rc", &[])).await;
-    make(&pods, pod("pod", vec![owner_ref(&owner, true)], &[X_Y])).await;
+    let owner = create(&rcs, &rc("rc", &[])).await;
+    create(&pods, &pod("pod", vec![owner_ref(&owner, true)], &[X_Y])).await;
     rcs.delete("rc", &DeleteParams::foreground()).await.unwrap();
     stays(
         "the RC waits, in foreground deletion",
@@ -487,7 +478,7 @@ async fn gc38_cluster_scoped_child_of_namespaced_owner_is_kept() {
         "metadata": { "name": name, "ownerReferences": [owner_ref(&owner, false)] }
     }))
     .unwrap();
-    make(&roles, child).await;
+    create(&roles, &child).await;
     ns.api::<ConfigMap>()
         .delete("owner", &DeleteParams::background())
         .await
@@ -542,8 +533,8 @@ async fn gc54_default_propagation_per_type() {
         ns.api::<Pod>(),
         ns.api::<ReplicaSet>(),
     );
-    let owner = make(&rcs, rc("rc", &[])).await;
-    make(&pods, pod("of-rc", vec![owner_ref(&owner, false)], &[])).await;
+    let owner = create(&rcs, &rc("rc", &[])).await;
+    create(&pods, &pod("of-rc", vec![owner_ref(&owner, false)], &[])).await;
     let set: ReplicaSet = serde_json::from_value(json!({
         "metadata": { "name": "rs" },
         "spec": { "replicas": 0, "selector": { "matchLabels": { "rs": "rs" } },
@@ -551,8 +542,8 @@ async fn gc54_default_propagation_per_type() {
                 "spec": { "containers": [{ "name": "c", "image": "fake.invalid/none" }] } } }
     }))
     .unwrap();
-    let set = make(&sets, set).await;
-    make(&pods, pod("of-rs", vec![owner_ref(&set, false)], &[])).await;
+    let set = create(&sets, &set).await;
+    create(&pods, &pod("of-rs", vec![owner_ref(&set, false)], &[])).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     rcs.delete("rc", &DeleteParams::default()).await.unwrap();
     sets.delete("rs", &DeleteParams::default()).await.unwrap();
@@ -575,11 +566,8 @@ async fn gc54_default_propagation_per_type() {
 async fn gc55_orphan_after_foreground_orphans() {
     let ns = namespace("gc55_policy_swap").await;
     let maps = ns.api::<ConfigMap>();
-    let mut owner = config_map("owner", vec![]);
-    owner.metadata.finalizers = Some(vec![X_Y.into()]);
-    let owner = create(&maps, &owner).await;
-    let mut held = config_map("held", vec![owner_ref(&owner, true)]);
-    held.metadata.finalizers = Some(vec![X_Y.into()]);
+    let owner = create(&maps, &with_finalizer(config_map("owner", vec![]), X_Y)).await;
+    let held = with_finalizer(config_map("held", vec![owner_ref(&owner, true)]), X_Y);
     create(&maps, &held).await;
     maps.delete("owner", &DeleteParams::foreground())
         .await
@@ -641,9 +629,7 @@ async fn gc56_same_name_new_uid() {
 async fn gc58_owner_kept_by_a_finalizer_is_solid() {
     let ns = namespace("gc58_solid_while_finalizing").await;
     let maps = ns.api::<ConfigMap>();
-    let mut owner = config_map("owner", vec![]);
-    owner.metadata.finalizers = Some(vec![X_Y.into()]);
-    let owner = create(&maps, &owner).await;
+    let owner = create(&maps, &with_finalizer(config_map("owner", vec![]), X_Y)).await;
     create(&maps, &config_map("child", vec![owner_ref(&owner, true)])).await;
     maps.delete("owner", &DeleteParams::background())
         .await
@@ -683,7 +669,7 @@ async fn gc61_orphan_one_owner_then_delete_the_other() {
 async fn gcr06_orphan_twice() {
     let ns = namespace("gcr06_orphan_twice").await;
     let pods = ns.api::<Pod>();
-    make(&pods, pod("pod", vec![], &[X_Y])).await;
+    create(&pods, &pod("pod", vec![], &[X_Y])).await;
     for round in 0..2 {
         delete_with::<Pod>(
             &ns.client,

@@ -12,10 +12,10 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use support::gc::{make, reference};
+use support::gc::reference;
 use support::process::Syncgc;
 use support::{
-    HOLD, Kcm, TestNamespace, clear_finalizers, config_map, create, eventually, gone, held,
+    HOLD, Kcm, TestNamespace, clear_finalizers, config_map, create, eventually, exists, gone, held,
     owner_ref,
 };
 
@@ -36,13 +36,6 @@ fn secret(
     .unwrap()
 }
 
-async fn exists<K>(api: &Api<K>, name: &str) -> bool
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    gone(api, name).await.is_none()
-}
-
 #[tokio::test]
 async fn a_collector_started_late_collects_what_it_finds() {
     support::kcm(Kcm::NoGc);
@@ -54,9 +47,9 @@ async fn a_collector_started_late_collects_what_it_finds() {
     let parent = create(&b.api::<ConfigMap>(), &config_map("parent", vec![])).await;
     let parent_uid = parent.uid().unwrap();
     for i in 0..10 {
-        make(
+        create(
             &b.api::<Secret>(),
-            secret(&format!("child{i}"), vec![owner_ref(&parent, false)], false),
+            &secret(&format!("child{i}"), vec![owner_ref(&parent, false)], false),
         )
         .await;
     }
@@ -77,14 +70,14 @@ async fn a_collector_started_late_collects_what_it_finds() {
         let mut cm = config_map(&format!("invalid-cm-{i}"), unknown.clone());
         cm.metadata.labels = None;
         create(&a.api::<ConfigMap>(), &cm).await;
-        make(
+        create(
             &a.api::<Secret>(),
-            secret(&format!("invalid-secret-{i}"), unknown.clone(), false),
+            &secret(&format!("invalid-secret-{i}"), unknown.clone(), false),
         )
         .await;
-        make(
+        create(
             &a.api::<Secret>(),
-            secret(&format!("single-bad-{i}"), vec![bad()], true),
+            &secret(&format!("single-bad-{i}"), vec![bad()], true),
         )
         .await;
     }
@@ -199,7 +192,7 @@ async fn a_collector_started_late_collects_what_it_finds() {
         },
     )
     .await;
-    make(&a_secrets, secret("single-bad-late", vec![bad()], true)).await;
+    create(&a_secrets, &secret("single-bad-late", vec![bad()], true)).await;
     eventually(
         "the late one is collected too",
         Duration::from_secs(10),

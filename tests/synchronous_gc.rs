@@ -18,7 +18,7 @@ use syncgc::names::{
 use support::process::{WEBHOOK_LABEL, shared};
 use support::{
     HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
-    delete_crd, eventually, gone, held, opted_in, owner_ref,
+    delete_crd, eventually, exists, gone, held, opted_in, owner_ref,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -40,10 +40,6 @@ async fn left(api: &Api<ConfigMap>) -> Vec<String> {
         .map(|o| o.name_any())
         .filter(|name| name != "kube-root-ca.crt")
         .collect()
-}
-
-async fn exists(api: &Api<ConfigMap>, name: &str) -> bool {
-    gone(api, name).await.is_none()
 }
 
 async fn events(ns: &TestNamespace, reason: &str) -> Vec<Event> {

@@ -18,7 +18,7 @@ use syncgc::webhook::admit::{Policy, UnarmedDelete};
 use support::webhook::RegisteredWebhook;
 use support::{
     HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
-    delete_crd, eventually, gone, held, opted_in, owner_ref,
+    delete_crd, eventually, gone, held, opted_in, owner_ref, with_finalizer,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -40,8 +40,7 @@ async fn create_and_update_arm_and_disarm() {
     let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
     let api = ns.api::<ConfigMap>();
 
-    let mut with_other = opted_in("annotated", vec![], &[]);
-    with_other.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    let with_other = with_finalizer(opted_in("annotated", vec![], &[]), HOLD);
     let armed = create(&api, &with_other).await;
     assert_eq!(armed.finalizers(), [HOLD, SYNCHRONOUS_FINALIZER]);
 

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, ReplicationController, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::PostParams;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -97,14 +96,4 @@ pub fn owner_names<K: Resource>(object: &K) -> Vec<String> {
         .iter()
         .map(|r| r.name.clone())
         .collect()
-}
-
-/// Creates `obj` (a typed object) in `api`, and returns what the apiserver stored.
-pub async fn make<K>(api: &Api<K>, obj: K) -> K
-where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|err| panic!("creating {}: {err}", obj.name_any()))
 }

@@ -8,6 +8,7 @@ pub mod process;
 pub mod webhook;
 
 use std::future::Future;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,38 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Runs kubectl on the control plane with `input` on its standard input, checks that it
+/// succeeds, and returns what it printed.
+pub fn kubectl(args: &[&str], input: Option<&str>) -> String {
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl (hack/test.sh puts it on PATH)");
+    if let Some(input) = input {
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Creates syncgc's own namespace (where its leader Lease lives) unless it exists.
+pub fn syncgc_namespace() {
+    let _ = Command::new("kubectl")
+        .args(["create", "namespace", "syncgc-system"])
+        .env("KUBECONFIG", kubeconfig_path())
+        .output();
 }
 
 /// Which garbage collector kube-controller-manager runs.
@@ -241,8 +274,12 @@ pub fn opted_in(
 
 /// A ConfigMap whose owners are `owners`, kept by [`HOLD`] until [`clear_finalizers`].
 pub fn held(name: &str, owners: Vec<OwnerReference>) -> ConfigMap {
-    let mut cm = config_map(name, owners);
-    cm.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    with_finalizer(config_map(name, owners), HOLD)
+}
+
+/// `cm` with `finalizer` as its only finalizer.
+pub fn with_finalizer(mut cm: ConfigMap, finalizer: &str) -> ConfigMap {
+    cm.metadata.finalizers = Some(vec![finalizer.to_owned()]);
     cm
 }
 
@@ -352,6 +389,14 @@ where
     api.patch(name, &Default::default(), &Patch::Merge(&patch))
         .await
         .unwrap_or_else(|err| panic!("clearing the finalizers of {name}: {err}"));
+}
+
+/// Whether `name` exists in `api`.
+pub async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    gone(api, name).await.is_none()
 }
 
 /// `Some(())` once `name` is gone from `api`.

@@ -75,24 +75,9 @@ impl Syncgc {
         }
         let config = dir.join("webhook.json");
         std::fs::write(&config, serde_json::to_vec(&registration).unwrap()).unwrap();
-        let kubectl = |args: &[&str]| {
-            let out = Command::new("kubectl")
-                .args(args)
-                .env("KUBECONFIG", kubeconfig_path())
-                .output()
-                .expect("kubectl (hack/test.sh puts it on PATH)");
-            assert!(
-                out.status.success(),
-                "kubectl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        kubectl(&["apply", "-f", config.to_str().unwrap()]);
+        super::kubectl(&["apply", "-f", config.to_str().unwrap()], None);
         // The leader Lease lives there.
-        let _ = Command::new("kubectl")
-            .args(["create", "namespace", "syncgc-system"])
-            .env("KUBECONFIG", kubeconfig_path())
-            .output();
+        super::syncgc_namespace();
 
         let syncgc = format!(
             "{bin} run --kubeconfig {kubeconfig} --webhook-addr {webhook} --metrics-addr {metrics} \
