@@ -13,61 +13,16 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use http::Request;
-use serde_json::{Value, json};
+use serde_json::Value;
 use syncgc::metrics::Metrics;
 use syncgc::webhook::admit::{Policy, admit};
 use syncgc::webhook::handler::{self, Webhook};
 use syncgc::webhook::review::{self, Answer, Review};
 use tower::ServiceExt;
 
-/// A CREATE review of a Deployment with enough containers, env and managed fields to weigh
-/// about 10 KB, opted in to synchronous deletion.
-fn deployment_review() -> Vec<u8> {
-    let containers: Vec<Value> = (0..12)
-        .map(|i| {
-            json!({
-                "name": format!("container-{i}"),
-                "image": format!("registry.example/team/service-{i}:1.2.{i}"),
-                "ports": [{"containerPort": 8080 + i, "protocol": "TCP", "name": "http"}],
-                "env": (0..8).map(|e| json!({"name": format!("ENV_{e}"), "value": format!("value-{i}-{e}")})).collect::<Vec<_>>(),
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080 + i}, "periodSeconds": 10},
-                "volumeMounts": [{"name": "config", "mountPath": "/etc/config"}]
-            })
-        })
-        .collect();
-    let object = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {
-            "name": "web", "namespace": "shop",
-            "labels": {"app": "web", "tier": "frontend", "team": "checkout"},
-            "annotations": {"syncgc.io/synchronous": "true", "deployment.kubernetes.io/revision": "3"},
-            "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
-                               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
-        },
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": containers, "volumes": [{"name": "config", "configMap": {"name": "web"}}]}
-            }
-        }
-    });
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4",
-            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-            "name": "web", "namespace": "shop", "operation": "CREATE",
-            "userInfo": {"username": "admin", "groups": ["system:masters", "system:authenticated"]},
-            "object": object, "oldObject": null, "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-        }
-    });
-    serde_json::to_vec(&review).unwrap()
-}
+#[path = "support/review.rs"]
+mod review_fixture;
+use review_fixture::deployment_review;
 
 /// Mean time per call of `f` over enough calls to fill `budget`.
 fn measure(budget: Duration, mut f: impl FnMut()) -> Duration {

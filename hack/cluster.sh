@@ -20,6 +20,8 @@
 #   SYNCGC_CLUSTER_DIR   PKI, etcd data, logs, pids, kubeconfig   [/tmp/syncgc-cluster]
 #   SYNCGC_ETCD_PORT [23790]  SYNCGC_ETCD_PEER_PORT [23800]
 #   SYNCGC_APISERVER_PORT [26443]  SYNCGC_KCM_PORT [26257]
+#   SYNCGC_KCM_QPS [20]  SYNCGC_KCM_BURST [30]   kube-controller-manager's client rate limit
+#   SYNCGC_KCM_GC_SYNCS [20]                     its garbage collector's workers
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -275,10 +277,12 @@ kcm_controllers() {
 start_kcm() { # mode
   local mode=$1
   if [ "$mode" = none ]; then stop kube-controller-manager; return 0; fi
-  local controllers
+  local controllers settings
   controllers=$(kcm_controllers "$mode")
+  # A running kube-controller-manager is kept only when it runs with the same settings.
+  settings="$mode qps=${SYNCGC_KCM_QPS:-20} burst=${SYNCGC_KCM_BURST:-30} gc-syncs=${SYNCGC_KCM_GC_SYNCS:-20}"
   if running kube-controller-manager; then
-    [ "$(cat "$PIDS/kube-controller-manager.mode" 2>/dev/null)" = "$mode" ] && return 0
+    [ "$(cat "$PIDS/kube-controller-manager.mode" 2>/dev/null)" = "$settings" ] && return 0
     stop kube-controller-manager
   fi
   write_kubeconfig "$DIR/kcm.kubeconfig" kcm
@@ -294,8 +298,9 @@ start_kcm() { # mode
     --leader-elect=false \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --port 0 \
     --kube-api-qps "${SYNCGC_KCM_QPS:-20}" --kube-api-burst "${SYNCGC_KCM_BURST:-30}" \
+    --concurrent-gc-syncs "${SYNCGC_KCM_GC_SYNCS:-20}" \
     --v 1
-  echo "$mode" >"$PIDS/kube-controller-manager.mode"
+  echo "$settings" >"$PIDS/kube-controller-manager.mode"
   wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$KCM_PORT/healthz" ||
     { tail -n 30 "$LOGS/kube-controller-manager.log" >&2; die "kube-controller-manager did not become healthy"; }
 }

@@ -1,0 +1,862 @@
+//! syncgc against kube-controller-manager's garbage collector and against the limits of this
+//! machine, in one run on the local control plane, as ratios of what was measured in the same
+//! run:
+//!
+//! 1. cascade deletion of an owner with N ConfigMap dependents (flat, and a tree three levels
+//!    deep), in the background and in the foreground, by kube-controller-manager's GC and by
+//!    `syncgc run --mode standalone` (with kube-controller-manager's GC off): at the
+//!    controller-manager's default client limits and unthrottled, with the API requests each
+//!    makes per collected object;
+//! 2. the limit: the same objects deleted by a plain client loop with the same concurrency;
+//! 3. synchronous deletion: `kubectl delete` of an armed owner (cooperative mode) against the
+//!    cluster's own foreground deletion of the same tree;
+//! 4. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
+//! 5. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects.
+//!
+//! Run with `hack/bench.sh`, which starts the control plane and writes the results to
+//! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
+//! `sync`, `webhook`, `memory`).
+
+mod bare;
+mod cascade;
+mod graph;
+mod load;
+mod plane;
+mod report;
+mod tree;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
+use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
+use syncgc::webhook::registration::Registration;
+
+use cascade::{Deletion, Outcome};
+use plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
+use report::{Goal, Report, round};
+use tree::{OWNER, Shape, Tree};
+
+#[global_allocator]
+static ALLOCATOR: graph::Counting = graph::Counting;
+
+const PHASES: [&str; 5] = ["graph", "cascade", "sync", "webhook", "memory"];
+const POLICIES: [PropagationPolicy; 2] =
+    [PropagationPolicy::Background, PropagationPolicy::Foreground];
+const SHAPES: [Shape; 2] = [Shape::Flat, Shape::Tree];
+
+/// What a run is asked to do, from the environment and the arguments.
+struct Settings {
+    phases: Vec<String>,
+    /// N of the unthrottled cascades.
+    sizes: Vec<usize>,
+    /// N of the cascades at kube-controller-manager's default limits (flat).
+    throttled_size: usize,
+    /// Requests in flight: the collectors' workers, the loop's and the creations' concurrency.
+    concurrency: usize,
+    /// Connections of the webhook load.
+    connections: usize,
+    /// Objects syncgc watches when its memory is read.
+    watched: usize,
+    out: PathBuf,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v} is not a valid value")),
+        Err(_) => Ok(default),
+    }
+}
+
+impl Settings {
+    fn read() -> Result<Self> {
+        // `cargo bench` passes `--bench`.
+        let phases: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| !a.starts_with("--"))
+            .collect();
+        if let Some(unknown) = phases.iter().find(|p| !PHASES.contains(&p.as_str())) {
+            bail!(
+                "unknown phase {unknown}: the phases are {}",
+                PHASES.join(", ")
+            );
+        }
+        let sizes = env_or("SYNCGC_BENCH_SIZES", "1000,5000".to_owned())?
+            .split(',')
+            .map(|s| s.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
+            .context("SYNCGC_BENCH_SIZES: numbers separated by commas")?;
+        Ok(Self {
+            phases: if phases.is_empty() {
+                PHASES.iter().map(|p| p.to_string()).collect()
+            } else {
+                phases
+            },
+            sizes,
+            throttled_size: env_or("SYNCGC_BENCH_THROTTLED_SIZE", 1000)?,
+            concurrency: env_or("SYNCGC_BENCH_CONCURRENCY", 16)?,
+            connections: env_or("SYNCGC_BENCH_CONNECTIONS", 8)?,
+            watched: env_or("SYNCGC_BENCH_WATCHED", 10_000)?,
+            out: env_or(
+                "SYNCGC_BENCH_OUT",
+                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),
+            )?,
+        })
+    }
+
+    fn runs(&self, phase: &str) -> bool {
+        self.phases.iter().any(|p| p == phase)
+    }
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(bare::SUBCOMMAND) {
+        let (addr, cert, key) = (args.next(), args.next(), args.next());
+        let (Some(addr), Some(cert), Some(key)) = (addr, cert, key) else {
+            bail!("usage: {} ADDR CERT KEY", bare::SUBCOMMAND);
+        };
+        return tokio::runtime::Runtime::new()?.block_on(bare::serve(
+            addr.parse()?,
+            cert.as_ref(),
+            key.as_ref(),
+        ));
+    }
+    let settings = Settings::read()?;
+    let started = Instant::now();
+    let mut report = Report::default();
+    // First, while nothing else allocates.
+    if settings.runs("graph") {
+        graph_phase(&mut report);
+    }
+    let needs_cluster = settings.phases.iter().any(|p| p != "graph");
+    let mut machine = machine();
+    if needs_cluster {
+        let work = tempfile::tempdir()?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        let version = runtime.block_on(async {
+            let mut plane = Plane::connect(work.path()).await?;
+            cluster_phases(&settings, &mut plane, &mut report).await?;
+            syncgc::api::server_version(&plane.client)
+                .await
+                .map_err(anyhow::Error::from)
+        })?;
+        machine.push_str(&format!(", Kubernetes {version}"));
+    }
+    let heading = format!(
+        "# syncgc benchmark, {}\n\n{machine}; phases: {}; {:.0} minutes.",
+        jiff::Timestamp::now().strftime("%Y-%m-%d"),
+        settings.phases.join(", "),
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    println!("\n{}", report.markdown(&heading, None));
+    report.write(&settings.out, "cluster", &heading)?;
+    println!(
+        "written to {}/cluster.md and cluster.svg",
+        settings.out.display()
+    );
+    Ok(())
+}
+
+/// The cluster phases, ordered so that kube-controller-manager changes modes as seldom as
+/// possible.
+async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    let mut cascades = Cascades::default();
+    if settings.runs("cascade") {
+        cascades.native(settings, plane).await?;
+    }
+    if settings.runs("sync") {
+        sync_phase(settings, plane, report).await?;
+    }
+    if settings.runs("cascade") {
+        cascades.syncgc(settings, plane).await?;
+        cascades.report(settings, report);
+    }
+    if settings.runs("webhook") {
+        webhook_phase(settings, plane, report).await?;
+    }
+    if settings.runs("memory") {
+        memory_phase(settings, plane, report).await?;
+    }
+    Ok(())
+}
+
+fn graph_phase(report: &mut Report) {
+    eprintln!("graph: {} synthetic objects", graph::OBJECTS);
+    let m = graph::measure();
+    let table = report.table(
+        format!(
+            "Ownership graph, {} synthetic objects (10,000 owners × 9 dependents)",
+            graph::OBJECTS
+        ),
+        vec!["", "syncgc", "kube-controller-manager (estimate)"],
+    );
+    table.rows.push(vec![
+        "bytes per node".into(),
+        format!(
+            "{:.0} (heap, counted: node, uid index, name, owners, dependents)",
+            m.bytes_per_node
+        ),
+        "≈ 336 (node struct 240, empty dependents map 48, uidToNode entry ≈ 48); ≈ 620 with the \
+         strings and owner slice it points to (graph.go, Go 1.19 sizes)"
+            .into(),
+    ]);
+    table.rows.push(vec![
+        "apply, per object".into(),
+        format!("{:.0} ns", m.apply.as_nanos()),
+        String::new(),
+    ]);
+    table.rows.push(vec![
+        "transitive dependents, per owner".into(),
+        format!("{:.0} ns", m.transitive_dependents.as_nanos()),
+        String::new(),
+    ]);
+    report.target(
+        "graph: bytes per node",
+        m.bytes_per_node,
+        Goal::AtMost(150.0),
+        "B",
+    );
+}
+
+/// Who collects, and at which client limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Collector {
+    Native,
+    Syncgc,
+    /// A plain client loop deleting every object.
+    Loop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Case {
+    collector: Collector,
+    throttled: bool,
+    shape: Shape,
+    n: usize,
+    /// None for the loop.
+    policy: Option<Policy>,
+}
+
+/// `PropagationPolicy` without `Orphan`, hashable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Policy {
+    Background,
+    Foreground,
+}
+
+impl Policy {
+    fn of(policy: &PropagationPolicy) -> Self {
+        match policy {
+            PropagationPolicy::Foreground => Self::Foreground,
+            _ => Self::Background,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Background => "background",
+            Self::Foreground => "foreground",
+        }
+    }
+}
+
+#[derive(Default)]
+struct Cascades(HashMap<Case, Outcome>);
+
+impl Cascades {
+    async fn measure(
+        &mut self,
+        settings: &Settings,
+        plane: &Plane,
+        case: Case,
+        deletion: Deletion,
+    ) -> Result<()> {
+        let outcome = cascade::run(plane, case.shape, case.n, settings.concurrency, deletion)
+            .await
+            .with_context(|| format!("{case:?}"))?;
+        eprintln!(
+            "  {:?} {} {} {} {}: {:.1} s, {:.2} requests per object",
+            case.collector,
+            if case.throttled {
+                "throttled"
+            } else {
+                "unthrottled"
+            },
+            case.shape.as_str(),
+            case.n,
+            case.policy.map_or("loop", Policy::as_str),
+            outcome.seconds,
+            outcome.requests_per_object
+        );
+        self.0.insert(case, outcome);
+        Ok(())
+    }
+
+    /// Every case for `collector`: throttled flat, then unthrottled in every shape and size.
+    async fn collect_throttled(
+        &mut self,
+        settings: &Settings,
+        plane: &Plane,
+        collector: Collector,
+    ) -> Result<()> {
+        for policy in &POLICIES {
+            let case = Case {
+                collector,
+                throttled: true,
+                shape: Shape::Flat,
+                n: settings.throttled_size,
+                policy: Some(Policy::of(policy)),
+            };
+            self.measure(settings, plane, case, Deletion::Owner(policy.clone()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn collect_unthrottled(
+        &mut self,
+        settings: &Settings,
+        plane: &Plane,
+        collector: Collector,
+    ) -> Result<()> {
+        for &n in &settings.sizes {
+            for shape in SHAPES {
+                let base = Case {
+                    collector,
+                    throttled: false,
+                    shape,
+                    n,
+                    policy: None,
+                };
+                if collector == Collector::Loop {
+                    self.measure(settings, plane, base, Deletion::Loop).await?;
+                    continue;
+                }
+                for policy in &POLICIES {
+                    let case = Case {
+                        policy: Some(Policy::of(policy)),
+                        ..base
+                    };
+                    self.measure(settings, plane, case, Deletion::Owner(policy.clone()))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn native(&mut self, settings: &Settings, plane: &mut Plane) -> Result<()> {
+        eprintln!("cascade: kube-controller-manager's GC at its default client limits");
+        plane.kcm(Kcm::DEFAULT_LIMITS).await?;
+        self.collect_throttled(settings, plane, Collector::Native)
+            .await?;
+        eprintln!("cascade: kube-controller-manager's GC unthrottled");
+        plane
+            .kcm(Kcm::unthrottled(true, settings.concurrency as u32))
+            .await?;
+        self.collect_unthrottled(settings, plane, Collector::Native)
+            .await
+    }
+
+    async fn syncgc(&mut self, settings: &Settings, plane: &mut Plane) -> Result<()> {
+        plane
+            .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
+            .await?;
+        eprintln!("cascade: syncgc standalone at kube-controller-manager's default client limits");
+        let limits = Kcm::DEFAULT_LIMITS;
+        let syncgc = plane
+            .syncgc(&standalone(limits.qps, limits.burst, 8))
+            .await?;
+        self.collect_throttled(settings, plane, Collector::Syncgc)
+            .await?;
+        drop(syncgc);
+        eprintln!("cascade: syncgc standalone unthrottled");
+        let syncgc = plane
+            .syncgc(&standalone(
+                UNTHROTTLED_QPS,
+                UNTHROTTLED_BURST,
+                settings.concurrency,
+            ))
+            .await?;
+        self.collect_unthrottled(settings, plane, Collector::Syncgc)
+            .await?;
+        drop(syncgc);
+        eprintln!("cascade: a plain client DELETE loop, no collector");
+        self.collect_unthrottled(settings, plane, Collector::Loop)
+            .await
+    }
+
+    fn get(&self, case: Case) -> Option<Outcome> {
+        self.0.get(&case).copied()
+    }
+
+    fn report(&self, settings: &Settings, report: &mut Report) {
+        let limits = Kcm::DEFAULT_LIMITS;
+        let table = report.table(
+            format!(
+                "Cascade deletion at kube-controller-manager's default client limits (qps {}, \
+                 burst {}), {} flat dependents: seconds from the owner's DELETE until every \
+                 object is gone; API requests on ConfigMaps per collected object",
+                limits.qps, limits.burst, settings.throttled_size
+            ),
+            vec![
+                "policy",
+                "native s",
+                "syncgc s",
+                "syncgc ÷ native",
+                "native req/obj",
+                "syncgc req/obj",
+            ],
+        );
+        let mut targets = Vec::new();
+        for policy in [Policy::Background, Policy::Foreground] {
+            let case = |collector| Case {
+                collector,
+                throttled: true,
+                shape: Shape::Flat,
+                n: settings.throttled_size,
+                policy: Some(policy),
+            };
+            let (Some(native), Some(syncgc)) = (
+                self.get(case(Collector::Native)),
+                self.get(case(Collector::Syncgc)),
+            ) else {
+                continue;
+            };
+            let ratio = syncgc.seconds / native.seconds;
+            table.rows.push(vec![
+                policy.as_str().into(),
+                round(native.seconds),
+                round(syncgc.seconds),
+                round(ratio),
+                round(native.requests_per_object),
+                round(syncgc.requests_per_object),
+            ]);
+            let goal = match policy {
+                Policy::Background => 0.5,
+                Policy::Foreground => 0.35,
+            };
+            targets.push((
+                format!("default limits, {}: syncgc ÷ native time", policy.as_str()),
+                ratio,
+                Goal::AtMost(goal),
+            ));
+        }
+
+        let table = report.table(
+            format!(
+                "Unthrottled: client limit qps {UNTHROTTLED_QPS} / burst {UNTHROTTLED_BURST}, \
+                 {c} GC workers for each collector ({c} for kube-controller-manager's \
+                 `--concurrent-gc-syncs`), {c} requests in flight for the plain DELETE loop. \
+                 Rates are objects deleted per second; `÷ loop` is a collector's rate as a \
+                 share of the loop's",
+                c = settings.concurrency
+            ),
+            vec![
+                "N",
+                "shape",
+                "policy",
+                "native s",
+                "syncgc s",
+                "loop s",
+                "syncgc ÷ native time",
+                "native ÷ loop",
+                "syncgc ÷ loop",
+                "native req/obj",
+                "syncgc req/obj",
+            ],
+        );
+        for &n in &settings.sizes {
+            for shape in SHAPES {
+                let at = |collector, policy| Case {
+                    collector,
+                    throttled: false,
+                    shape,
+                    n,
+                    policy,
+                };
+                let Some(plain) = self.get(at(Collector::Loop, None)) else {
+                    continue;
+                };
+                for policy in [Policy::Background, Policy::Foreground] {
+                    let (Some(native), Some(syncgc)) = (
+                        self.get(at(Collector::Native, Some(policy))),
+                        self.get(at(Collector::Syncgc, Some(policy))),
+                    ) else {
+                        continue;
+                    };
+                    let share = plain.seconds / syncgc.seconds;
+                    table.rows.push(vec![
+                        n.to_string(),
+                        shape.as_str().into(),
+                        policy.as_str().into(),
+                        round(native.seconds),
+                        round(syncgc.seconds),
+                        round(plain.seconds),
+                        round(syncgc.seconds / native.seconds),
+                        round(plain.seconds / native.seconds),
+                        round(share),
+                        round(native.requests_per_object),
+                        round(syncgc.requests_per_object),
+                    ]);
+                    targets.push((
+                        format!(
+                            "unthrottled, {n} {}, {}: syncgc ÷ loop rate",
+                            shape.as_str(),
+                            policy.as_str()
+                        ),
+                        share,
+                        Goal::AtLeast(0.8),
+                    ));
+                }
+            }
+        }
+        for (name, value, goal) in targets {
+            report.target(name, value, goal, "×");
+        }
+    }
+}
+
+fn standalone(qps: u32, burst: u32, workers: usize) -> Vec<String> {
+    [
+        "--mode",
+        "standalone",
+        "--qps",
+        &qps.to_string(),
+        "--burst",
+        &burst.to_string(),
+        "--workers",
+        &workers.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// `kubectl ARGS`, timed; fails when kubectl does.
+fn kubectl_timed(args: &[&str]) -> Result<Duration> {
+    let started = Instant::now();
+    let out = Command::new("kubectl")
+        .args(args)
+        .stdout(Stdio::null())
+        .output()
+        .context("running kubectl (hack/bench.sh puts it on PATH)")?;
+    let took = started.elapsed();
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(took)
+}
+
+/// Objects left in a namespace, its `kube-root-ca.crt` not counted.
+async fn configmaps_left(plane: &Plane, namespace: &str) -> Result<usize> {
+    let api: Api<ConfigMap> = Api::namespaced(plane.client.clone(), namespace);
+    let list = api.list_metadata(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|o| o.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+        .count())
+}
+
+async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    let n = settings.throttled_size;
+    let c = settings.concurrency;
+    eprintln!("sync: kubectl delete of an owner with {n} dependents");
+    plane.kcm(Kcm::unthrottled(true, c as u32)).await?;
+
+    // The cluster's own foreground deletion.
+    let namespace = plane.namespace("bench-foreground", &[]).await?;
+    Tree::create(&plane.client, &namespace, Shape::Flat, n, c, &[]).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let foreground = kubectl_timed(&[
+        "delete",
+        "configmap",
+        OWNER,
+        "-n",
+        &namespace,
+        "--cascade=foreground",
+        "--timeout=600s",
+    ])?;
+    let left_native = configmaps_left(plane, &namespace).await?;
+    plane.drop_namespace(&namespace).await?;
+
+    // syncgc, cooperative, its webhook registered for a namespace of its own.
+    let syncgc = plane
+        .syncgc(&[
+            "--mode".into(),
+            "cooperative".into(),
+            "--qps".into(),
+            UNTHROTTLED_QPS.to_string(),
+            "--burst".into(),
+            UNTHROTTLED_BURST.to_string(),
+            "--workers".into(),
+            c.to_string(),
+        ])
+        .await?;
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
+    let name = "syncgc-bench";
+    let mut registration = Registration {
+        name: name.into(),
+        url: format!("https://{}/mutate", syncgc.webhook),
+        ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
+        timeout_seconds: 10,
+        excluded_namespaces: vec![],
+    }
+    .configuration();
+    for hook in registration.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(serde_json::from_value(
+            serde_json::json!({ "matchLabels": { "syncgc.io/bench": name } }),
+        )?);
+    }
+    let _ = webhooks.delete(name, &DeleteParams::default()).await;
+    webhooks
+        .create(&PostParams::default(), &registration)
+        .await?;
+    let namespace = plane
+        .namespace("bench-synchronous", &[("syncgc.io/bench", name)])
+        .await?;
+    let tree = Tree::create(
+        &plane.client,
+        &namespace,
+        Shape::Flat,
+        n,
+        c,
+        &[(SYNCHRONOUS_ANNOTATION, "true")],
+    )
+    .await?;
+    let owner = tree.api.get(OWNER).await?;
+    anyhow::ensure!(
+        owner
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER),
+        "the webhook did not arm the owner"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let synchronous = kubectl_timed(&[
+        "delete",
+        "configmap",
+        OWNER,
+        "-n",
+        &namespace,
+        "--timeout=600s",
+    ])?;
+    let left_synchronous = configmaps_left(plane, &namespace).await?;
+    webhooks.delete(name, &DeleteParams::default()).await?;
+    plane.drop_namespace(&namespace).await?;
+    drop(syncgc);
+
+    let table = report.table(
+        format!(
+            "Synchronous deletion: `kubectl delete` of an owner with {n} flat dependents until it \
+             returns; kube-controller-manager and syncgc (cooperative) at qps {UNTHROTTLED_QPS} / \
+             burst {UNTHROTTLED_BURST} with {c} GC workers each"
+        ),
+        vec!["", "seconds", "objects left when it returned"],
+    );
+    table.rows.push(vec![
+        "`--cascade=foreground`, kube-controller-manager's GC".into(),
+        round(foreground.as_secs_f64()),
+        left_native.to_string(),
+    ]);
+    table.rows.push(vec![
+        "armed owner, syncgc".into(),
+        round(synchronous.as_secs_f64()),
+        left_synchronous.to_string(),
+    ]);
+    table.rows.push(vec![
+        "syncgc ÷ foreground".into(),
+        round(synchronous.as_secs_f64() / foreground.as_secs_f64()),
+        String::new(),
+    ]);
+    anyhow::ensure!(
+        left_synchronous == 0,
+        "kubectl delete of the armed owner returned with {left_synchronous} objects left"
+    );
+    Ok(())
+}
+
+async fn webhook_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    #[path = "../support/review.rs"]
+    mod review_fixture;
+
+    let c = settings.connections;
+    eprintln!("webhook: {c} connections against syncgc and the bare server");
+    plane
+        .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
+        .await?;
+    let body = axum::body::Bytes::from(review_fixture::deployment_review());
+    let ca = std::fs::read(plane.certs().join("ca.crt"))?;
+    let syncgc = plane.syncgc(&standalone(20, 30, 8)).await?;
+    let bare_addr = plane::free_port()?;
+    let mut bare = Command::new(std::env::current_exe()?)
+        .arg(bare::SUBCOMMAND)
+        .arg(bare_addr.to_string())
+        .arg(plane.certs().join("tls.crt"))
+        .arg(plane.certs().join("tls.key"))
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(bare_addr).await.is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "the bare server did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (warmup, duration) = (Duration::from_secs(2), Duration::from_secs(8));
+    // Alternating, twice each, so that drift on the machine hits both alike.
+    let mut runs: HashMap<&str, Vec<load::Load>> = HashMap::new();
+    for _ in 0..2 {
+        for (server, addr) in [("syncgc", syncgc.webhook), ("bare", bare_addr)] {
+            let load = load::run(addr, &ca, body.clone(), c, warmup, duration).await?;
+            eprintln!(
+                "  {server}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+                load.per_second(),
+                load.percentile_ms(0.5),
+                load.percentile_ms(0.99)
+            );
+            runs.entry(server).or_default().push(load);
+        }
+    }
+    let _ = bare.kill();
+    let _ = bare.wait();
+    drop(syncgc);
+    let mut merged = |server| load::Load::merge(runs.remove(server).unwrap_or_default());
+    let (syncgc, bare) = (merged("syncgc"), merged("bare"));
+
+    let table = report.table(
+        format!(
+            "Webhook: POST /mutate over TLS, a {} byte CREATE review of a Deployment, {c} \
+             keep-alive connections from a load generator on the same machine, 2 × 8 s each",
+            body.len()
+        ),
+        vec!["server", "reviews/s", "p50 ms", "p99 ms"],
+    );
+    for (server, load) in [("syncgc run", &syncgc), ("bare axum + rustls", &bare)] {
+        table.rows.push(vec![
+            server.into(),
+            round(load.per_second()),
+            round(load.percentile_ms(0.5)),
+            round(load.percentile_ms(0.99)),
+        ]);
+    }
+    let throughput = syncgc.per_second() / bare.per_second();
+    let p99 = syncgc.percentile_ms(0.99) / bare.percentile_ms(0.99);
+    table.rows.push(vec![
+        "syncgc ÷ bare".into(),
+        round(throughput),
+        round(syncgc.percentile_ms(0.5) / bare.percentile_ms(0.5)),
+        round(p99),
+    ]);
+    report.target(
+        "webhook: syncgc ÷ bare throughput",
+        throughput,
+        Goal::AtLeast(0.6),
+        "×",
+    );
+    report.target("webhook: syncgc ÷ bare p99", p99, Goal::AtMost(1.5), "×");
+    report.target(
+        "webhook: syncgc p99",
+        syncgc.percentile_ms(0.99),
+        Goal::AtMost(5.0),
+        "ms",
+    );
+    Ok(())
+}
+
+async fn memory_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    let total = settings.watched;
+    eprintln!("memory: syncgc's resident memory with {total} more objects watched");
+    plane
+        .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
+        .await?;
+    let syncgc = plane.syncgc(&standalone(20, 30, 8)).await?;
+    let observed = "syncgc_graph_nodes{kind=\"observed\"}";
+    // The graph gauges are refreshed every 5 seconds.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (nodes_before, rss_before) = (syncgc.metric(observed).await?, syncgc.rss()?);
+    let namespace = plane.namespace("bench-memory", &[]).await?;
+    Tree::create(
+        &plane.client,
+        &namespace,
+        Shape::Flat,
+        total - 1,
+        settings.concurrency,
+        &[],
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let nodes = loop {
+        let nodes = syncgc.metric(observed).await?;
+        if nodes >= nodes_before + total as f64 {
+            break nodes;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "syncgc's graph did not grow by {total}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let rss_after = syncgc.rss()?;
+    plane.drop_namespace(&namespace).await?;
+    drop(syncgc);
+
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let table = report.table(
+        "Resident memory of `syncgc run` (standalone), every resource watched".to_string(),
+        vec!["", "objects in the graph", "resident MiB"],
+    );
+    table.rows.push(vec![
+        "before".into(),
+        format!("{nodes_before:.0}"),
+        round(mib(rss_before)),
+    ]);
+    table.rows.push(vec![
+        format!("after {total} ConfigMaps (one owner, the rest its dependents)"),
+        format!("{nodes:.0}"),
+        round(mib(rss_after)),
+    ]);
+    table.rows.push(vec![
+        "per added object".into(),
+        String::new(),
+        format!(
+            "{:.0} bytes",
+            rss_after.saturating_sub(rss_before) as f64 / (nodes - nodes_before)
+        ),
+    ]);
+    Ok(())
+}
+
+/// The CPU, cores, memory and kernel of this machine.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim())
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_gib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / (1 << 20) as f64);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{model}, {cores} cores, {memory_gib:.0} GiB, Linux {}",
+        kernel.trim()
+    )
+}

@@ -1,0 +1,278 @@
+//! The local control plane (hack/cluster.sh) and the syncgc processes the benchmark runs
+//! against it: switching kube-controller-manager between its modes and client limits, starting
+//! `syncgc run`, reading the apiserver's request counters and a process's resident memory.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How kube-controller-manager runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kcm {
+    /// Whether its garbage collector runs (`hack/cluster.sh kcm gc`, else `nogc`).
+    pub gc: bool,
+    pub qps: u32,
+    pub burst: u32,
+    /// `--concurrent-gc-syncs`: its garbage collector's workers.
+    pub gc_syncs: u32,
+}
+
+impl Kcm {
+    /// kube-controller-manager's defaults: `--kube-api-qps=20 --kube-api-burst=30`, 20 workers.
+    pub const DEFAULT_LIMITS: Self = Self {
+        gc: true,
+        qps: 20,
+        burst: 30,
+        gc_syncs: 20,
+    };
+
+    /// A limit that does not hold anything back, and `concurrency` workers.
+    pub fn unthrottled(gc: bool, concurrency: u32) -> Self {
+        Self {
+            gc,
+            qps: UNTHROTTLED_QPS,
+            burst: UNTHROTTLED_BURST,
+            gc_syncs: concurrency,
+        }
+    }
+}
+
+pub const UNTHROTTLED_QPS: u32 = 1000;
+pub const UNTHROTTLED_BURST: u32 = 2000;
+
+const MONITORS_SYNCED: &str = "all resource monitors have synced";
+
+pub struct Plane {
+    pub client: Client,
+    root: PathBuf,
+    cluster_dir: PathBuf,
+    kubeconfig: PathBuf,
+    certs: PathBuf,
+    kcm: Option<Kcm>,
+}
+
+impl Plane {
+    /// Connects to the control plane `hack/cluster.sh` started (its kubeconfig in
+    /// `SYNCGC_KUBECONFIG`) and makes certificates for the webhooks in `work`.
+    pub async fn connect(work: &Path) -> Result<Self> {
+        let kubeconfig = PathBuf::from(std::env::var("SYNCGC_KUBECONFIG").context(
+            "SYNCGC_KUBECONFIG is not set: run hack/bench.sh, or `eval \"$(hack/cluster.sh env)\"` first",
+        )?);
+        let config = syncgc::api::config(Some(&kubeconfig)).await?;
+        let client = syncgc::api::client(config)?;
+        syncgc::api::server_version(&client)
+            .await
+            .context("the local control plane does not answer (hack/cluster.sh up)")?;
+        let certs = work.join("certs");
+        let status = Command::new(syncgc_binary())
+            .args(["certs", "--out"])
+            .arg(&certs)
+            .args(["--dns", "localhost", "--ip", "127.0.0.1"])
+            .stderr(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "syncgc certs failed");
+        let cluster_dir = PathBuf::from(
+            std::env::var("SYNCGC_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/syncgc-cluster".into()),
+        );
+        Ok(Self {
+            client,
+            root: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            cluster_dir,
+            kubeconfig,
+            certs,
+            kcm: None,
+        })
+    }
+
+    pub fn certs(&self) -> &Path {
+        &self.certs
+    }
+
+    /// Puts kube-controller-manager in `kcm`'s mode and limits; with its garbage collector,
+    /// waits until the collector has synced its graph, so that it collects from the start.
+    pub async fn kcm(&mut self, kcm: Kcm) -> Result<()> {
+        if self.kcm == Some(kcm) {
+            return Ok(());
+        }
+        let log = self.cluster_dir.join("logs/kube-controller-manager.log");
+        let synced_before = count_in(&log, MONITORS_SYNCED);
+        let status = Command::new(self.root.join("hack/cluster.sh"))
+            .args(["kcm", if kcm.gc { "gc" } else { "nogc" }])
+            .env("SYNCGC_KCM_QPS", kcm.qps.to_string())
+            .env("SYNCGC_KCM_BURST", kcm.burst.to_string())
+            .env("SYNCGC_KCM_GC_SYNCS", kcm.gc_syncs.to_string())
+            .stderr(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "hack/cluster.sh kcm failed");
+        if kcm.gc {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while count_in(&log, MONITORS_SYNCED) <= synced_before {
+                if Instant::now() > deadline {
+                    bail!("kube-controller-manager's garbage collector did not sync in 2 minutes");
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        self.kcm = Some(kcm);
+        Ok(())
+    }
+
+    /// Starts `syncgc run` with `args` besides its addresses, certificates and kubeconfig, and
+    /// waits until it is ready (every watch listed).
+    pub async fn syncgc(&self, args: &[String]) -> Result<Syncgc> {
+        let (metrics, webhook) = (free_port()?, free_port()?);
+        let child = Command::new(syncgc_binary())
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--webhook-addr", &webhook.to_string()])
+            .args(["--metrics-addr", &metrics.to_string()])
+            .arg("--tls-cert")
+            .arg(self.certs.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(self.certs.join("tls.key"))
+            .args(["--leader-election=false"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting syncgc run")?;
+        let syncgc = Syncgc {
+            child,
+            metrics,
+            webhook,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(metrics, "/readyz").await.map(|(s, _)| s).ok() != Some(200) {
+            if Instant::now() > deadline {
+                bail!("syncgc run did not become ready in a minute");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(syncgc)
+    }
+
+    /// Requests the apiserver has served on `resource`, all verbs but WATCH (the benchmark's
+    /// own watch is open throughout).
+    pub async fn requests(&self, resource: &str) -> Result<f64> {
+        let request = http::Request::get("/metrics").body(Vec::new())?;
+        let text = self.client.request_text(request).await?;
+        let wanted = format!("resource=\"{resource}\"");
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| l.contains(&wanted) && !l.contains("verb=\"WATCH\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    /// A new namespace named `prefix-N`, with `labels`.
+    pub async fn namespace(&self, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}-")),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let created = api.create(&PostParams::default(), &namespace).await?;
+        Ok(created.metadata.name.unwrap_or_default())
+    }
+
+    /// Deletes a namespace without waiting for it to go.
+    pub async fn drop_namespace(&self, name: &str) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        api.delete(name, &DeleteParams::default()).await?;
+        Ok(())
+    }
+}
+
+/// A running `syncgc run`, stopped when dropped.
+pub struct Syncgc {
+    child: Child,
+    pub metrics: SocketAddr,
+    pub webhook: SocketAddr,
+}
+
+impl Syncgc {
+    /// Its resident memory, in bytes.
+    pub fn rss(&self) -> Result<u64> {
+        rss(self.child.id())
+    }
+
+    /// The sum of a metric's series whose line starts with `series`.
+    pub async fn metric(&self, series: &str) -> Result<f64> {
+        let (_, text) = http_get(self.metrics, "/metrics").await?;
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+}
+
+impl Drop for Syncgc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A process's resident memory (VmRSS), in bytes.
+pub fn rss(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS")?;
+    Ok(kib * 1024)
+}
+
+pub fn syncgc_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_syncgc")
+}
+
+pub fn free_port() -> Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn count_in(path: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(path)
+        .map(|text| text.matches(needle).count())
+        .unwrap_or(0)
+}
+
+/// A plain-HTTP GET: the status and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no HTTP status")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Ok((status, body))
+}
