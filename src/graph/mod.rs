@@ -191,6 +191,15 @@ impl Node {
     }
 }
 
+/// Adds `uid` to a dependents list, growing it by a quarter rather than doubling it: most
+/// owners keep a handful of dependents for a long time, and a doubled list is up to half empty.
+fn push_dependent(dependents: &mut Vec<Uid>, uid: Uid) {
+    if dependents.len() == dependents.capacity() {
+        dependents.reserve_exact((dependents.len() / 4).max(1));
+    }
+    dependents.push(uid);
+}
+
 /// Something a worker should look at again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Work {
@@ -372,7 +381,7 @@ impl Graph {
                         .nodes
                         .entry(link.uid)
                         .or_insert_with(Node::virtual_owner);
-                    owner.dependents.push(uid);
+                    push_dependent(&mut owner.dependents, uid);
                     let owner = &self.nodes[&link.uid];
                     if standalone
                         && (owner.is(Flags::VIRTUAL)

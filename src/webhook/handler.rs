@@ -43,11 +43,11 @@ pub struct Webhook {
     pub body_timeout: Duration,
 }
 
-/// The webhook's router: `POST /mutate`.
+/// The webhook's router: `POST /mutate`. The state is shared, not cloned, per request.
 pub fn router(webhook: Webhook) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
-        .with_state(webhook)
+        .with_state(Arc::new(webhook))
 }
 
 /// The `timeout` query parameter the apiserver adds (`?timeout=10s`).
@@ -59,7 +59,7 @@ fn timeout_param(query: Option<&str>) -> Option<Duration> {
 }
 
 async fn mutate(
-    State(webhook): State<Webhook>,
+    State(webhook): State<Arc<Webhook>>,
     RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
