@@ -25,6 +25,9 @@ mod plane;
 mod report;
 mod tree;
 
+#[path = "../support/review.rs"]
+mod review_fixture;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -541,6 +544,17 @@ fn standalone(qps: u32, burst: u32, workers: usize) -> Vec<String> {
     .to_vec()
 }
 
+/// syncgc standalone at its default limits, kube-controller-manager's GC off: for the
+/// readings that need no collection.
+async fn standalone_syncgc(settings: &Settings, plane: &mut Plane) -> Result<plane::Syncgc> {
+    plane
+        .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
+        .await?;
+    plane
+        .syncgc(&["--mode".to_owned(), "standalone".to_owned()])
+        .await
+}
+
 /// `kubectl ARGS`, timed; fails when kubectl does.
 fn kubectl_timed(args: &[&str]) -> Result<Duration> {
     let started = Instant::now();
@@ -691,17 +705,11 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
 }
 
 async fn webhook_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
-    #[path = "../support/review.rs"]
-    mod review_fixture;
-
     let c = settings.connections;
     eprintln!("webhook: {c} connections against syncgc and the bare server");
-    plane
-        .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
-        .await?;
     let body = axum::body::Bytes::from(review_fixture::deployment_review());
     let ca = std::fs::read(plane.certs().join("ca.crt"))?;
-    let syncgc = plane.syncgc(&standalone(20, 30, 8)).await?;
+    let syncgc = standalone_syncgc(settings, plane).await?;
     let bare_addr = plane::free_port()?;
     let mut bare = Command::new(std::env::current_exe()?)
         .arg(bare::SUBCOMMAND)
@@ -778,10 +786,7 @@ async fn webhook_phase(settings: &Settings, plane: &mut Plane, report: &mut Repo
 async fn memory_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
     let total = settings.watched;
     eprintln!("memory: syncgc's resident memory with {total} more objects watched");
-    plane
-        .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
-        .await?;
-    let syncgc = plane.syncgc(&standalone(20, 30, 8)).await?;
+    let syncgc = standalone_syncgc(settings, plane).await?;
     let observed = "syncgc_graph_nodes{kind=\"observed\"}";
     // The graph gauges are refreshed every 5 seconds.
     tokio::time::sleep(Duration::from_secs(6)).await;
