@@ -278,9 +278,10 @@ start_kcm() { # mode
   local mode=$1
   if [ "$mode" = none ]; then stop kube-controller-manager; return 0; fi
   local controllers settings
+  local qps=${SYNCGC_KCM_QPS:-20} burst=${SYNCGC_KCM_BURST:-30} gc_syncs=${SYNCGC_KCM_GC_SYNCS:-20}
   controllers=$(kcm_controllers "$mode")
   # A running kube-controller-manager is kept only when it runs with the same settings.
-  settings="$mode qps=${SYNCGC_KCM_QPS:-20} burst=${SYNCGC_KCM_BURST:-30} gc-syncs=${SYNCGC_KCM_GC_SYNCS:-20}"
+  settings="$mode qps=$qps burst=$burst gc-syncs=$gc_syncs"
   if running kube-controller-manager; then
     [ "$(cat "$PIDS/kube-controller-manager.mode" 2>/dev/null)" = "$settings" ] && return 0
     stop kube-controller-manager
@@ -297,8 +298,7 @@ start_kcm() { # mode
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
     --leader-elect=false \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --port 0 \
-    --kube-api-qps "${SYNCGC_KCM_QPS:-20}" --kube-api-burst "${SYNCGC_KCM_BURST:-30}" \
-    --concurrent-gc-syncs "${SYNCGC_KCM_GC_SYNCS:-20}" \
+    --kube-api-qps "$qps" --kube-api-burst "$burst" --concurrent-gc-syncs "$gc_syncs" \
     --v 1
   echo "$settings" >"$PIDS/kube-controller-manager.mode"
   wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$KCM_PORT/healthz" ||

@@ -30,7 +30,7 @@ pub struct Outcome {
 }
 
 /// Time for the collectors' watches to deliver every object created before the deletion.
-const SETTLE: Duration = Duration::from_secs(2);
+pub const SETTLE: Duration = Duration::from_secs(2);
 /// Time for calls still in flight when the last object went to be counted.
 const TRAILING: Duration = Duration::from_secs(2);
 /// The longest a cascade may take.

@@ -377,14 +377,15 @@ impl Cascades {
         eprintln!("cascade: syncgc standalone at kube-controller-manager's default client limits");
         let limits = Kcm::DEFAULT_LIMITS;
         let syncgc = plane
-            .syncgc(&standalone(limits.qps, limits.burst, 8))
+            .syncgc(&run_args("standalone", limits.qps, limits.burst, 8))
             .await?;
         self.collect_throttled(settings, plane, Collector::Syncgc)
             .await?;
         drop(syncgc);
         eprintln!("cascade: syncgc standalone unthrottled");
         let syncgc = plane
-            .syncgc(&standalone(
+            .syncgc(&run_args(
+                "standalone",
                 UNTHROTTLED_QPS,
                 UNTHROTTLED_BURST,
                 settings.concurrency,
@@ -529,10 +530,11 @@ impl Cascades {
     }
 }
 
-fn standalone(qps: u32, burst: u32, workers: usize) -> Vec<String> {
+/// `syncgc run`'s arguments for `mode` at a client limit, with `workers` GC workers.
+fn run_args(mode: &str, qps: u32, burst: u32, workers: usize) -> Vec<String> {
     [
         "--mode",
-        "standalone",
+        mode,
         "--qps",
         &qps.to_string(),
         "--burst",
@@ -555,11 +557,30 @@ async fn standalone_syncgc(settings: &Settings, plane: &mut Plane) -> Result<pla
         .await
 }
 
-/// `kubectl ARGS`, timed; fails when kubectl does.
-fn kubectl_timed(args: &[&str]) -> Result<Duration> {
+/// `kubectl delete` of the owner in `namespace` (with `extra` arguments), once the collectors
+/// have seen the tree: how long it took to return, and how many objects were left then (the
+/// namespace's `kube-root-ca.crt` not counted).
+async fn kubectl_delete_owner(
+    plane: &Plane,
+    namespace: &str,
+    extra: &[&str],
+) -> Result<(Duration, usize)> {
+    tokio::time::sleep(cascade::SETTLE).await;
+    let args = [
+        &[
+            "delete",
+            "configmap",
+            OWNER,
+            "-n",
+            namespace,
+            "--timeout=600s",
+        ],
+        extra,
+    ]
+    .concat();
     let started = Instant::now();
     let out = Command::new("kubectl")
-        .args(args)
+        .args(&args)
         .stdout(Stdio::null())
         .output()
         .context("running kubectl (hack/bench.sh puts it on PATH)")?;
@@ -570,18 +591,14 @@ fn kubectl_timed(args: &[&str]) -> Result<Duration> {
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
-    Ok(took)
-}
-
-/// Objects left in a namespace, its `kube-root-ca.crt` not counted.
-async fn configmaps_left(plane: &Plane, namespace: &str) -> Result<usize> {
     let api: Api<ConfigMap> = Api::namespaced(plane.client.clone(), namespace);
     let list = api.list_metadata(&ListParams::default()).await?;
-    Ok(list
+    let left = list
         .items
         .iter()
         .filter(|o| o.metadata.name.as_deref() != Some("kube-root-ca.crt"))
-        .count())
+        .count();
+    Ok((took, left))
 }
 
 async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
@@ -593,31 +610,18 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
     // The cluster's own foreground deletion.
     let namespace = plane.namespace("bench-foreground", &[]).await?;
     Tree::create(&plane.client, &namespace, Shape::Flat, n, c, &[]).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let foreground = kubectl_timed(&[
-        "delete",
-        "configmap",
-        OWNER,
-        "-n",
-        &namespace,
-        "--cascade=foreground",
-        "--timeout=600s",
-    ])?;
-    let left_native = configmaps_left(plane, &namespace).await?;
+    let (foreground, left_native) =
+        kubectl_delete_owner(plane, &namespace, &["--cascade=foreground"]).await?;
     plane.drop_namespace(&namespace).await?;
 
     // syncgc, cooperative, its webhook registered for a namespace of its own.
     let syncgc = plane
-        .syncgc(&[
-            "--mode".into(),
-            "cooperative".into(),
-            "--qps".into(),
-            UNTHROTTLED_QPS.to_string(),
-            "--burst".into(),
-            UNTHROTTLED_BURST.to_string(),
-            "--workers".into(),
-            c.to_string(),
-        ])
+        .syncgc(&run_args(
+            "cooperative",
+            UNTHROTTLED_QPS,
+            UNTHROTTLED_BURST,
+            c,
+        ))
         .await?;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
     let name = "syncgc-bench";
@@ -660,16 +664,7 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
             .any(|f| f == SYNCHRONOUS_FINALIZER),
         "the webhook did not arm the owner"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let synchronous = kubectl_timed(&[
-        "delete",
-        "configmap",
-        OWNER,
-        "-n",
-        &namespace,
-        "--timeout=600s",
-    ])?;
-    let left_synchronous = configmaps_left(plane, &namespace).await?;
+    let (synchronous, left_synchronous) = kubectl_delete_owner(plane, &namespace, &[]).await?;
     webhooks.delete(name, &DeleteParams::default()).await?;
     plane.drop_namespace(&namespace).await?;
     drop(syncgc);
