@@ -20,6 +20,10 @@ use syncgc::webhook::handler::{self, Webhook};
 use syncgc::webhook::review::{self, Answer, Review};
 use tower::ServiceExt;
 
+/// The allocator `syncgc run` uses.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "support/review.rs"]
 mod review_fixture;
 use review_fixture::deployment_review;

@@ -3,35 +3,36 @@
 //! that keeps the number of live bytes: exact, and free of the allocator's caching that makes
 //! resident memory drift.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use syncgc::graph::{Coordinates, Flags, Graph, Mode, Observed, OwnerLink, ResourceId, Uid};
 
-/// The system allocator, counting the bytes allocated and not yet freed.
+/// syncgc's allocator (mimalloc), counting the bytes allocated and not yet freed. The bare
+/// webhook server runs with it too, so that it stands for the same stack as syncgc.
 pub struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is only
+// SAFETY: every call is forwarded unchanged to mimalloc; the counter is only
 // arithmetic on the sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
+        unsafe { mimalloc::MiMalloc.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE.fetch_add(new_size, Ordering::Relaxed);
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
     }
 }
 

@@ -2,6 +2,7 @@
 //! DELETEs.
 //!
 //! - [`review`]: the AdmissionReview wire format, read leanly, answered in the version asked.
+//! - [`skim`]: the objects' unread parts of a review found and dropped before it is parsed.
 //! - [`admit`]: the pure decision (`request → patch | denial | side effect`).
 //! - [`handler`]: `POST /mutate`, transport only.
 //! - [`server`]: HTTPS (HTTP/1.1 and HTTP/2) with bounds and graceful shutdown.
@@ -13,4 +14,5 @@ pub mod handler;
 pub mod registration;
 pub mod review;
 pub mod server;
+mod skim;
 pub mod tls;

@@ -8,6 +8,8 @@ use base64::prelude::BASE64_STANDARD;
 use json_patch::Patch;
 use serde::{Deserialize, Serialize};
 
+use super::skim;
+
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
 const KIND: &str = "AdmissionReview";
@@ -167,18 +169,16 @@ pub struct Review {
 }
 
 impl Review {
-    /// Parses a request body, naming the JSON path of the first problem.
+    /// Parses a request body, naming the JSON path of the first problem. The body is skimmed
+    /// first ([`skim::prune`]) so that the objects' unread parts are not parsed; a body that
+    /// does not parse that way is read again as it is, tracking the path, to say where it is
+    /// wrong.
     pub fn parse(body: &[u8]) -> Result<Self, ReviewError> {
-        let de = &mut serde_json::Deserializer::from_slice(body);
-        let review: ReviewIn = serde_path_to_error::deserialize(de).map_err(|err| {
-            let path = err.path().to_string();
-            let inner = err.into_inner();
-            ReviewError::Malformed(if path == "." {
-                inner.to_string()
-            } else {
-                format!("at {path}: {inner}")
-            })
-        })?;
+        let pruned = skim::prune(body);
+        let review = match serde_json::from_slice(pruned.as_deref().unwrap_or(body)) {
+            Ok(review) => review,
+            Err(_) => Self::read_tracked(body)?,
+        };
         let api_version = match review.api_version.as_str() {
             V1 => V1,
             V1BETA1 => V1BETA1,
@@ -194,6 +194,20 @@ impl Review {
         Ok(Self {
             api_version,
             request,
+        })
+    }
+
+    /// Reads `body` as it is, naming the JSON path of the first problem.
+    fn read_tracked(body: &[u8]) -> Result<ReviewIn, ReviewError> {
+        let de = &mut serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(de).map_err(|err| {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            ReviewError::Malformed(if path == "." {
+                inner.to_string()
+            } else {
+                format!("at {path}: {inner}")
+            })
         })
     }
 }
