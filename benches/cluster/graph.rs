@@ -84,7 +84,7 @@ pub fn measure() -> GraphMeasurement {
     let before = live();
     let mut graph = Graph::new(Mode::Standalone);
     for object in objects() {
-        black_box(graph.apply(ResourceId(0), object));
+        black_box(graph.apply(ResourceId::new(0), object));
     }
     let bytes_per_node = (live() - before) as f64 / OBJECTS as f64;
     drop(graph);
@@ -94,7 +94,7 @@ pub fn measure() -> GraphMeasurement {
     let started = Instant::now();
     let mut graph = Graph::new(Mode::Standalone);
     for object in prepared {
-        black_box(graph.apply(ResourceId(0), object));
+        black_box(graph.apply(ResourceId::new(0), object));
     }
     let apply = started.elapsed() / OBJECTS as u32;
 

@@ -73,7 +73,7 @@ impl Shared {
                     .resource
                     .and_then(|r| resources.get(r))
                     .map(|r| r.api.kind.clone()),
-                namespace: node.namespace.as_deref().map(str::to_owned),
+                namespace: node.namespace().map(str::to_owned),
                 name: node.name.to_string(),
                 flags: node.flags.names(),
             });

@@ -40,7 +40,7 @@ pub struct Changes {
 
 impl Resources {
     pub fn get(&self, id: ResourceId) -> Option<&Resource> {
-        self.list.get(usize::from(id.0))
+        self.list.get(id.index())
     }
 
     /// The resource an ownerReference's `apiVersion` and `kind` name: the same group and kind
@@ -58,7 +58,7 @@ impl Resources {
             .iter()
             .enumerate()
             .filter(|(_, r)| r.served)
-            .map(|(i, r)| (ResourceId(i as u16), r))
+            .map(|(i, r)| (ResourceId::new(i as u16), r))
     }
 
     /// Takes in what discovery found: new resources get ids, ones no longer served are marked.
@@ -69,7 +69,7 @@ impl Resources {
             let key = (resource.api.group.clone(), resource.api.plural.clone());
             match self.by_group_resource.get(&key) {
                 Some(id) => {
-                    let index = usize::from(id.0);
+                    let index = id.index();
                     still[index] = true;
                     if !self.list[index].served {
                         changes.added.push(*id);
@@ -80,11 +80,14 @@ impl Resources {
                     };
                 }
                 None => {
-                    let Ok(index) = u16::try_from(self.list.len()) else {
+                    let Some(index) = u16::try_from(self.list.len())
+                        .ok()
+                        .filter(|i| *i < u16::MAX)
+                    else {
                         tracing::error!("more than 65535 resources; not watching {key:?}");
                         continue;
                     };
-                    let id = ResourceId(index);
+                    let id = ResourceId::new(index);
                     self.by_group_kind
                         .insert((resource.api.group.clone(), resource.api.kind.clone()), id);
                     self.by_group_resource.insert(key, id);
@@ -100,7 +103,7 @@ impl Resources {
         for (index, served) in still.into_iter().enumerate() {
             if !served && self.list[index].served {
                 self.list[index].served = false;
-                changes.removed.push(ResourceId(index as u16));
+                changes.removed.push(ResourceId::new(index as u16));
             }
         }
         changes
@@ -184,14 +187,14 @@ mod tests {
             resource("", "v1", "ConfigMap", "configmaps"),
             resource("apps", "v1", "Deployment", "deployments"),
         ]);
-        assert_eq!(first.added, [ResourceId(0), ResourceId(1)]);
+        assert_eq!(first.added, [ResourceId::new(0), ResourceId::new(1)]);
 
         let second = table.update(vec![resource("apps", "v1", "Deployment", "deployments")]);
         assert_eq!(
             second,
             Changes {
                 added: vec![],
-                removed: vec![ResourceId(0)]
+                removed: vec![ResourceId::new(0)]
             }
         );
         assert_eq!(table.served().count(), 1);
@@ -201,7 +204,7 @@ mod tests {
             resource("apps", "v1", "Deployment", "deployments"),
             resource("x.io", "v1", "Widget", "widgets"),
         ]);
-        assert_eq!(third.added, [ResourceId(0), ResourceId(2)]);
+        assert_eq!(third.added, [ResourceId::new(0), ResourceId::new(2)]);
     }
 
     #[test]
@@ -211,10 +214,13 @@ mod tests {
             resource("", "v1", "ConfigMap", "configmaps"),
             resource("apps", "v1", "ReplicaSet", "replicasets"),
         ]);
-        assert_eq!(table.by_kind("v1", "ConfigMap").unwrap().0, ResourceId(0));
+        assert_eq!(
+            table.by_kind("v1", "ConfigMap").unwrap().0,
+            ResourceId::new(0)
+        );
         assert_eq!(
             table.by_kind("apps/v1beta2", "ReplicaSet").unwrap().0,
-            ResourceId(1)
+            ResourceId::new(1)
         );
         assert!(table.by_kind("v1", "Pod").is_none());
     }

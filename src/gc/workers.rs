@@ -73,7 +73,7 @@ impl Shared {
         let resource = resources.get(node.resource?)?;
         Some(Target {
             resource: resource.api.clone(),
-            namespace: node.namespace.as_deref().map(str::to_owned),
+            namespace: node.namespace().map(str::to_owned),
             name: node.name.to_string(),
             uid: uid.to_string(),
         })
@@ -437,7 +437,7 @@ impl Shared {
                     if owner.in_reach_of(dependent.namespace.as_deref()) {
                         return Ok(state_of(owner.flags));
                     }
-                    owner.namespace.clone()
+                    owner.namespace().map(str::to_owned)
                 }
                 _ => None,
             }

@@ -8,6 +8,8 @@ mod uid;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroU16;
+use std::ops::Deref;
 use std::sync::Arc;
 
 pub use uid::Uid;
@@ -24,9 +26,24 @@ pub enum Mode {
     Standalone,
 }
 
-/// An index into the table of watched resources (see `gc::discovery`).
+/// An index into the table of watched resources (see `gc::discovery`). Two bytes, and two
+/// as an `Option` too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ResourceId(pub u16);
+pub struct ResourceId(NonZeroU16);
+
+impl ResourceId {
+    /// The resource at `index`, below `u16::MAX`: the table holds at most 65,535 resources.
+    pub const fn new(index: u16) -> Self {
+        match NonZeroU16::new(index.saturating_add(1)) {
+            Some(id) => Self(id),
+            None => unreachable!(),
+        }
+    }
+
+    pub const fn index(self) -> usize {
+        self.0.get() as usize - 1
+    }
+}
 
 /// A digest of an object's identity besides its uid — API group, kind and name — so that an
 /// ownerReference can be checked against the object the graph knows under its uid.
@@ -128,17 +145,88 @@ impl std::ops::BitOr for Flags {
     }
 }
 
-/// A node: one object (or a virtual stand-in for an owner not seen).
+/// A node: one object (or a virtual stand-in for an owner not seen). 72 bytes: most objects
+/// have one owner or none, and no dependents, and the layout is made for them.
 #[derive(Debug, Clone)]
 pub struct Node {
     pub resource: Option<ResourceId>,
     pub flags: Flags,
     pub coordinates: Coordinates,
     pub resource_version: u64,
-    pub namespace: Option<Arc<str>>,
+    /// Interned: one allocation per namespace, a thin pointer per node.
+    namespace: Option<Arc<String>>,
     pub name: Box<str>,
-    pub owners: Box<[OwnerLink]>,
-    pub dependents: Vec<Uid>,
+    pub owners: Owners,
+    pub dependents: Dependents,
+}
+
+/// An object's ownerReferences, the first one inline.
+#[derive(Debug, Clone, Default)]
+pub enum Owners {
+    #[default]
+    None,
+    One(OwnerLink),
+    Many(Box<[OwnerLink]>),
+}
+
+impl Deref for Owners {
+    type Target = [OwnerLink];
+
+    fn deref(&self) -> &[OwnerLink] {
+        match self {
+            Self::None => &[],
+            Self::One(link) => std::slice::from_ref(link),
+            Self::Many(links) => links,
+        }
+    }
+}
+
+impl From<Vec<OwnerLink>> for Owners {
+    fn from(links: Vec<OwnerLink>) -> Self {
+        match links[..] {
+            [] => Self::None,
+            [link] => Self::One(link),
+            _ => Self::Many(links.into()),
+        }
+    }
+}
+
+/// The uids of the objects that name a node as an owner: nothing but a null pointer for the
+/// many objects that own nothing.
+#[derive(Debug, Clone, Default)]
+#[expect(
+    clippy::box_collection,
+    reason = "8 bytes in every node instead of 24; the box exists only for owners"
+)]
+pub struct Dependents(Option<Box<Vec<Uid>>>);
+
+impl Deref for Dependents {
+    type Target = [Uid];
+
+    fn deref(&self) -> &[Uid] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
+impl Dependents {
+    /// Adds `uid`, growing the list by a quarter rather than doubling it: most owners keep a
+    /// handful of dependents for a long time, and a doubled list is up to half empty.
+    fn push(&mut self, uid: Uid) {
+        let list = self.0.get_or_insert_default();
+        if list.len() == list.capacity() {
+            list.reserve_exact((list.len() / 4).max(1));
+        }
+        list.push(uid);
+    }
+
+    fn remove(&mut self, uid: Uid) {
+        if let Some(list) = &mut self.0 {
+            list.retain(|d| *d != uid);
+            if list.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
 }
 
 impl Node {
@@ -154,9 +242,14 @@ impl Node {
             resource_version: 0,
             namespace: None,
             name: Box::default(),
-            owners: Box::default(),
-            dependents: Vec::new(),
+            owners: Owners::None,
+            dependents: Dependents::default(),
         }
+    }
+
+    /// The namespace, `None` for a cluster-scoped object.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref().map(String::as_str)
     }
 
     /// An armed object whose deletion has started: syncgc holds it until its dependents go.
@@ -177,7 +270,7 @@ impl Node {
     /// Whether a reference from an object in `namespace` can reach this node: it is
     /// cluster-scoped, or in the same namespace.
     pub fn in_reach_of(&self, namespace: Option<&str>) -> bool {
-        self.namespace.is_none() || self.namespace.as_deref() == namespace
+        self.namespace.is_none() || self.namespace() == namespace
     }
 
     /// Whether `dependent`, through `link`, really refers to this node: the reference names
@@ -187,17 +280,8 @@ impl Node {
         if !self.seen() {
             return true;
         }
-        link.coordinates == self.coordinates && self.in_reach_of(dependent.namespace.as_deref())
+        link.coordinates == self.coordinates && self.in_reach_of(dependent.namespace())
     }
-}
-
-/// Adds `uid` to a dependents list, growing it by a quarter rather than doubling it: most
-/// owners keep a handful of dependents for a long time, and a doubled list is up to half empty.
-fn push_dependent(dependents: &mut Vec<Uid>, uid: Uid) {
-    if dependents.len() == dependents.capacity() {
-        dependents.reserve_exact((dependents.len() / 4).max(1));
-    }
-    dependents.push(uid);
 }
 
 /// Something a worker should look at again.
@@ -232,7 +316,7 @@ impl Work {
 pub struct Graph {
     mode: Mode,
     nodes: HashMap<Uid, Node>,
-    namespaces: HashSet<Arc<str>>,
+    namespaces: HashSet<Arc<String>>,
 }
 
 impl Graph {
@@ -336,12 +420,12 @@ impl Graph {
             .map(|(uid, _)| *uid)
     }
 
-    fn intern(&mut self, namespace: Option<String>) -> Option<Arc<str>> {
+    fn intern(&mut self, namespace: Option<String>) -> Option<Arc<String>> {
         let namespace = namespace?;
-        if let Some(existing) = self.namespaces.get(namespace.as_str()) {
+        if let Some(existing) = self.namespaces.get(&namespace) {
             return Some(existing.clone());
         }
-        let interned: Arc<str> = namespace.into();
+        let interned = Arc::new(namespace);
         self.namespaces.insert(interned.clone());
         Some(interned)
     }
@@ -381,7 +465,7 @@ impl Graph {
                         .nodes
                         .entry(link.uid)
                         .or_insert_with(Node::virtual_owner);
-                    push_dependent(&mut owner.dependents, uid);
+                    owner.dependents.push(uid);
                     let owner = &self.nodes[&link.uid];
                     if standalone
                         && (owner.is(Flags::VIRTUAL)
@@ -474,7 +558,7 @@ impl Graph {
         let Some(node) = self.nodes.get_mut(&owner) else {
             return;
         };
-        node.dependents.retain(|d| *d != dependent);
+        node.dependents.remove(dependent);
         if node.is(Flags::VIRTUAL) && node.dependents.is_empty() {
             self.nodes.remove(&owner);
         } else if self.waits_by_uid(owner) {
@@ -487,7 +571,7 @@ impl Graph {
 mod tests {
     use super::*;
 
-    const CM: ResourceId = ResourceId(0);
+    const CM: ResourceId = ResourceId::new(0);
 
     fn uid(n: u128) -> Uid {
         Uid::from_u128(n)
@@ -530,7 +614,7 @@ mod tests {
                     "{uid} not under its owner"
                 );
             }
-            for dependent in &node.dependents {
+            for dependent in node.dependents.iter() {
                 let d = g.node(*dependent).expect("dependents exist");
                 assert!(d.owners.iter().any(|o| o.uid == *uid), "stale dependent");
             }
@@ -652,9 +736,9 @@ mod tests {
     #[test]
     fn an_unserved_resource_is_not_taken_for_deleted() {
         let mut g = Graph::new(Mode::Standalone);
-        g.apply(ResourceId(1), object(1, &[], Flags::empty()));
+        g.apply(ResourceId::new(1), object(1, &[], Flags::empty()));
         g.apply(CM, object(2, &[1], Flags::empty()));
-        assert!(g.unserve(ResourceId(1)).is_empty());
+        assert!(g.unserve(ResourceId::new(1)).is_empty());
         let owner = g.node(uid(1)).unwrap();
         assert!(owner.is(Flags::VIRTUAL) && !owner.is(Flags::GONE));
         check(&g);
@@ -710,7 +794,7 @@ mod tests {
         let mut g = Graph::new(Mode::Cooperative);
         g.apply(CM, object(1, &[], WAITING));
         g.apply(CM, object(2, &[1], Flags::empty()));
-        g.apply(ResourceId(1), object(3, &[], Flags::empty()));
+        g.apply(ResourceId::new(1), object(3, &[], Flags::empty()));
         let work = g.reset(CM, &HashSet::from([uid(1)]));
         assert_eq!(work, [Work::SyncOwner(uid(1))]);
         assert!(g.node(uid(2)).is_none());
@@ -774,5 +858,29 @@ mod tests {
         let a = g.node(uid(1)).unwrap().namespace.clone().unwrap();
         let b = g.node(uid(2)).unwrap().namespace.clone().unwrap();
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn a_node_is_small_and_its_first_owner_inline() {
+        assert_eq!(std::mem::size_of::<Node>(), 72);
+        assert_eq!(std::mem::size_of::<Option<ResourceId>>(), 2);
+        let one: Owners = vec![link(1, true)].into();
+        assert!(matches!(one, Owners::One(_)));
+        assert_eq!(&*one, [link(1, true)]);
+        let two: Owners = vec![link(1, true), link(2, false)].into();
+        assert_eq!(two.len(), 2);
+        assert!(Owners::from(Vec::new()).is_empty());
+        assert_eq!(ResourceId::new(7).index(), 7);
+    }
+
+    #[test]
+    fn a_dependents_list_frees_itself_when_empty() {
+        let mut dependents = Dependents::default();
+        dependents.push(uid(1));
+        dependents.push(uid(2));
+        dependents.remove(uid(1));
+        assert_eq!(&*dependents, [uid(2)]);
+        dependents.remove(uid(2));
+        assert!(dependents.0.is_none());
     }
 }
