@@ -48,6 +48,8 @@ pub const UNTHROTTLED_QPS: u32 = 1000;
 pub const UNTHROTTLED_BURST: u32 = 2000;
 
 const MONITORS_SYNCED: &str = "all resource monitors have synced";
+/// A line kube-controller-manager logs each time it starts.
+const STARTED: &str = "FLAG: --enable-garbage-collector";
 
 pub struct Plane {
     pub client: Client,
@@ -102,7 +104,6 @@ impl Plane {
             return Ok(());
         }
         let log = self.cluster_dir.join("logs/kube-controller-manager.log");
-        let synced_before = count_in(&log, MONITORS_SYNCED);
         let status = Command::new(self.root.join("hack/cluster.sh"))
             .args(["kcm", if kcm.gc { "gc" } else { "nogc" }])
             .env("SYNCGC_KCM_QPS", kcm.qps.to_string())
@@ -113,7 +114,8 @@ impl Plane {
         anyhow::ensure!(status.success(), "hack/cluster.sh kcm failed");
         if kcm.gc {
             let deadline = Instant::now() + Duration::from_secs(120);
-            while count_in(&log, MONITORS_SYNCED) <= synced_before {
+            // hack/cluster.sh leaves a kube-controller-manager that runs as asked alone.
+            while !synced_since_start(&log) {
                 if Instant::now() > deadline {
                     bail!("kube-controller-manager's garbage collector did not sync in 2 minutes");
                 }
@@ -127,6 +129,11 @@ impl Plane {
     /// Starts `syncgc run` with `args` besides its addresses, certificates and kubeconfig, and
     /// waits until it is ready (every watch listed).
     pub async fn syncgc(&self, args: &[String]) -> Result<Syncgc> {
+        self.syncgc_with_env(args, &[]).await
+    }
+
+    /// [`Plane::syncgc`] with environment variables of its own.
+    pub async fn syncgc_with_env(&self, args: &[String], env: &[(&str, &str)]) -> Result<Syncgc> {
         let (metrics, webhook) = (free_port()?, free_port()?);
         let child = Command::new(syncgc_binary())
             .arg("run")
@@ -141,6 +148,7 @@ impl Plane {
             .args(["--leader-election=false"])
             .args(args)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .context("starting syncgc run")?;
@@ -251,10 +259,12 @@ pub fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-fn count_in(path: &Path, needle: &str) -> usize {
-    std::fs::read_to_string(path)
-        .map(|text| text.matches(needle).count())
-        .unwrap_or(0)
+/// Whether the log's last kube-controller-manager has had its GC's monitors synced.
+fn synced_since_start(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|text| {
+        let start = text.rfind(STARTED).unwrap_or(0);
+        text[start..].contains(MONITORS_SYNCED)
+    })
 }
 
 /// A plain-HTTP GET: the status and the body.

@@ -442,6 +442,36 @@ mod tests {
     }
 
     #[test]
+    fn skimming_changes_nothing_that_is_read() {
+        let tricky = json!({"a]": "}\\\"{[", "b": [1.5e3, -0, true, null, {"\\": "é"}]});
+        let metadata = json!({
+            "name": "x", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+            "annotations": {"syncgc.io/synchronous": "true", "odd\"key": "{]"},
+            "finalizers": ["a", "syncgc.io/synchronous"],
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [{"manager": "m", "fieldsV1": tricky.clone()}]
+        });
+        let object = json!({"apiVersion": "v1", "kind": "Thing", "metadata": metadata,
+                            "spec": tricky.clone(), "status": [tricky.clone()]});
+        for (operation, object, old) in [
+            ("CREATE", object.clone(), Value::Null),
+            ("UPDATE", object.clone(), object.clone()),
+            ("DELETE", Value::Null, object.clone()),
+            ("CREATE", json!({"spec": 1, "metadata": null}), Value::Null),
+        ] {
+            let body = serde_json::to_vec_pretty(&review(json!({
+                "uid": "u", "operation": operation, "name": "x", "namespace": "ns",
+                "object": object, "oldObject": old, "dryRun": true,
+                "options": {"propagationPolicy": "Orphan", "dryRun": ["All"]}
+            })))
+            .unwrap();
+            let skimmed: ReviewIn = serde_json::from_slice(&skim::prune(&body).unwrap()).unwrap();
+            let whole = Review::read_tracked(&body).unwrap();
+            assert_eq!(format!("{skimmed:?}"), format!("{whole:?}"), "{operation}");
+        }
+    }
+
+    #[test]
     fn an_invalid_body_gets_a_review_that_says_why() {
         let body = respond_invalid(&ReviewError::NoUid);
         let value: Value = serde_json::from_slice(&body).unwrap();
