@@ -383,6 +383,11 @@ mod tests {
                               "object": {"metadata": {"finalizers": "f"}}})),
                 "at request.object.metadata.finalizers",
             ),
+            (
+                review(json!({"uid": "u", "operation": "CREATE",
+                              "object": {"metadata": 5, "spec": {}}})),
+                "at request.object.metadata",
+            ),
         ];
         for (body, expected) in cases {
             let err = parse(body.clone()).unwrap_err().to_string();
@@ -465,7 +470,9 @@ mod tests {
                 "options": {"propagationPolicy": "Orphan", "dryRun": ["All"]}
             })))
             .unwrap();
-            let skimmed: ReviewIn = serde_json::from_slice(&skim::prune(&body).unwrap()).unwrap();
+            let pruned =
+                skim::prune(&body).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&body)));
+            let skimmed: ReviewIn = serde_json::from_slice(&pruned).unwrap();
             let whole = Review::read_tracked(&body).unwrap();
             assert_eq!(format!("{skimmed:?}"), format!("{whole:?}"), "{operation}");
         }

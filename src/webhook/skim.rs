@@ -25,19 +25,21 @@ pub fn prune(body: &[u8]) -> Option<Vec<u8>> {
         Some(b"request") => object(body, at, |key, at| match key {
             Some(b"object" | b"oldObject") if body.get(at) == Some(&b'{') => {
                 object(body, at, |key, at| match key {
-                    Some(b"metadata") => object(body, at, |key, at| {
-                        let end = skip(body, at)?;
-                        if key == Some(b"managedFields") {
-                            cuts.push(at..end);
-                        }
-                        Some(end)
-                    }),
+                    Some(b"metadata") if body.get(at) == Some(&b'{') => {
+                        object(body, at, |key, at| {
+                            let end = skip(body, at)?;
+                            if key == Some(b"managedFields") {
+                                cuts.push(at..end);
+                            }
+                            Some(end)
+                        })
+                    }
+                    Some(b"metadata") | None => skip(body, at),
                     Some(_) => {
                         let end = skip(body, at)?;
                         cuts.push(at..end);
                         Some(end)
                     }
-                    None => skip(body, at),
                 })
             }
             _ => skip(body, at),
