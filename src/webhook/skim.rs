@@ -26,20 +26,13 @@ pub fn prune(body: &[u8]) -> Option<Vec<u8>> {
             Some(b"object" | b"oldObject") if body.get(at) == Some(&b'{') => {
                 object(body, at, |key, at| match key {
                     Some(b"metadata") if body.get(at) == Some(&b'{') => {
-                        object(body, at, |key, at| {
-                            let end = skip(body, at)?;
-                            if key == Some(b"managedFields") {
-                                cuts.push(at..end);
-                            }
-                            Some(end)
+                        object(body, at, |key, at| match key {
+                            Some(b"managedFields") => cut(body, at, &mut cuts),
+                            _ => skip(body, at),
                         })
                     }
                     Some(b"metadata") | None => skip(body, at),
-                    Some(_) => {
-                        let end = skip(body, at)?;
-                        cuts.push(at..end);
-                        Some(end)
-                    }
+                    Some(_) => cut(body, at, &mut cuts),
                 })
             }
             _ => skip(body, at),
@@ -59,6 +52,13 @@ pub fn prune(body: &[u8]) -> Option<Vec<u8>> {
     }
     pruned.extend_from_slice(&body[from..]);
     Some(pruned)
+}
+
+/// Skips the value at `at` and marks it to be replaced by `null`.
+fn cut(body: &[u8], at: usize, cuts: &mut Vec<Range<usize>>) -> Option<usize> {
+    let end = skip(body, at)?;
+    cuts.push(at..end);
+    Some(end)
 }
 
 /// Walks the JSON object at `at`, calling `member` with each key (its raw bytes, or `None` for
