@@ -10,11 +10,13 @@ use json_patch::{
     Patch as JsonPatch, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation,
 };
 use jsonptr::PointerBuf;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Config, Resource};
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -79,6 +81,28 @@ impl ApiError {
         }
     }
 
+    /// Why a call failed, for metrics: a closed set of names.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Timeout { .. } => "timeout",
+            Self::Conflict(_) => "conflict",
+            Self::UnknownKind { .. } => "unknown_kind",
+            Self::Replaced(..) => "replaced",
+            Self::Terminating(_) => "terminating",
+            Self::ReadKubeconfig { .. } | Self::InferConfig(_) | Self::Client(_) => "config",
+            Self::Version(_) | Self::Call { .. } => match self.status() {
+                Some(404) => "not_found",
+                Some(403 | 401) => "forbidden",
+                Some(409) => "conflict",
+                Some(400 | 413 | 422) => "invalid",
+                Some(429) => "throttled",
+                Some(500..=599) => "server_error",
+                Some(_) => "other",
+                None => "unreachable",
+            },
+        }
+    }
+
     /// The HTTP status the apiserver answered with, if it answered.
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -97,6 +121,7 @@ pub enum Verb {
     Get,
     Patch,
     Delete,
+    Create,
 }
 
 impl Verb {
@@ -105,6 +130,7 @@ impl Verb {
             Self::Get => "get",
             Self::Patch => "patch",
             Self::Delete => "delete",
+            Self::Create => "create",
         }
     }
 }
@@ -247,13 +273,17 @@ pub enum Changed {
 /// Attempts at a read-modify-write before giving up on a busy object.
 const ATTEMPTS: usize = 5;
 
-/// Single-object calls with preconditions, rate limit, timeouts and error counts.
+/// The controller named in syncgc's Events.
+pub const EVENT_REPORTER: &str = "syncgc";
+
+/// Single-object calls with preconditions, rate limit, timeouts and error counts, and Events.
 #[derive(Clone)]
 pub struct Cluster {
     pub client: Client,
     limiter: Option<Arc<RateLimiter>>,
     timeout: Duration,
     metrics: Metrics,
+    recorder: Recorder,
 }
 
 impl Cluster {
@@ -263,11 +293,19 @@ impl Cluster {
         timeout: Duration,
         metrics: Metrics,
     ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: EVENT_REPORTER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
         Self {
             client,
             limiter,
             timeout,
             metrics,
+            recorder,
         }
     }
 
@@ -404,6 +442,16 @@ impl Cluster {
         target: &Target,
         finalizer: &str,
     ) -> Result<Changed, ApiError> {
+        self.add_finalizer_annotated(target, finalizer, None).await
+    }
+
+    /// [`Self::add_finalizer`], setting `annotation` (key, value) in the same write.
+    pub async fn add_finalizer_annotated(
+        &self,
+        target: &Target,
+        finalizer: &str,
+        annotation: Option<(&str, &str)>,
+    ) -> Result<Changed, ApiError> {
         for _ in 0..ATTEMPTS {
             let Some(meta) = self.get_metadata(target).await? else {
                 return Err(ApiError::Replaced(target.to_string(), target.uid.clone()));
@@ -416,9 +464,12 @@ impl Cluster {
                 return Ok(Changed::AlreadySo);
             }
             finalizers.push(finalizer.to_owned());
-            let patch = serde_json::json!({
+            let mut patch = serde_json::json!({
                 "metadata": { "resourceVersion": meta.resource_version, "finalizers": finalizers }
             });
+            if let Some((key, value)) = annotation {
+                patch["metadata"]["annotations"] = serde_json::json!({ key: value });
+            }
             match self.merge_metadata(target, &patch).await {
                 Ok(()) => return Ok(Changed::Yes),
                 Err(err) if err.status() == Some(409) => continue,
@@ -525,6 +576,96 @@ impl Cluster {
             return Ok(());
         }
         self.json_patch(target, &JsonPatch(ops)).await
+    }
+}
+
+impl Cluster {
+    /// Records an Event about `regarding` (through the rate limit, with the timeout, counted
+    /// like every call). Events are advisory: a failure is logged, never returned.
+    pub async fn event(&self, regarding: &Target, type_: EventType, reason: &str, note: String) {
+        let reference = ObjectReference {
+            api_version: Some(regarding.resource.api_version.clone()),
+            kind: Some(regarding.resource.kind.clone()),
+            name: Some(regarding.name.clone()),
+            namespace: regarding.namespace.clone(),
+            uid: Some(regarding.uid.clone()),
+            resource_version: None,
+            field_path: None,
+        };
+        let action = if reason.starts_with("SyncGC") {
+            "SynchronousDeletion"
+        } else {
+            "GarbageCollection"
+        };
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        let published = if reference.namespace.is_some() {
+            self.call(
+                Verb::Create,
+                regarding,
+                self.recorder.publish(&event, &reference),
+            )
+            .await
+        } else {
+            self.call(
+                Verb::Create,
+                regarding,
+                self.cluster_scoped_event(event, reference),
+            )
+            .await
+        };
+        if let Err(err) = published {
+            tracing::debug!(%err, reason, "could not record an event");
+        }
+    }
+
+    /// An Event about a cluster-scoped object: the events.k8s.io API of Kubernetes before
+    /// 1.22 only takes those in `kube-system`, where the recorder does not put them.
+    async fn cluster_scoped_event(
+        &self,
+        event: Event,
+        regarding: ObjectReference,
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let now = jiff::Timestamp::now();
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or(EVENT_REPORTER),
+            now.as_nanosecond()
+        );
+        let event = K8sEvent {
+            action: Some(event.action),
+            reason: Some(event.reason),
+            note: event.note,
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding),
+            metadata: ObjectMeta {
+                name: Some(name),
+                ..Default::default()
+            },
+            reporting_controller: Some(EVENT_REPORTER.to_owned()),
+            reporting_instance: Some(
+                std::env::var("POD_NAME").unwrap_or_else(|_| EVENT_REPORTER.to_owned()),
+            ),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            ..Default::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), "kube-system")
+            .create(&Default::default(), &event)
+            .await
+            .map(drop)
     }
 }
 

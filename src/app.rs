@@ -102,7 +102,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let gc = Arc::new(gc::Shared::new(
+    let gc = Arc::new(gc::Collector::new(
         graph,
         gc_cluster,
         metrics.clone(),

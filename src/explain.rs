@@ -182,7 +182,7 @@ pub async fn explain(
     let namespace = namespace
         .map(str::to_owned)
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let resources = discovery::discover(&client, &[]).await?;
+    let resources = discovery::discover(&client, &[]).await?.resources;
     let resource = resolve(&resources, kind)
         .with_context(|| format!("the apiserver serves no kind {kind:?} (with list and delete)"))?;
     let api = scoped(&client, resource, &namespace);

@@ -53,7 +53,7 @@ pub struct Metrics {
     pub queue_depth: IntGauge,
     /// Items added to the work queue, by item.
     pub queue_adds: IntCounterVec,
-    /// Items queued again after a failure, by item.
+    /// Items queued again after a failure, by item and reason.
     pub queue_retries: IntCounterVec,
     /// Garbage-collector actions, by action and result.
     pub gc_actions: IntCounterVec,
@@ -72,6 +72,12 @@ pub struct Metrics {
     pub timeouts: IntCounter,
     /// 1 while this replica holds the leader lease (its workers act).
     pub leader: IntGauge,
+    /// API groups whose last discovery failed (their resources keep the watches they had).
+    pub discovery_failed_groups: IntGauge,
+    /// Discoveries that failed as a whole (the list of groups did not answer).
+    pub discovery_errors: IntCounter,
+    /// Resources rediscovered (started, moved to another version, stopped), by change.
+    pub resource_changes: IntCounterVec,
 }
 
 impl Metrics {
@@ -138,8 +144,8 @@ impl Metrics {
             )?,
             queue_retries: r.counter_vec(
                 "syncgc_queue_retries_total",
-                "Items queued again after a failure, by item",
-                &["item"],
+                "Items queued again after a failure (with backoff; none is dropped), by item and reason",
+                &["item", "reason"],
             )?,
             gc_actions: r.counter_vec(
                 "syncgc_gc_actions_total",
@@ -177,6 +183,19 @@ impl Metrics {
             leader: r.gauge(
                 "syncgc_leader",
                 "1 while this replica holds the leader lease and its workers act",
+            )?,
+            discovery_failed_groups: r.gauge(
+                "syncgc_discovery_failed_groups",
+                "API groups whose last discovery failed; their resources keep their watches",
+            )?,
+            discovery_errors: r.counter(
+                "syncgc_discovery_errors_total",
+                "Discoveries that failed as a whole (the list of API groups did not answer)",
+            )?,
+            resource_changes: r.counter_vec(
+                "syncgc_resource_changes_total",
+                "Watched resources changed by discovery, by change (added, moved, removed)",
+                &["change"],
             )?,
             registry,
         })

@@ -61,6 +61,7 @@ fn object(n: u128, owner: Option<u128>) -> Observed {
             .into_iter()
             .collect(),
         flags: Flags::empty(),
+        deleted_at: None,
     }
 }
 

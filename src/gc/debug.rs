@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
-use super::Shared;
+use super::Collector;
 use crate::graph::Uid;
 
 #[derive(Debug, Deserialize)]
@@ -46,17 +46,17 @@ pub struct GraphView {
     pub edges: Vec<EdgeView>,
 }
 
-pub fn router(shared: Arc<Shared>) -> Router {
+pub fn router(collector: Arc<Collector>) -> Router {
     Router::new()
         .route("/debug/graph", get(serve))
-        .with_state(shared)
+        .with_state(collector)
 }
 
-impl Shared {
+impl Collector {
     /// The neighbourhood of `uid` (see [`crate::graph::Graph::neighbourhood`]).
     pub fn view(&self, uid: Uid) -> GraphView {
         let graph = self.graph_read();
-        let resources = self.resources.read().unwrap_or_else(|e| e.into_inner());
+        let resources = self.resources();
         let uids = graph.neighbourhood(uid);
         let shown: HashSet<Uid> = uids.iter().copied().collect();
         let mut view = GraphView {
@@ -89,7 +89,7 @@ impl Shared {
     }
 }
 
-async fn serve(State(shared): State<Arc<Shared>>, Query(params): Query<Params>) -> Response {
+async fn serve(State(collector): State<Arc<Collector>>, Query(params): Query<Params>) -> Response {
     let Some(uid) = params.uid else {
         return (
             StatusCode::BAD_REQUEST,
@@ -97,7 +97,7 @@ async fn serve(State(shared): State<Arc<Shared>>, Query(params): Query<Params>) 
         )
             .into_response();
     };
-    let view = shared.view(Uid::parse(&uid));
+    let view = collector.view(Uid::parse(&uid));
     if view.nodes.is_empty() {
         return (
             StatusCode::NOT_FOUND,

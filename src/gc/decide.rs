@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
+
 pub use crate::api::Propagation;
 use crate::graph::Mode;
 
@@ -133,13 +135,105 @@ impl Timeouts {
     }
 }
 
-/// Whether an owner's controller has seen its latest spec (`status.observedGeneration` has
-/// caught up with `metadata.generation`); owners without an observedGeneration have.
+/// Whether an owner's controller has seen its latest spec: `status.observedGeneration` has
+/// caught up with `metadata.generation`, but for the one increment that deletion itself makes
+/// (the apiserver bumps the generation of an object with finalizers when it sets its
+/// deletionTimestamp, and many controllers, the DaemonSet controller among them, write no
+/// status for an object being deleted). Owners without an observedGeneration have.
 pub fn generation_caught_up(generation: Option<i64>, observed_generation: Option<i64>) -> bool {
     match (generation, observed_generation) {
-        (Some(generation), Some(observed)) => observed >= generation,
+        (Some(generation), Some(observed)) => observed.saturating_add(1) >= generation,
         _ => true,
     }
+}
+
+/// The deadline an owner waits under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deadline {
+    /// The one stored on it (`syncgc.io/deadline`), which lies within its bounds.
+    Stored(Timestamp),
+    /// None was stored: this one, to be stored.
+    New(Timestamp),
+    /// The stored one (shown) lies outside `[deletionTimestamp, deletionTimestamp + max]`
+    /// or is not a time (copied from elsewhere: a re-apply, a restore): this one replaces it.
+    Replaced { stored: String, deadline: Timestamp },
+}
+
+impl Deadline {
+    pub fn at(&self) -> Timestamp {
+        match self {
+            Self::Stored(at) | Self::New(at) | Self::Replaced { deadline: at, .. } => *at,
+        }
+    }
+}
+
+/// The deadline of an owner deleted at `deleted_at` that stores `stored` and would get
+/// `timeout` now: the stored one only inside `[deleted_at, deleted_at + max]`.
+pub fn deadline(
+    deleted_at: Timestamp,
+    stored: Option<&str>,
+    timeout: Duration,
+    max: Duration,
+) -> Deadline {
+    let fresh = after(deleted_at, timeout.min(max));
+    let Some(stored) = stored else {
+        return Deadline::New(fresh);
+    };
+    match stored.parse::<Timestamp>() {
+        Ok(at) if within_bounds(deleted_at, at, max) => Deadline::Stored(at),
+        _ => Deadline::Replaced {
+            stored: stored.to_owned(),
+            deadline: fresh,
+        },
+    }
+}
+
+/// Whether `deadline` may bound the wait of an owner deleted at `deleted_at`: not before the
+/// deletion, not past `max` after it.
+pub fn within_bounds(deleted_at: Timestamp, deadline: Timestamp, max: Duration) -> bool {
+    deadline >= deleted_at && deadline <= after(deleted_at, max)
+}
+
+fn after(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// What to do with a synchronously waiting owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Remove the finalizer: every dependent is gone.
+    Now,
+    /// Remove the finalizer: the deadline has passed with dependents left.
+    TimedOut,
+    /// Every dependent is gone, but its controller has not seen its latest spec: look again
+    /// soon.
+    WaitForGeneration,
+    /// Dependents are left: wait for them (until the deadline).
+    Wait,
+}
+
+/// When an owner with `dependents` left, whose generation stands as given, is released.
+pub fn release(
+    now: Timestamp,
+    deadline: Timestamp,
+    dependents: usize,
+    generation: Option<i64>,
+    observed_generation: Option<i64>,
+) -> Release {
+    let caught_up = generation_caught_up(generation, observed_generation);
+    match (dependents, now >= deadline) {
+        (0, _) if caught_up => Release::Now,
+        (_, true) => Release::TimedOut,
+        (0, false) => Release::WaitForGeneration,
+        (_, false) => Release::Wait,
+    }
+}
+
+/// `processDeletingDependentsItem`: whether an owner in foreground deletion may lose
+/// `foregroundDeletion`, with `blocking` dependents left (`blockOwnerDeletion: true`).
+pub fn foreground_done(blocking: usize) -> bool {
+    blocking == 0
 }
 
 #[cfg(test)]
@@ -298,10 +392,70 @@ mod tests {
     }
 
     #[test]
-    fn generations() {
+    fn generations_allow_for_the_bump_of_deletion_itself() {
         assert!(generation_caught_up(Some(3), Some(3)));
-        assert!(!generation_caught_up(Some(3), Some(2)));
+        // A DaemonSet being deleted: generation 2 → 3 by the deletion, status left at 2.
+        assert!(generation_caught_up(Some(3), Some(2)));
+        // A spec change not yet seen, then the deletion.
+        assert!(!generation_caught_up(Some(4), Some(2)));
         assert!(generation_caught_up(Some(3), None));
         assert!(generation_caught_up(None, None));
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    #[test]
+    fn a_stored_deadline_is_honoured_only_within_its_bounds() {
+        let max = Duration::from_secs(3600);
+        let timeout = Duration::from_secs(60);
+        let deleted = at(0);
+        assert_eq!(deadline(deleted, None, timeout, max), Deadline::New(at(60)));
+        let stored = at(600).to_string();
+        assert_eq!(
+            deadline(deleted, Some(&stored), timeout, max),
+            Deadline::Stored(at(600))
+        );
+        // Copied from an earlier life: in the past, or past the maximum.
+        for copied in [at(-10).to_string(), at(3601).to_string(), "soon".to_owned()] {
+            assert_eq!(
+                deadline(deleted, Some(&copied), timeout, max),
+                Deadline::Replaced {
+                    stored: copied.clone(),
+                    deadline: at(60)
+                },
+                "{copied}"
+            );
+        }
+        // The timeout is capped by the maximum, too.
+        assert_eq!(
+            deadline(deleted, None, Duration::from_secs(7200), max).at(),
+            at(3600)
+        );
+    }
+
+    #[test]
+    fn an_owner_is_released_when_its_dependents_are_gone_or_its_deadline_passes() {
+        let deadline = at(60);
+        assert_eq!(release(at(1), deadline, 0, None, None), Release::Now);
+        assert_eq!(release(at(1), deadline, 2, None, None), Release::Wait);
+        assert_eq!(release(at(60), deadline, 2, None, None), Release::TimedOut);
+        assert_eq!(
+            release(at(1), deadline, 0, Some(5), Some(2)),
+            Release::WaitForGeneration
+        );
+        assert_eq!(
+            release(at(61), deadline, 0, Some(5), Some(2)),
+            Release::TimedOut
+        );
+        // Gone dependents win over a deadline passed at the same moment.
+        assert_eq!(release(at(61), deadline, 0, Some(3), Some(2)), Release::Now);
+    }
+
+    #[test]
+    fn foreground_deletion_ends_with_the_last_blocking_dependent() {
+        assert!(foreground_done(0));
+        assert!(!foreground_done(1));
     }
 }

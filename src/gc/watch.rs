@@ -1,6 +1,7 @@
 //! One metadata-only watch per resource, turned into graph events for the graph's one writer.
 
 use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -10,7 +11,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
-use super::discovery::Resource;
+use super::discovery::{Aliases, Resource};
 use crate::graph::{Coordinates, Flags, Observed, OwnerLink, ResourceId, Uid};
 use crate::metrics::Metrics;
 use crate::names::{
@@ -30,13 +31,14 @@ pub enum GraphEvent {
     Unserved(ResourceId),
 }
 
-/// What the graph keeps of an object's metadata; `None` for an object without a uid.
-pub fn observe(resource: &ApiResource, meta: &ObjectMeta) -> Option<Observed> {
+/// What the graph keeps of an object's metadata; `None` for an object without a uid. The
+/// coordinates its references name are taken through `aliases`.
+pub fn observe(resource: &ApiResource, meta: &ObjectMeta, aliases: &Aliases) -> Option<Observed> {
     let uid = Uid::parse(meta.uid.as_deref()?);
     let name = meta.name.clone().unwrap_or_default();
     Some(Observed {
         uid,
-        coordinates: Coordinates::of(&resource.api_version, &resource.kind, &name),
+        coordinates: Coordinates::in_group(&resource.group, &resource.kind, &name),
         namespace: meta.namespace.clone(),
         resource_version: meta
             .resource_version
@@ -50,11 +52,12 @@ pub fn observe(resource: &ApiResource, meta: &ObjectMeta) -> Option<Observed> {
             .flatten()
             .map(|r| OwnerLink {
                 uid: Uid::parse(&r.uid),
-                coordinates: Coordinates::of(&r.api_version, &r.kind, &r.name),
+                coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
                 block_owner_deletion: r.block_owner_deletion == Some(true),
             })
             .collect(),
         flags: flags_of(meta),
+        deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     })
 }
 
@@ -81,9 +84,14 @@ pub async fn watch(
     client: Client,
     id: ResourceId,
     resource: Resource,
+    aliases: Arc<RwLock<Aliases>>,
     events: mpsc::Sender<GraphEvent>,
     metrics: Metrics,
 ) {
+    let observe = |meta: &ObjectMeta| {
+        let aliases = aliases.read().unwrap_or_else(|e| e.into_inner());
+        observe(&resource.api, meta, &aliases)
+    };
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource.api);
     let name = super::discovery::resource_name(&resource.api);
     let mut stream = watcher::watcher(api, watcher::Config::default())
@@ -99,7 +107,7 @@ pub async fn watch(
                 None
             }
             Ok(Event::InitApply(object)) => {
-                let observed = observe(&resource.api, &object.metadata);
+                let observed = observe(&object.metadata);
                 if let (Some(listing), Some(o)) = (listing.as_mut(), &observed) {
                     listing.insert(o.uid);
                 }
@@ -112,9 +120,7 @@ pub async fn watch(
                 listed_once = true;
                 Some(GraphEvent::Listed(id, listing.take().unwrap_or_default()))
             }
-            Ok(Event::Apply(object)) => {
-                observe(&resource.api, &object.metadata).map(|o| GraphEvent::Apply(id, o))
-            }
+            Ok(Event::Apply(object)) => observe(&object.metadata).map(|o| GraphEvent::Apply(id, o)),
             Ok(Event::Delete(object)) => object
                 .metadata
                 .uid

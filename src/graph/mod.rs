@@ -53,7 +53,15 @@ pub struct Coordinates(u32);
 impl Coordinates {
     /// `api_version` is `group/version`, or `version` for the core group.
     pub fn of(api_version: &str, kind: &str, name: &str) -> Self {
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        Self::in_group(
+            api_version.rsplit_once('/').map_or("", |(g, _)| g),
+            kind,
+            name,
+        )
+    }
+
+    /// The coordinates of `kind` `name` in API group `group`.
+    pub fn in_group(group: &str, kind: &str, name: &str) -> Self {
         let mut hasher = std::hash::DefaultHasher::new();
         (group, kind, name).hash(&mut hasher);
         Self(hasher.finish() as u32)
@@ -79,6 +87,8 @@ pub struct Observed {
     pub resource_version: u64,
     pub owners: Vec<OwnerLink>,
     pub flags: Flags,
+    /// `metadata.deletionTimestamp`, in seconds since the epoch.
+    pub deleted_at: Option<i64>,
 }
 
 /// Bits of an object's state, packed.
@@ -120,6 +130,14 @@ impl Flags {
 }
 
 impl Flags {
+    /// Opted in, without the finalizer, and not being deleted (created while the webhook
+    /// was away): to be armed.
+    pub const fn needs_arming(self) -> bool {
+        self.contains(Self::OPTED_IN)
+            && !self.contains(Self::ARMED)
+            && !self.contains(Self::DELETING)
+    }
+
     /// The names of the bits set, for people.
     pub fn names(self) -> Vec<&'static str> {
         [
@@ -317,6 +335,9 @@ pub struct Graph {
     mode: Mode,
     nodes: HashMap<Uid, Node>,
     namespaces: HashSet<Arc<String>>,
+    /// When each observed object being deleted got its deletionTimestamp (seconds since the
+    /// epoch); only those, so nodes stay small.
+    deleted_at: HashMap<Uid, i64>,
 }
 
 impl Graph {
@@ -412,12 +433,19 @@ impl Graph {
         seen
     }
 
-    /// Owners waiting synchronously for their dependents, with their uids.
-    pub fn waiting_owners(&self) -> impl Iterator<Item = Uid> + '_ {
-        self.nodes
-            .iter()
+    /// Owners waiting synchronously for their dependents, with their deletionTimestamps
+    /// (seconds since the epoch) where known.
+    pub fn waiting_owners(&self) -> impl Iterator<Item = (Uid, Option<i64>)> + '_ {
+        self.deleted_at
+            .keys()
+            .filter_map(|uid| Some((*uid, self.nodes.get(uid)?)))
             .filter(|(_, n)| n.waiting_synchronously())
-            .map(|(uid, _)| *uid)
+            .map(|(uid, _)| (uid, self.deleted_at.get(&uid).copied()))
+    }
+
+    /// The deletionTimestamp of `uid` (seconds since the epoch), if it is being deleted.
+    pub fn deleted_at(&self, uid: Uid) -> Option<i64> {
+        self.deleted_at.get(&uid).copied()
     }
 
     fn intern(&mut self, namespace: Option<String>) -> Option<Arc<String>> {
@@ -440,8 +468,13 @@ impl Graph {
             resource_version,
             owners,
             flags,
+            deleted_at,
         } = object;
         let namespace = self.intern(namespace);
+        match deleted_at.filter(|_| flags.contains(Flags::DELETING)) {
+            Some(at) => self.deleted_at.insert(uid, at),
+            None => self.deleted_at.remove(&uid),
+        };
         let mut work = Vec::new();
         let node = self.nodes.entry(uid).or_insert_with(Node::virtual_owner);
         let old_owners = std::mem::replace(&mut node.owners, owners.clone().into());
@@ -489,10 +522,7 @@ impl Graph {
         if standalone && flags.contains(Flags::DELETING | Flags::ORPHAN) {
             work.push(Work::Orphan(uid));
         }
-        if flags.contains(Flags::OPTED_IN)
-            && !flags.contains(Flags::ARMED)
-            && !flags.contains(Flags::DELETING)
-        {
+        if flags.needs_arming() {
             work.push(Work::Arm(uid));
         }
         work
@@ -537,6 +567,7 @@ impl Graph {
             return work;
         };
         let owners = std::mem::take(&mut node.owners);
+        self.deleted_at.remove(&uid);
         if node.dependents.is_empty() {
             self.nodes.remove(&uid);
         } else {
@@ -593,6 +624,7 @@ mod tests {
             name: format!("o{n}"),
             resource_version: 1,
             owners: owners.iter().map(|o| link(*o, true)).collect(),
+            deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
             flags,
         }
     }

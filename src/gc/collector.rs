@@ -1,36 +1,215 @@
-//! The workers: each takes an item from the queue, reads the graph (and the live object where
-//! the graph cannot decide), and acts through the API seam. Decisions come from
-//! [`super::decide`].
+//! The collector: the state its workers share, the worker loop, and the actions (upstream's
+//! `attemptToDeleteItem`, `attemptToOrphan`, `processDeletingDependentsItem`, and arming the
+//! opted-in objects found unarmed). Each worker takes an item from the queue, reads the graph
+//! (and the live object where the graph cannot decide), asks [`super::decide`], and acts
+//! through the API seam. The synchronous finalizer's part is in [`super::synchronous`].
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::DynamicObject;
-use kube::runtime::events::{Event, EventType};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::runtime::events::EventType;
+use tokio::sync::watch as signal;
 
-use super::Shared;
-use super::absent;
+use super::GcConfig;
+use super::absent::{self, AbsentOwners};
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
-use super::watch::flags_of;
-use crate::api::{ApiError, Changed, Target};
-use crate::graph::{Coordinates, Flags, Graph, Mode, Node, Uid, Work};
+use super::discovery::Resources;
+use super::queue::WorkQueue;
+use super::watch::{GraphEvent, flags_of};
+use crate::api::{ApiError, Changed, Cluster, Target};
+use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
+use crate::metrics::Metrics;
 use crate::names::{
     DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
-    TIMEOUT_ANNOTATION,
 };
 
-/// How soon an owner is looked at again while its controller has not observed its latest
-/// generation.
-const GENERATION_RECHECK: Duration = Duration::from_secs(1);
-/// How many remaining dependents a `SyncGCWaiting` event names.
-const NAMES_IN_EVENTS: usize = 5;
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
-/// The controller named in syncgc's Events.
-pub(super) const EVENT_REPORTER: &str = "syncgc";
+/// How many absent owners are remembered.
+const ABSENT_OWNERS: usize = 1024;
+/// How long an object this collector deleted is not looked at again while no watch reports it
+/// gone (it may be held by finalizers, or the watch may lag).
+const DELETED_GRACE: Duration = Duration::from_secs(30);
+
+/// What the collector's tasks share. The graph has one writer (the graph builder); workers
+/// and the webhook only read it.
+pub struct Collector {
+    pub graph: Arc<RwLock<Graph>>,
+    resources: RwLock<Resources>,
+    pub queue: WorkQueue<Work>,
+    pub(super) cluster: Cluster,
+    pub(super) metrics: Metrics,
+    pub(super) config: GcConfig,
+    /// Owners verified absent by a live read.
+    absent: Mutex<AbsentOwners>,
+    /// Objects this collector deleted that no watch has reported gone yet, with when.
+    deleted: Mutex<HashMap<Uid, Instant>>,
+    /// The deadlines in force for waiting owners, kept here whether or not they could be
+    /// stored on the owners (see [`super::synchronous`]).
+    pub(super) deadlines: Mutex<HashMap<Uid, Timestamp>>,
+}
+
+/// Locks `mutex`, whatever a panicking holder left in it (every value here stays valid).
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Collector {
+    pub fn new(
+        graph: Arc<RwLock<Graph>>,
+        cluster: Cluster,
+        metrics: Metrics,
+        config: GcConfig,
+    ) -> Self {
+        Self {
+            graph,
+            resources: RwLock::default(),
+            queue: WorkQueue::default(),
+            cluster,
+            metrics,
+            config,
+            absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
+            deleted: Mutex::default(),
+            deadlines: Mutex::default(),
+        }
+    }
+
+    pub fn graph_read(&self) -> RwLockReadGuard<'_, Graph> {
+        self.graph.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn resources(&self) -> RwLockReadGuard<'_, Resources> {
+        self.resources.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn resources_write(&self) -> RwLockWriteGuard<'_, Resources> {
+        self.resources.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.graph_read().mode()
+    }
+
+    pub(super) fn enqueue(&self, work: Work) {
+        self.metrics
+            .queue_adds
+            .with_label_values(&[work.name()])
+            .inc();
+        self.queue.add(work);
+    }
+
+    fn note_deleted(&self, uid: Uid) {
+        lock(&self.deleted).insert(uid, Instant::now());
+    }
+
+    fn recently_deleted(&self, uid: Uid) -> bool {
+        lock(&self.deleted)
+            .get(&uid)
+            .is_some_and(|at| at.elapsed() < DELETED_GRACE)
+    }
+
+    /// Applies one watch event to the graph and queues the work it brings up (the graph
+    /// builder's one call).
+    pub(super) fn apply(&self, event: GraphEvent) {
+        let work = {
+            let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
+            match event {
+                GraphEvent::Apply(id, observed) => graph.apply(id, observed),
+                GraphEvent::Delete(_, uid) => {
+                    lock(&self.deleted).remove(&uid);
+                    graph.delete(uid)
+                }
+                GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
+                GraphEvent::Unserved(id) => graph.unserve(id),
+                GraphEvent::ListFailed(_) => Vec::new(),
+            }
+        };
+        for work in work {
+            self.enqueue(work);
+        }
+    }
+
+    /// Refreshes the gauges that describe the graph and the waiting owners (from the graph
+    /// alone), and forgets what no longer matters.
+    pub(super) fn observe(&self) {
+        let now = Timestamp::now().as_second();
+        let (observed, virtual_nodes, waiting, oldest) = {
+            let graph = self.graph_read();
+            let (observed, virtual_nodes) = graph.counts();
+            let mut waiting = 0usize;
+            let mut oldest = 0i64;
+            for (_, since) in graph.waiting_owners() {
+                waiting += 1;
+                oldest = oldest.max(since.map_or(0, |s| now - s));
+            }
+            lock(&self.deadlines)
+                .retain(|uid, _| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL)));
+            lock(&self.deleted)
+                .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
+            (observed, virtual_nodes, waiting, oldest)
+        };
+        let gauge = |kind: &str, n: usize| {
+            self.metrics
+                .graph_nodes
+                .with_label_values(&[kind])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        gauge("observed", observed);
+        gauge("virtual", virtual_nodes);
+        self.metrics
+            .queue_depth
+            .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+        self.metrics
+            .owners_waiting
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+        self.metrics.oldest_waiting_owner_seconds.set(oldest.max(0));
+    }
+}
+
+/// Resolves when this replica stops leading (never, if nobody can change that any more).
+async fn lost(leading: &mut signal::Receiver<bool>) {
+    if leading.wait_for(|leader| !*leader).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One worker: while this replica leads, takes items until the queue shuts down. An item that
+/// fails is queued again with capped backoff, whatever the error: none is ever dropped.
+pub async fn work(collector: Arc<Collector>, mut leading: signal::Receiver<bool>) {
+    loop {
+        if leading.wait_for(|leader| *leader).await.is_err() {
+            return;
+        }
+        let item = tokio::select! {
+            item = collector.queue.next() => match item {
+                Some(item) => item,
+                None => return,
+            },
+            () = lost(&mut leading) => continue,
+        };
+        match collector.process(item).await {
+            Ok(()) => collector.queue.forget(&item),
+            Err(err) => {
+                let delay = collector.queue.retry(item);
+                collector
+                    .metrics
+                    .queue_retries
+                    .with_label_values(&[item.name(), err.reason()])
+                    .inc();
+                if err.is_retryable() {
+                    tracing::debug!(?item, %err, retry_in = ?delay, "retrying");
+                } else {
+                    tracing::warn!(?item, %err, retry_in = ?delay, "failed; retrying with backoff");
+                }
+            }
+        }
+        collector.queue.done(&item);
+    }
+}
 
 /// What the graph alone says about a dependent.
 enum Plan {
@@ -46,7 +225,7 @@ enum Plan {
     Live(Target),
 }
 
-impl Shared {
+impl Collector {
     /// Works on one item. `Err` of a retryable error queues it again with backoff.
     pub(super) async fn process(&self, work: Work) -> Result<(), ApiError> {
         match work {
@@ -59,17 +238,17 @@ impl Shared {
 
     /// The target of the graph node `uid`, if it is an object seen by a watch of a known
     /// resource, with its flags.
-    fn observed(&self, uid: Uid) -> Option<(Target, Flags)> {
+    pub(super) fn observed(&self, uid: Uid) -> Option<(Target, Flags)> {
         let graph = self.graph_read();
         let node = graph.node(uid)?;
         Some((self.target_of(uid, node)?, node.flags))
     }
 
-    fn target_of(&self, uid: Uid, node: &Node) -> Option<Target> {
+    pub(super) fn target_of(&self, uid: Uid, node: &Node) -> Option<Target> {
         if node.is(Flags::VIRTUAL) {
             return None;
         }
-        let resources = self.resources.read().unwrap_or_else(|e| e.into_inner());
+        let resources = self.resources();
         let resource = resources.get(node.resource?)?;
         Some(Target {
             resource: resource.api.clone(),
@@ -103,7 +282,7 @@ impl Shared {
 
     /// The dependents of `uid` that are still to be deleted (not being deleted, and not just
     /// deleted by this collector).
-    fn to_delete(&self, uid: Uid) -> Vec<Uid> {
+    pub(super) fn to_delete(&self, uid: Uid) -> Vec<Uid> {
         let graph = self.graph_read();
         graph
             .valid_dependents(uid)
@@ -123,7 +302,7 @@ impl Shared {
             .valid_dependents(uid)
             .filter(|(.., link)| link.block_owner_deletion)
             .count();
-        if blocking > 0 {
+        if !decide::foreground_done(blocking) {
             return Ok(());
         }
         tracing::debug!(owner = %target, "no blocking dependent left: removing foregroundDeletion");
@@ -131,7 +310,11 @@ impl Shared {
     }
 
     /// Removes a finalizer whose work is done, counting it.
-    async fn finish(&self, target: &Target, finalizer: &'static str) -> Result<(), ApiError> {
+    pub(super) async fn finish(
+        &self,
+        target: &Target,
+        finalizer: &'static str,
+    ) -> Result<(), ApiError> {
         let changed = self
             .act(
                 "remove_finalizer",
@@ -143,129 +326,6 @@ impl Shared {
                 .gc_finalizers_removed
                 .with_label_values(&[finalizer])
                 .inc();
-        }
-        Ok(())
-    }
-
-    /// An armed owner being deleted: fix its deadline, delete its dependents, release it when
-    /// they are gone or the deadline passes.
-    async fn sync_synchronous(&self, uid: Uid, target: &Target) -> Result<(), ApiError> {
-        let Some(object) = self.cluster.get(target).await? else {
-            self.stop_waiting(uid);
-            return Ok(());
-        };
-        let meta = &object.metadata;
-        let finalizers = meta.finalizers.as_deref().unwrap_or_default();
-        let Some(deleted_at) = meta.deletion_timestamp.as_ref().map(|t| t.0) else {
-            return Ok(());
-        };
-        if !finalizers.iter().any(|f| f == SYNCHRONOUS_FINALIZER) {
-            self.stop_waiting(uid);
-            return Ok(());
-        }
-        self.start_waiting(uid, deleted_at);
-
-        let deadline = match annotation(&object, DEADLINE_ANNOTATION).and_then(|d| d.parse().ok()) {
-            Some(deadline) => deadline,
-            None => self.fix_deadline(uid, target, &object, deleted_at).await?,
-        };
-        let now = Timestamp::now();
-        if now >= deadline {
-            return self.release(uid, target, deleted_at, true).await;
-        }
-
-        let left = self.graph_read().valid_dependents(uid).count();
-        if left == 0 {
-            let generation = meta.generation;
-            let observed = object.data["status"]["observedGeneration"].as_i64();
-            if !decide::generation_caught_up(generation, observed) {
-                self.queue
-                    .add_after(Work::SyncOwner(uid), GENERATION_RECHECK);
-                return Ok(());
-            }
-            return self.release(uid, target, deleted_at, false).await;
-        }
-        if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
-            for dependent in self.to_delete(uid) {
-                self.enqueue(Work::AttemptToDelete(dependent));
-            }
-        }
-        let left = deadline.duration_since(now).unsigned_abs();
-        self.queue.add_after(Work::SyncOwner(uid), left);
-        Ok(())
-    }
-
-    /// Stores the owner's deadline on it (so that a restart keeps it) and says so in an Event.
-    async fn fix_deadline(
-        &self,
-        uid: Uid,
-        target: &Target,
-        object: &DynamicObject,
-        deleted_at: Timestamp,
-    ) -> Result<Timestamp, ApiError> {
-        let (count, names) = {
-            let graph = self.graph_read();
-            let names: Vec<String> = graph
-                .valid_dependents(uid)
-                .take(NAMES_IN_EVENTS)
-                .map(|(_, n, _)| n.name.to_string())
-                .collect();
-            (graph.transitive_dependents(uid), names)
-        };
-        let base =
-            annotation(object, TIMEOUT_ANNOTATION).and_then(|t| crate::duration::parse(t).ok());
-        let timeout = self.config.timeouts.for_owner(count, base);
-        let deadline = deleted_at
-            .checked_add(
-                jiff::SignedDuration::try_from(timeout).unwrap_or(jiff::SignedDuration::MAX),
-            )
-            .unwrap_or(Timestamp::MAX);
-        let patch = serde_json::json!({
-            "metadata": { "annotations": { DEADLINE_ANNOTATION: deadline.to_string() } }
-        });
-        self.act("fix_deadline", self.cluster.merge_metadata(target, &patch))
-            .await?;
-        let mut note = format!("waiting for {count} dependent(s) to be deleted, until {deadline}");
-        if !names.is_empty() {
-            note.push_str(&format!(": {}", names.join(", ")));
-        }
-        self.event(target, EventType::Normal, "SyncGCWaiting", note)
-            .await;
-        Ok(deadline)
-    }
-
-    /// Removes syncgc's finalizer from the owner.
-    async fn release(
-        &self,
-        uid: Uid,
-        target: &Target,
-        deleted_at: Timestamp,
-        timed_out: bool,
-    ) -> Result<(), ApiError> {
-        self.finish(target, SYNCHRONOUS_FINALIZER).await?;
-        let waited = Timestamp::now()
-            .duration_since(deleted_at)
-            .as_secs_f64()
-            .max(0.0);
-        let outcome = if timed_out { "timed_out" } else { "released" };
-        self.metrics
-            .synchronous_deletion_duration
-            .with_label_values(&[outcome])
-            .observe(waited);
-        self.stop_waiting(uid);
-        if timed_out {
-            self.metrics.timeouts.inc();
-            let left = self.graph_read().valid_dependents(uid).count();
-            tracing::warn!(owner = %target, waited, left, "released by timeout");
-            let note =
-                format!("released after {waited:.0}s by its timeout, {left} dependent(s) left");
-            self.event(target, EventType::Warning, "SyncGCTimedOut", note)
-                .await;
-        } else {
-            tracing::info!(owner = %target, waited, "released: all dependents are gone");
-            let note = format!("all dependents are gone after {waited:.1}s");
-            self.event(target, EventType::Normal, "SyncGCReleased", note)
-                .await;
         }
         Ok(())
     }
@@ -361,13 +421,45 @@ impl Shared {
                 .await
             }
             Attempt::Arm => {
-                match self
+                // It waits under the earliest deadline of the owners that wait for it, so that
+                // their own timeouts bound the whole transitive wait.
+                let inherited = {
+                    let deadlines = lock(&self.deadlines);
+                    references
+                        .iter()
+                        .zip(&owners)
+                        .filter(|(_, state)| **state == OwnerState::WaitingSynchronous)
+                        .filter_map(|(r, _)| deadlines.get(&Uid::parse(&r.uid)).copied())
+                        .min()
+                };
+                if let Some(deadline) = inherited {
+                    lock(&self.deadlines).insert(uid, deadline);
+                }
+                let value = inherited.map(|d| d.to_string());
+                let annotation = value.as_deref().map(|v| (DEADLINE_ANNOTATION, v));
+                let armed = self
                     .act(
                         "arm",
-                        self.cluster.add_finalizer(target, SYNCHRONOUS_FINALIZER),
+                        self.cluster.add_finalizer_annotated(
+                            target,
+                            SYNCHRONOUS_FINALIZER,
+                            annotation,
+                        ),
                     )
-                    .await
-                {
+                    .await;
+                let armed = match armed {
+                    // No room for the annotation (or a policy refuses it): the deadline is
+                    // kept in memory only.
+                    Err(err) if annotation.is_some() && err.reason() == "invalid" => {
+                        self.act(
+                            "arm",
+                            self.cluster.add_finalizer(target, SYNCHRONOUS_FINALIZER),
+                        )
+                        .await
+                    }
+                    armed => armed,
+                };
+                match armed {
                     Ok(_) | Err(ApiError::Terminating(_)) => {}
                     Err(err) => return Err(err),
                 }
@@ -429,7 +521,11 @@ impl Shared {
         dependent: &Target,
     ) -> Result<OwnerState, ApiError> {
         let uid = Uid::parse(&reference.uid);
-        let coordinates = Coordinates::of(&reference.api_version, &reference.kind, &reference.name);
+        let coordinates = self.resources().aliases().coordinates(
+            &reference.api_version,
+            &reference.kind,
+            &reference.name,
+        );
         let elsewhere = {
             let graph = self.graph_read();
             match graph.node(uid) {
@@ -443,7 +539,7 @@ impl Shared {
             }
         };
         let resolved = {
-            let resources = self.resources.read().unwrap_or_else(|e| e.into_inner());
+            let resources = self.resources();
             resources
                 .by_kind(&reference.api_version, &reference.kind)
                 .map(|(_, r)| (r.api.clone(), r.namespaced))
@@ -484,7 +580,7 @@ impl Shared {
             name: reference.name.clone(),
             uid: reference.uid.clone(),
         };
-        if self.absent_owners().contains(&key) {
+        if lock(&self.absent).contains(&key) {
             return Ok(OwnerState::Absent);
         }
         let owner = Target {
@@ -494,7 +590,7 @@ impl Shared {
             uid: reference.uid.clone(),
         };
         let Some(meta) = self.cluster.get_metadata(&owner).await? else {
-            self.absent_owners().insert(key);
+            lock(&self.absent).insert(key);
             return Ok(OwnerState::Absent);
         };
         Ok(state_of(flags_of(&meta)))
@@ -555,14 +651,13 @@ impl Shared {
         let Some((target, flags)) = self.observed(uid) else {
             return Ok(());
         };
-        if !flags.contains(Flags::OPTED_IN) || flags.contains(Flags::ARMED) {
+        if !flags.needs_arming() {
             return Ok(());
         }
         let Some(meta) = self.cluster.get_metadata(&target).await? else {
             return Ok(());
         };
-        let flags = flags_of(&meta);
-        if !flags.contains(Flags::OPTED_IN) || flags.contains(Flags::DELETING) {
+        if !flags_of(&meta).needs_arming() {
             return Ok(());
         }
         match self
@@ -582,7 +677,7 @@ impl Shared {
     }
 
     /// Runs an action, counting it by result.
-    async fn act<T>(
+    pub(super) async fn act<T>(
         &self,
         action: &'static str,
         call: impl Future<Output = Result<T, ApiError>>,
@@ -596,80 +691,14 @@ impl Shared {
         result
     }
 
-    async fn event(&self, target: &Target, type_: EventType, reason: &str, note: String) {
-        let reference = ObjectReference {
-            api_version: Some(target.resource.api_version.clone()),
-            kind: Some(target.resource.kind.clone()),
-            name: Some(target.name.clone()),
-            namespace: target.namespace.clone(),
-            uid: Some(target.uid.clone()),
-            resource_version: None,
-            field_path: None,
-        };
-        let action = if reason.starts_with("SyncGC") {
-            "SynchronousDeletion"
-        } else {
-            "GarbageCollection"
-        };
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        let published = if reference.namespace.is_some() {
-            self.recorder.publish(&event, &reference).await
-        } else {
-            self.cluster_scoped_event(event, reference).await
-        };
-        if let Err(err) = published {
-            tracing::debug!(%err, reason, "could not record an event");
-        }
-    }
-
-    /// An Event about a cluster-scoped object: the events.k8s.io API of Kubernetes before
-    /// 1.22 only takes those in `kube-system`, where the recorder does not put them.
-    async fn cluster_scoped_event(
+    pub(super) async fn event(
         &self,
-        event: Event,
-        regarding: ObjectReference,
-    ) -> Result<(), kube::Error> {
-        use k8s_openapi::api::events::v1::Event as K8sEvent;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-        let now = Timestamp::now();
-        let name = format!(
-            "{}.{:x}",
-            regarding.name.as_deref().unwrap_or("syncgc"),
-            now.as_nanosecond()
-        );
-        let event = K8sEvent {
-            action: Some(event.action),
-            reason: Some(event.reason),
-            note: event.note,
-            event_time: Some(MicroTime(now)),
-            regarding: Some(regarding),
-            metadata: ObjectMeta {
-                name: Some(name),
-                ..Default::default()
-            },
-            reporting_controller: Some(EVENT_REPORTER.to_owned()),
-            reporting_instance: Some(
-                std::env::var("POD_NAME").unwrap_or_else(|_| EVENT_REPORTER.to_owned()),
-            ),
-            type_: Some(
-                match event.type_ {
-                    EventType::Normal => "Normal",
-                    EventType::Warning => "Warning",
-                }
-                .to_owned(),
-            ),
-            ..Default::default()
-        };
-        kube::Api::<K8sEvent>::namespaced(self.cluster.client.clone(), "kube-system")
-            .create(&Default::default(), &event)
-            .await
-            .map(drop)
+        target: &Target,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        self.cluster.event(target, type_, reason, note).await;
     }
 }
 
@@ -706,13 +735,4 @@ fn state_of(flags: Flags) -> OwnerState {
     } else {
         OwnerState::Solid
     }
-}
-
-fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
-    object
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }

@@ -1,0 +1,248 @@
+//! The graph builder, the graph's one writer (upstream's `GraphBuilder`): it takes in what
+//! discovery finds, keeps one watch per resource (GroupVersionResource: a resource served at
+//! another version gets a new watch), applies the watches' events to the graph and queues the
+//! work they bring up.
+//!
+//! Discovery runs beside it: at start, every [`GcConfig::rediscovery`](super::GcConfig), and
+//! at once (after a short pause that gathers a burst) when a CustomResourceDefinition or an
+//! APIService changes, since those change what is served.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, watch as signal};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Collector;
+use super::discovery::{self, Aliases, Found};
+use super::watch::{self, GraphEvent};
+use crate::graph::ResourceId;
+
+/// The resources whose changes change what is served.
+const DISCOVERY_SOURCES: [&str; 2] = [
+    "customresourcedefinitions.apiextensions.k8s.io",
+    "apiservices.apiregistration.k8s.io",
+];
+/// How long a burst of CRD or APIService changes is gathered before discovering again.
+const GATHER: Duration = Duration::from_millis(200);
+/// The longest wait between two attempts at a discovery that failed as a whole.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+struct Builder {
+    collector: Arc<Collector>,
+    events: mpsc::Sender<GraphEvent>,
+    watches: HashMap<ResourceId, JoinHandle<()>>,
+    aliases: Arc<RwLock<Aliases>>,
+    /// The watches that must list before the workers start; `None` before the first
+    /// discovery.
+    pending: Option<HashSet<ResourceId>>,
+    /// Whose events make discovery look again.
+    sources: Vec<ResourceId>,
+}
+
+/// Runs the graph builder until `shutdown`; `synced` turns true once every watch of the first
+/// discovery has listed (or failed to, three times).
+pub async fn run(
+    collector: Arc<Collector>,
+    synced: signal::Sender<bool>,
+    shutdown: CancellationToken,
+) {
+    let (events_tx, mut events) = mpsc::channel::<GraphEvent>(4096);
+    let (found_tx, mut found) = mpsc::channel::<Found>(1);
+    let rediscover = Arc::new(Notify::new());
+    let discoverer = tokio::spawn(discover(
+        collector.clone(),
+        found_tx,
+        rediscover.clone(),
+        shutdown.clone(),
+    ));
+    let mut builder = Builder {
+        collector,
+        events: events_tx,
+        watches: HashMap::new(),
+        aliases: Arc::default(),
+        pending: None,
+        sources: Vec::new(),
+    };
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            Some(found) = found.recv() => {
+                builder.take_in(found);
+                if builder.pending.as_ref().is_some_and(HashSet::is_empty) {
+                    let _ = synced.send(true);
+                }
+            }
+            Some(event) = events.recv() => {
+                match &event {
+                    GraphEvent::Listed(id, _) | GraphEvent::ListFailed(id) => {
+                        if let Some(pending) = &mut builder.pending
+                            && pending.remove(id)
+                            && pending.is_empty()
+                        {
+                            let _ = synced.send(true);
+                        }
+                    }
+                    GraphEvent::Apply(id, _) | GraphEvent::Delete(id, _) => {
+                        if builder.sources.contains(id) {
+                            rediscover.notify_one();
+                        }
+                    }
+                    GraphEvent::Unserved(_) => {}
+                }
+                builder.collector.apply(event);
+            }
+        }
+    }
+    for task in builder.watches.into_values() {
+        task.abort();
+    }
+    let _ = discoverer.await;
+}
+
+impl Builder {
+    /// Takes in a discovery: starts, restarts and stops watches as it says.
+    fn take_in(&mut self, found: Found) {
+        let changes = self.collector.resources_write().update(found);
+        let (failed, aliases) = {
+            let resources = self.collector.resources();
+            self.sources = DISCOVERY_SOURCES
+                .iter()
+                .filter_map(|name| resources.by_name(name))
+                .collect();
+            let failed: Vec<String> = resources.failed_groups().iter().cloned().collect();
+            (failed, resources.aliases().clone())
+        };
+        *self.aliases.write().unwrap_or_else(|e| e.into_inner()) = aliases;
+        let metrics = self.collector.metrics.clone();
+        metrics
+            .discovery_failed_groups
+            .set(i64::try_from(failed.len()).unwrap_or(i64::MAX));
+        if changes.failed_changed {
+            if failed.is_empty() {
+                tracing::info!("every API group answers discovery again");
+            } else {
+                tracing::warn!(
+                    groups = ?failed,
+                    "discovery failed for these API groups; their resources keep the watches they had, and discovery tries again"
+                );
+            }
+        }
+        let first = self.pending.is_none();
+        let mut started = HashSet::new();
+        for id in changes.added.iter().chain(&changes.moved) {
+            if self.start(*id) {
+                started.insert(*id);
+            }
+        }
+        for id in &changes.removed {
+            if let Some(task) = self.watches.remove(id) {
+                task.abort();
+            }
+            // The graph learns it through the same channel as the watch's last events.
+            let events = self.events.clone();
+            let id = *id;
+            tokio::spawn(async move { events.send(GraphEvent::Unserved(id)).await });
+        }
+        for (change, ids) in [
+            ("added", &changes.added),
+            ("moved", &changes.moved),
+            ("removed", &changes.removed),
+        ] {
+            metrics
+                .resource_changes
+                .with_label_values(&[change])
+                .inc_by(ids.len() as u64);
+        }
+        if !first {
+            let resources = self.collector.resources();
+            let name = |id: &ResourceId| {
+                resources
+                    .get(*id)
+                    .map(|r| format!("{} ({})", discovery::resource_name(&r.api), r.api.version))
+            };
+            for (what, ids) in [
+                ("watching a new resource", &changes.added),
+                ("watching a resource at another version", &changes.moved),
+                ("no longer served; stopped watching", &changes.removed),
+            ] {
+                for resource in ids.iter().filter_map(name) {
+                    tracing::info!(%resource, "{what}");
+                }
+            }
+        }
+        if first {
+            tracing::info!(resources = started.len(), "watching resources");
+            self.pending = Some(started);
+        }
+        metrics.watched_resources.set(self.watches.len() as i64);
+    }
+
+    /// Starts (or restarts) the watch of `id` at its version; false when it is not watched.
+    fn start(&mut self, id: ResourceId) -> bool {
+        let Some(resource) = self
+            .collector
+            .resources()
+            .get(id)
+            .filter(|r| r.watched && r.served)
+            .cloned()
+        else {
+            return false;
+        };
+        tracing::debug!(resource = %discovery::resource_name(&resource.api), version = %resource.api.version, "watching");
+        let task = tokio::spawn(watch::watch(
+            self.collector.cluster.client.clone(),
+            id,
+            resource,
+            self.aliases.clone(),
+            self.events.clone(),
+            self.collector.metrics.clone(),
+        ));
+        if let Some(old) = self.watches.insert(id, task) {
+            old.abort();
+        }
+        true
+    }
+}
+
+/// Discovers the served resources whenever asked (and every rediscovery interval), sending
+/// what it finds to the builder; a discovery that fails as a whole is retried with backoff.
+async fn discover(
+    collector: Arc<Collector>,
+    found: mpsc::Sender<Found>,
+    asked: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        let wait =
+            match discovery::discover(&collector.cluster.client, &collector.config.ignored).await {
+                Ok(answer) => {
+                    backoff = Duration::from_millis(500);
+                    if found.send(answer).await.is_err() {
+                        return;
+                    }
+                    collector.config.rediscovery
+                }
+                Err(err) => {
+                    collector.metrics.discovery_errors.inc();
+                    tracing::warn!(%err, retry_in = ?backoff, "discovering the served resources");
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait
+                }
+            };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+            () = asked.notified() => {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(GATHER) => {}
+                }
+            }
+        }
+    }
+}
