@@ -167,8 +167,12 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, ApiError> {
     }
 }
 
-/// A client for `config`.
-pub fn client(config: Config) -> Result<Client, ApiError> {
+/// A client for `config`. Without the client's own retries of 429, 503 and 504 (up to 15,
+/// for minutes): every caller here has its own bound and backoff (the work queue, the
+/// watches, discovery, the webhook's deadline), and an aggregated API that answers 503 must
+/// fail fast, not hold discovery up.
+pub fn client(mut config: Config) -> Result<Client, ApiError> {
+    config.default_retry = false;
     Client::try_from(config).map_err(ApiError::Client)
 }
 
@@ -272,6 +276,9 @@ pub enum Changed {
 
 /// Attempts at a read-modify-write before giving up on a busy object.
 const ATTEMPTS: usize = 5;
+
+/// The longest note an Event may carry.
+const MAX_NOTE: usize = 1024;
 
 /// The controller named in syncgc's Events.
 pub const EVENT_REPORTER: &str = "syncgc";
@@ -582,7 +589,22 @@ impl Cluster {
 impl Cluster {
     /// Records an Event about `regarding` (through the rate limit, with the timeout, counted
     /// like every call). Events are advisory: a failure is logged, never returned.
-    pub async fn event(&self, regarding: &Target, type_: EventType, reason: &str, note: String) {
+    pub async fn event(
+        &self,
+        regarding: &Target,
+        type_: EventType,
+        reason: &str,
+        mut note: String,
+    ) {
+        // The apiserver refuses notes over 1 kB.
+        if note.len() > MAX_NOTE {
+            let mut end = MAX_NOTE - 3;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+            note.push_str("...");
+        }
         let reference = ObjectReference {
             api_version: Some(regarding.resource.api_version.clone()),
             kind: Some(regarding.resource.kind.clone()),

@@ -25,8 +25,6 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(15);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Time limit of one call to the apiserver.
 const API_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the served resources are discovered again (a new CRD is watched within this).
-const REDISCOVERY_INTERVAL: Duration = Duration::from_secs(20);
 /// How often the serving certificate files are checked for changes.
 const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -46,6 +44,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         qps,
         burst,
         ignored_resources,
+        rediscovery_interval,
         leader_election,
         leader_election_namespace,
         leader_election_lease,
@@ -114,7 +113,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
             workers: usize::from(workers),
             ignored: ignored_resources,
-            rediscovery: REDISCOVERY_INTERVAL,
+            rediscovery: rediscovery_interval,
         },
     ));
     let metrics_listener = TcpListener::bind(metrics_addr)

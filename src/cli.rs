@@ -130,6 +130,10 @@ pub struct RunArgs {
     #[arg(long = "ignore-resource", env = "SYNCGC_IGNORE_RESOURCES", value_delimiter = ',', value_name = "RESOURCE",
           default_values_t = ["events".to_owned(), "events.events.k8s.io".to_owned()])]
     pub ignored_resources: Vec<String>,
+    /// How often the served resources are discovered again when no CustomResourceDefinition
+    /// or APIService change asks sooner.
+    #[arg(long, env = "SYNCGC_REDISCOVERY_INTERVAL", default_value = "20s", value_parser = duration)]
+    pub rediscovery_interval: Duration,
 }
 
 fn duration(text: &str) -> Result<Duration, crate::duration::DurationError> {

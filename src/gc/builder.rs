@@ -87,6 +87,7 @@ pub async fn run(
                     }
                     GraphEvent::Apply(id, _) | GraphEvent::Delete(id, _) => {
                         if builder.sources.contains(id) {
+                            tracing::debug!("a CRD or APIService changed: discovering again");
                             rediscover.notify_one();
                         }
                     }
@@ -105,6 +106,11 @@ pub async fn run(
 impl Builder {
     /// Takes in a discovery: starts, restarts and stops watches as it says.
     fn take_in(&mut self, found: Found) {
+        tracing::debug!(
+            resources = found.resources.len(),
+            failed = found.failed.len(),
+            "discovered"
+        );
         let changes = self.collector.resources_write().update(found);
         let (failed, aliases) = {
             let resources = self.collector.resources();

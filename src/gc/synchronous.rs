@@ -129,10 +129,12 @@ impl Collector {
             )
             .await
         {
+            tracing::warn!(owner = %target, %err, "could not store the deadline; it is kept in memory");
             let note = format!(
-                "could not store the deadline {at} ({err}); it is kept in memory, and a restart of syncgc fixes it again from the deletionTimestamp"
+                "could not store the deadline {at} ({}, HTTP {}); it is kept in memory, and a restart of syncgc fixes it again from the deletionTimestamp",
+                err.reason(),
+                err.status().unwrap_or_default()
             );
-            tracing::warn!(owner = %target, "{note}");
             self.event(target, EventType::Warning, "SyncGCDeadlineNotStored", note)
                 .await;
         }

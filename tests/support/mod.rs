@@ -5,6 +5,7 @@
 
 pub mod gc;
 pub mod process;
+pub mod surface;
 pub mod webhook;
 
 use std::future::Future;
