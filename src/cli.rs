@@ -35,7 +35,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run syncgc against a cluster.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write development certificates: a CA and a serving certificate signed by it.
     Certs(CertsArgs),
     /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL.
@@ -183,7 +183,7 @@ pub async fn main() -> ExitCode {
     } = Cli::parse();
     init_logging(log_format);
     let result = match command {
-        Command::Run(args) => crate::app::run(args).await,
+        Command::Run(args) => crate::app::run(*args).await,
         Command::Certs(args) => certs(args),
         Command::WebhookConfig(args) => webhook_config(args),
         Command::Explain(ExplainArgs {
