@@ -19,6 +19,7 @@ use serde_json::json;
 
 use support::gc::{delete_with, owner_names, pod, rc, reference, service_account_ready};
 use support::process::Syncgc;
+use support::surface::{create_as, dynamic, reference_to, resource, seen, stays};
 use support::{
     TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
     eventually, exists, gone, owner_ref, with_finalizer,
@@ -43,19 +44,6 @@ async fn namespace(test: &str) -> TestNamespace {
     let ns = TestNamespace::new(&client, test).await;
     service_account_ready(&ns).await;
     ns
-}
-
-/// Checks `still` for `how_long` and fails as soon as it stops holding.
-async fn stays<F, Fut>(what: &str, how_long: Duration, mut still: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let until = tokio::time::Instant::now() + how_long;
-    while tokio::time::Instant::now() < until {
-        assert!(still().await, "{what} stopped holding");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 async fn warnings(client: &kube::Client, object: &str, reason: &str) -> usize {
@@ -782,4 +770,94 @@ fn custom_ref(
         &owner.uid().unwrap(),
         Some(true),
     )
+}
+
+/// The upstream e2e case "should delete jobs and pods created by cronjob": a CronJob, served
+/// only as `batch/v1beta1` on 1.20 (not its group's preferred version), owns a Job; deleted in
+/// the background, its Job is collected.
+#[tokio::test]
+async fn jobs_of_a_deleted_cronjob_are_collected() {
+    let ns = namespace("cronjob_jobs").await;
+    let (cronjobs, jobs) = (
+        resource("batch", "v1beta1", "CronJob", "cronjobs"),
+        resource("batch", "v1", "Job", "jobs"),
+    );
+    let template = json!({ "spec": { "restartPolicy": "Never",
+        "containers": [{ "name": "c", "image": "fake.invalid/none" }] } });
+    let owner = create_as(
+        &dynamic(&ns, &cronjobs),
+        &cronjobs,
+        json!({ "metadata": { "name": "nightly" },
+            "spec": { "schedule": "0 0 1 1 *", "suspend": true,
+                "jobTemplate": { "spec": { "template": template } } } }),
+    )
+    .await;
+    let job_api = dynamic(&ns, &jobs);
+    let job = create_as(
+        &job_api,
+        &jobs,
+        json!({ "metadata": { "name": "run", "ownerReferences": [reference_to(&owner, &cronjobs)] },
+            "spec": { "parallelism": 0, "template": template } }),
+    )
+    .await;
+    seen(syncgc(), &job.uid().unwrap()).await;
+    dynamic(&ns, &cronjobs)
+        .delete("nightly", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the Job is collected", WAIT, || async {
+        job_api
+            .get_opt("run")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+/// On 1.20 an Ingress is served by `extensions` and `networking.k8s.io`, watched once: an
+/// Ingress deleted with `Orphan` keeps the dependents that refer to it through either group
+/// (their references go, they stay).
+#[tokio::test]
+async fn orphaning_an_ingress_keeps_dependents_referring_through_either_group() {
+    let ns = namespace("ingress_orphan").await;
+    let ingresses = resource("networking.k8s.io", "v1", "Ingress", "ingresses");
+    let legacy = resource("extensions", "v1beta1", "Ingress", "ingresses");
+    let api = dynamic(&ns, &ingresses);
+    let owner = create_as(
+        &api,
+        &ingresses,
+        json!({ "metadata": { "name": "web" }, "spec": { "defaultBackend":
+            { "service": { "name": "web", "port": { "number": 80 } } } } }),
+    )
+    .await;
+    let configmaps = ns.api::<ConfigMap>();
+    for (name, through) in [("new", &ingresses), ("old", &legacy)] {
+        let dependent = create(
+            &configmaps,
+            &config_map(name, vec![reference_to(&owner, through)]),
+        )
+        .await;
+        seen(syncgc(), &dependent.uid().unwrap()).await;
+    }
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    eventually("the Ingress is gone", WAIT, || async {
+        api.get_opt("web").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    stays(
+        "both dependents stay, orphaned",
+        Duration::from_secs(3),
+        || async {
+            for name in ["new", "old"] {
+                match configmaps.get_opt(name).await.unwrap() {
+                    Some(cm) if cm.owner_references().is_empty() => {}
+                    _ => return false,
+                }
+            }
+            true
+        },
+    )
+    .await;
 }

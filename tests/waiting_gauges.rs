@@ -1,0 +1,104 @@
+//! The waiting gauges (`syncgc_owners_waiting`, `syncgc_oldest_waiting_owner_seconds`) come
+//! from each replica's graph: they count an owner that waits on every replica, and come back
+//! when it stops waiting, whoever released it. In a test binary of its own, since the gauges
+//! count the whole cluster.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::DeleteParams;
+
+use support::process::{Syncgc, WEBHOOK_LABEL};
+use support::{
+    TestNamespace, clear_finalizers, create, eventually, gone, held, opted_in, owner_ref,
+};
+
+const WAITING: &str = "syncgc_owners_waiting";
+/// The gauges are refreshed every 5 s.
+const REFRESH: Duration = Duration::from_secs(20);
+
+async fn waiting_becomes(replicas: &[&Syncgc], expected: f64, what: &str) {
+    eventually(what, REFRESH, || async {
+        replicas
+            .iter()
+            .all(|r| r.metric(WAITING) == expected)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_waiting_gauges_follow_the_graph() {
+    let lease = format!("syncgc-gauges-{}", std::process::id());
+    let (first, second) = tokio::task::spawn_blocking({
+        let lease = lease.clone();
+        move || (Syncgc::start(&lease, &[]), Syncgc::start(&lease, &[]))
+    })
+    .await
+    .unwrap();
+    let client = support::client().await;
+    let ns = TestNamespace::with_labels(&client, "gauges", &[(WEBHOOK_LABEL, &lease)]).await;
+    let api = ns.api::<ConfigMap>();
+    let before = first.metric(WAITING);
+
+    // Waiting on both replicas; its finalizer removed by hand: waiting on neither.
+    let owner = create(&api, &opted_in("by-hand", vec![], &[])).await;
+    create(&api, &held("by-hand-held", vec![owner_ref(&owner, true)])).await;
+    api.delete("by-hand", &DeleteParams::background())
+        .await
+        .unwrap();
+    waiting_becomes(
+        &[&first, &second],
+        before + 1.0,
+        "both replicas count the owner",
+    )
+    .await;
+    assert!(first.metric("syncgc_oldest_waiting_owner_seconds") >= 0.0);
+    clear_finalizers(&api, "by-hand").await;
+    eventually("the owner is gone", REFRESH, || gone(&api, "by-hand")).await;
+    waiting_becomes(
+        &[&first, &second],
+        before,
+        "the gauges come back after a manual removal",
+    )
+    .await;
+    clear_finalizers(&api, "by-hand-held").await;
+
+    // Released by the other replica after a handover: the gauge comes back there too.
+    let owner = create(&api, &opted_in("handover", vec![], &[])).await;
+    create(&api, &held("handover-held", vec![owner_ref(&owner, true)])).await;
+    api.delete("handover", &DeleteParams::background())
+        .await
+        .unwrap();
+    waiting_becomes(
+        &[&first, &second],
+        before + 1.0,
+        "both replicas count the owner",
+    )
+    .await;
+    let (mut leader, follower) = if first.metric("syncgc_leader") == 1.0 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    tokio::task::spawn_blocking(move || leader.kill())
+        .await
+        .unwrap();
+    eventually("the follower takes over", REFRESH, || async {
+        (follower.metric("syncgc_leader") == 1.0).then_some(())
+    })
+    .await;
+    clear_finalizers(&api, "handover-held").await;
+    eventually("the new leader releases the owner", REFRESH, || {
+        gone(&api, "handover")
+    })
+    .await;
+    waiting_becomes(
+        &[&follower],
+        before,
+        "the gauge comes back on the new leader",
+    )
+    .await;
+}
