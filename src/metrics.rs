@@ -72,6 +72,9 @@ pub struct Metrics {
     pub timeouts: IntCounter,
     /// 1 while this replica holds the leader lease (its workers act).
     pub leader: IntGauge,
+    /// Failed calls of leader election, by reason (`namespace_missing`, `forbidden`,
+    /// `conflict`, `other`).
+    pub leader_election_errors: IntCounterVec,
     /// 1 while a readiness condition is ok, 0 while it fails, by condition; set on each scrape.
     pub ready: IntGaugeVec,
 }
@@ -179,6 +182,11 @@ impl Metrics {
             leader: r.gauge(
                 "syncgc_leader",
                 "1 while this replica holds the leader lease and its workers act",
+            )?,
+            leader_election_errors: r.counter_vec(
+                "syncgc_leader_election_errors_total",
+                "Failed reads and writes of the leader Lease, by reason",
+                &["reason"],
             )?,
             ready: r.gauge_vec(
                 "syncgc_ready",
