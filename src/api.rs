@@ -122,6 +122,7 @@ pub enum Verb {
     Patch,
     Delete,
     Create,
+    Update,
 }
 
 impl Verb {
@@ -131,6 +132,7 @@ impl Verb {
             Self::Patch => "patch",
             Self::Delete => "delete",
             Self::Create => "create",
+            Self::Update => "update",
         }
     }
 }
@@ -696,4 +698,53 @@ fn test(path: PointerBuf, value: &str) -> PatchOperation {
         path,
         value: Value::from(value),
     })
+}
+
+// The leader Lease's calls, kept together at the end of the file.
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+
+/// The leader Lease (`coordination.k8s.io/v1`), read and written whole: leader election needs
+/// `get`, `create` and `update` on it and nothing else.
+impl Cluster {
+    fn lease(&self, namespace: &str, name: &str) -> (Api<Lease>, Target) {
+        let target = Target {
+            resource: ApiResource::erase::<Lease>(&()),
+            namespace: Some(namespace.to_owned()),
+            name: name.to_owned(),
+            uid: String::new(),
+        };
+        (Api::namespaced(self.client.clone(), namespace), target)
+    }
+
+    /// The Lease `namespace/name`, if it exists.
+    pub async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError> {
+        let (api, target) = self.lease(namespace, name);
+        self.call(Verb::Get, &target, api.get_opt(name)).await
+    }
+
+    /// Creates `lease` (named by its metadata) in `namespace`.
+    pub async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
+        let name = lease.metadata.name.as_deref().unwrap_or_default();
+        let (api, target) = self.lease(namespace, name);
+        self.call(
+            Verb::Create,
+            &target,
+            api.create(&PostParams::default(), lease),
+        )
+        .await
+    }
+
+    /// Replaces the Lease named by `lease`'s metadata with `lease`; the resourceVersion it was
+    /// read with makes this a compare-and-swap (409 when someone wrote it in between).
+    pub async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
+        let name = lease.metadata.name.as_deref().unwrap_or_default();
+        let (api, target) = self.lease(namespace, name);
+        self.call(
+            Verb::Update,
+            &target,
+            api.replace(name, &PostParams::default(), lease),
+        )
+        .await
+    }
 }

@@ -8,11 +8,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Cluster, RateLimiter};
-use crate::cli::RunArgs;
+use crate::cli::{LeaderElectionArgs, RunArgs};
 use crate::gc::decide::Timeouts;
 use crate::gc::{self, GcConfig};
 use crate::graph::Graph;
-use crate::leader::Election;
+use crate::leader::{self, Election, Timing};
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
 use crate::webhook::handler::{self, Webhook};
@@ -45,11 +45,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         burst,
         ignored_resources,
         rediscovery_interval,
+        leader_election: election_args,
+    } = args;
+    let LeaderElectionArgs {
         leader_election,
         leader_election_namespace,
         leader_election_lease,
         leader_election_lease_duration,
-    } = args;
+        leader_election_renew_deadline,
+        leader_election_retry_period,
+    } = *election_args;
+    // client-go's rules for the three durations, checked before anything starts.
+    let election_timing = leader_election
+        .then(|| {
+            Timing::new(
+                leader_election_lease_duration,
+                leader_election_renew_deadline,
+                leader_election_retry_period,
+            )
+        })
+        .transpose()?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
@@ -127,23 +142,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let metrics_server = tokio::spawn(metrics_server.into_future());
 
-    let (leading_tx, leading) = tokio::sync::watch::channel(!leader_election);
+    let (leading_tx, leading) = tokio::sync::watch::channel(election_timing.is_none());
     // Without an election this replica always leads: the sender lives as long as `run`.
-    let (election, _always_leading) = if leader_election {
+    let (election, _always_leading) = if let Some(timing) = election_timing {
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "syncgc".to_owned());
             format!("{host}-{}", std::process::id())
         });
-        tracing::info!(%identity, lease = %leader_election_lease, namespace = %leader_election_namespace, "electing a leader");
+        let (namespace, from) = leader::lease_namespace_here(leader_election_namespace);
+        tracing::info!(%identity, lease = %leader_election_lease, %namespace, namespace_from = from, "electing a leader");
         let election = Election {
-            namespace: leader_election_namespace,
+            namespace,
             name: leader_election_lease,
             identity,
-            lease_duration: leader_election_lease_duration,
+            timing,
         };
+        // Not rate-limited with the collector's calls, and answered within the renew deadline.
+        let cluster = Cluster::new(client.clone(), None, timing.renew_deadline, metrics.clone());
         let task = tokio::spawn(election.run(
-            client.clone(),
+            cluster,
             leading_tx,
+            readiness.clone(),
             metrics.clone(),
             shutdown.clone(),
         ));

@@ -110,22 +110,9 @@ pub struct RunArgs {
     /// Calls allowed in a burst above --qps.
     #[arg(long, env = "SYNCGC_BURST", default_value_t = 100)]
     pub burst: u32,
-    /// Elect a leader among replicas with a Lease; only the leader's workers act.
-    #[arg(long, env = "SYNCGC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
-    pub leader_election: bool,
-    /// The namespace of the leader Lease.
-    #[arg(
-        long,
-        env = "SYNCGC_LEADER_ELECTION_NAMESPACE",
-        default_value = "syncgc-system"
-    )]
-    pub leader_election_namespace: String,
-    /// The name of the leader Lease.
-    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE", default_value = "syncgc")]
-    pub leader_election_lease: String,
-    /// How long a leader's lease lasts without renewal before another replica takes over.
-    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = duration)]
-    pub leader_election_lease_duration: Duration,
+    /// Leader election among replicas (boxed: it would make every `Command` as big).
+    #[command(flatten)]
+    pub leader_election: Box<LeaderElectionArgs>,
     /// A resource never watched, as `plural` (core group) or `plural.group` (repeatable).
     #[arg(long = "ignore-resource", env = "SYNCGC_IGNORE_RESOURCES", value_delimiter = ',', value_name = "RESOURCE",
           default_values_t = ["events".to_owned(), "events.events.k8s.io".to_owned()])]
@@ -138,6 +125,33 @@ pub struct RunArgs {
 
 fn duration(text: &str) -> Result<Duration, crate::duration::DurationError> {
     crate::duration::parse(text)
+}
+
+/// The flags of leader election, by client-go's rules.
+#[derive(Debug, Args)]
+pub struct LeaderElectionArgs {
+    /// Elect a leader among replicas with a Lease; only the leader's workers act.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// The namespace of the leader Lease; without it, the pod's own (POD_NAMESPACE, else the
+    /// service account's namespace file), else syncgc-system.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// The name of the leader Lease.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE", default_value = "syncgc")]
+    pub leader_election_lease: String,
+    /// How long a lease lasts unchanged, as other replicas observe it, before one of them may
+    /// take it over.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub leader_election_lease_duration: Duration,
+    /// How long a leader keeps trying to renew its lease before it stops leading; shorter
+    /// than the lease duration.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = duration)]
+    pub leader_election_renew_deadline: Duration,
+    /// How long replicas wait between two tries to take or renew the lease; shorter than the
+    /// renew deadline.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = duration)]
+    pub leader_election_retry_period: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -297,6 +311,29 @@ mod tests {
         assert_eq!(args.dns, ["a", "b"]);
         assert_eq!(args.ips, ["127.0.0.1".parse::<IpAddr>().unwrap()]);
         assert!(!args.force);
+    }
+
+    #[test]
+    fn leader_election_has_client_gos_defaults_and_no_fixed_namespace() {
+        let cli = Cli::try_parse_from(["syncgc", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let election = &args.leader_election;
+        assert!(election.leader_election);
+        assert_eq!(election.leader_election_namespace, None);
+        assert_eq!(
+            election.leader_election_lease_duration,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            election.leader_election_renew_deadline,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            election.leader_election_retry_period,
+            Duration::from_secs(2)
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Prometheus metrics and the plain-HTTP endpoints `/metrics`, `/healthz` and `/readyz`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::extract::State;
@@ -78,6 +78,11 @@ pub struct Metrics {
     pub discovery_errors: IntCounter,
     /// Resources rediscovered (started, moved to another version, stopped), by change.
     pub resource_changes: IntCounterVec,
+    /// Failed calls of leader election, by reason (`namespace_missing`, `forbidden`,
+    /// `conflict`, `other`).
+    pub leader_election_errors: IntCounterVec,
+    /// 1 while a readiness condition is ok, 0 while it fails, by condition; set on each scrape.
+    pub ready: IntGaugeVec,
 }
 
 impl Metrics {
@@ -197,6 +202,16 @@ impl Metrics {
                 "Watched resources changed by discovery, by change (added, moved, removed)",
                 &["change"],
             )?,
+            leader_election_errors: r.counter_vec(
+                "syncgc_leader_election_errors_total",
+                "Failed reads and writes of the leader Lease, by reason",
+                &["reason"],
+            )?,
+            ready: r.gauge_vec(
+                "syncgc_ready",
+                "1 while a readiness condition of /readyz is ok, 0 while it fails, by condition",
+                &["condition"],
+            )?,
             registry,
         })
     }
@@ -261,17 +276,95 @@ impl Register<'_> {
     }
 }
 
-/// Whether syncgc is ready to do its job; `/readyz` answers 200 only when it is.
-#[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+/// One thing `/readyz` waits for. Its name is a label value of `syncgc_ready` and starts the
+/// line `/readyz` writes when it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Condition {
+    /// The garbage collector: every watch has listed once (`Readiness::set`).
+    Collector,
+    /// Leader election: the Lease can be read and written.
+    LeaderElection,
+}
+
+impl Condition {
+    pub const ALL: [Self; 2] = [Self::Collector, Self::LeaderElection];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Collector => "collector",
+            Self::LeaderElection => "leader-election",
+        }
+    }
+}
+
+impl std::fmt::Display for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why the collector is not ready while its watches have not all listed.
+const COLLECTOR_NOT_LISTED: &str = "not every watch has listed yet";
+
+/// Whether syncgc is ready to do its job: a set of [`Condition`]s, each ok or failing with a
+/// reason for people. `/readyz` answers 200 only when all are ok, and otherwise names each
+/// failing one with its reason. At first the collector fails (its watches have not listed) and
+/// every other condition is ok.
+#[derive(Clone)]
+pub struct Readiness(Arc<Mutex<BTreeMap<Condition, String>>>);
+
+impl Default for Readiness {
+    fn default() -> Self {
+        let failing = BTreeMap::from([(Condition::Collector, COLLECTOR_NOT_LISTED.to_owned())]);
+        Self(Arc::new(Mutex::new(failing)))
+    }
+}
 
 impl Readiness {
+    /// The collector's condition: `true` once every watch has listed.
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
+        if ready {
+            self.clear(Condition::Collector);
+        } else {
+            self.fail(Condition::Collector, COLLECTOR_NOT_LISTED);
+        }
     }
 
+    /// Whether the collector's condition is ok (see [`Readiness::set`]).
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.is_ok(Condition::Collector)
+    }
+
+    /// Marks `condition` failing, for `reason` (a sentence for people, without a final period).
+    pub fn fail(&self, condition: Condition, reason: impl Into<String>) {
+        self.failing_mut().insert(condition, reason.into());
+    }
+
+    /// Marks `condition` ok.
+    pub fn clear(&self, condition: Condition) {
+        self.failing_mut().remove(&condition);
+    }
+
+    pub fn is_ok(&self, condition: Condition) -> bool {
+        !self.failing_mut().contains_key(&condition)
+    }
+
+    /// Whether every condition is ok.
+    pub fn is_ready(&self) -> bool {
+        self.failing_mut().is_empty()
+    }
+
+    /// The failing conditions with their reasons, in the order of [`Condition::ALL`].
+    pub fn failing(&self) -> Vec<(Condition, String)> {
+        self.failing_mut()
+            .iter()
+            .map(|(c, reason)| (*c, reason.clone()))
+            .collect()
+    }
+
+    fn failing_mut(&self) -> MutexGuard<'_, BTreeMap<Condition, String>> {
+        // The map is valid after any panic: every change is one insert or remove.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -291,18 +384,33 @@ pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
 }
 
 async fn serve_metrics(State(state): State<Endpoints>) -> impl IntoResponse {
+    let failing = state.readiness.failing();
+    for condition in Condition::ALL {
+        let ok = !failing.iter().any(|(c, _)| *c == condition);
+        state
+            .metrics
+            .ready
+            .with_label_values(&[condition.as_str()])
+            .set(i64::from(ok));
+    }
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
         state.metrics.encode(),
     )
 }
 
+/// 200 `ok` when every condition is ok; otherwise 503 with a line `condition: reason` for each
+/// failing one.
 async fn serve_readyz(State(state): State<Endpoints>) -> impl IntoResponse {
-    if state.readiness.get() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    let failing = state.readiness.failing();
+    if failing.is_empty() {
+        return (StatusCode::OK, "ok\n".to_owned());
     }
+    let body = failing
+        .iter()
+        .map(|(condition, reason)| format!("{condition}: {reason}\n"))
+        .collect();
+    (StatusCode::SERVICE_UNAVAILABLE, body)
 }
 
 #[cfg(test)]
@@ -324,16 +432,97 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn readyz_follows_readiness_and_healthz_is_always_ok() {
+    async fn readyz_follows_the_collector_and_healthz_is_always_ok() {
         let readiness = Readiness::default();
         let router = router(Metrics::new().unwrap(), readiness.clone());
         assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
         assert_eq!(
+            get(&router, "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "collector: not every watch has listed yet\n".to_owned()
+            )
+        );
+        assert!(!readiness.get());
+        readiness.set(true);
+        assert!(readiness.get());
+        assert_eq!(
+            get(&router, "/readyz").await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+        readiness.set(false);
+        assert_eq!(
             get(&router, "/readyz").await.0,
             StatusCode::SERVICE_UNAVAILABLE
         );
+    }
+
+    #[tokio::test]
+    async fn readyz_names_each_failing_condition_with_its_reason() {
+        let readiness = Readiness::default();
+        let router = router(Metrics::new().unwrap(), readiness.clone());
+        readiness.fail(
+            Condition::LeaderElection,
+            "the Lease namespace \"x\" does not exist",
+        );
+        assert_eq!(
+            get(&router, "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "collector: not every watch has listed yet\n\
+                 leader-election: the Lease namespace \"x\" does not exist\n"
+                    .to_owned()
+            )
+        );
+        // The collector's own switch leaves the other conditions alone.
         readiness.set(true);
-        assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
+        assert!(readiness.get());
+        assert!(!readiness.is_ready());
+        assert_eq!(
+            get(&router, "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "leader-election: the Lease namespace \"x\" does not exist\n".to_owned()
+            )
+        );
+        // A new reason replaces the old one.
+        readiness.fail(Condition::LeaderElection, "forbidden");
+        assert_eq!(
+            get(&router, "/readyz").await.1,
+            "leader-election: forbidden\n"
+        );
+        readiness.clear(Condition::LeaderElection);
+        assert!(readiness.is_ready());
+        assert_eq!(
+            get(&router, "/readyz").await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn each_condition_is_a_series_of_syncgc_ready() {
+        let readiness = Readiness::default();
+        let router = router(Metrics::new().unwrap(), readiness.clone());
+        let body = get(&router, "/metrics").await.1;
+        assert!(
+            body.contains("syncgc_ready{condition=\"collector\"} 0"),
+            "{body}"
+        );
+        assert!(
+            body.contains("syncgc_ready{condition=\"leader-election\"} 1"),
+            "{body}"
+        );
+        readiness.set(true);
+        readiness.fail(Condition::LeaderElection, "forbidden");
+        let body = get(&router, "/metrics").await.1;
+        assert!(
+            body.contains("syncgc_ready{condition=\"collector\"} 1"),
+            "{body}"
+        );
+        assert!(
+            body.contains("syncgc_ready{condition=\"leader-election\"} 0"),
+            "{body}"
+        );
     }
 
     #[tokio::test]

@@ -1,12 +1,14 @@
 //! Two replicas, one Lease: exactly one leads; when it dies, the other takes over and finishes
-//! the synchronous deletion the first had started.
+//! the synchronous deletion the first had started. And a Lease that cannot be written (its
+//! namespace missing) keeps `/readyz` failing with the reason until the namespace exists.
 
 mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::DeleteParams;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
@@ -14,12 +16,17 @@ use support::{
     owner_ref,
 };
 
+/// The tests of this file one at a time: a replica that leads collects every armed owner, so
+/// one test's replicas would act in the other's namespace.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn leads(syncgc: &Syncgc) -> bool {
     syncgc.metric("syncgc_leader") == 1.0
 }
 
 #[tokio::test]
 async fn one_replica_leads_and_another_takes_over_when_it_dies() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let lease = format!("syncgc-le-{}", std::process::id());
     let (first, second) = tokio::task::spawn_blocking({
         let lease = lease.clone();
@@ -78,4 +85,113 @@ async fn one_replica_leads_and_another_takes_over_when_it_dies() {
         || gone(&api, "owner"),
     )
     .await;
+}
+
+/// Deletes the namespace named when dropped (also when the test fails).
+struct DeleteNamespace(String);
+
+impl Drop for DeleteNamespace {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        support::cleanup(move |client| async move {
+            match Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await
+            {
+                Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+                Err(err) => Err(anyhow::anyhow!("deleting namespace {name}: {err}")),
+            }
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_missing_lease_namespace_keeps_readyz_failing_with_the_reason_until_it_exists() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let name = format!("syncgc-le-ns-{}", std::process::id());
+    let lease_namespace = format!("t-lease-ns-{:x}", std::process::id());
+    let _delete = DeleteNamespace(lease_namespace.clone());
+    let mut syncgc = tokio::task::spawn_blocking({
+        let (name, lease_namespace) = (name.clone(), lease_namespace.clone());
+        move || Syncgc::spawn(&name, &["--leader-election-namespace", &lease_namespace])
+    })
+    .await
+    .unwrap();
+    let reason = format!(
+        "leader-election: the Lease namespace \"{lease_namespace}\" does not exist (404); \
+         create it or set --leader-election-namespace\n"
+    );
+    let readyz = || syncgc.get("/readyz").expect("/readyz answers");
+
+    eventually(
+        "/readyz names the missing namespace",
+        Duration::from_secs(60),
+        || async { readyz().1.contains(&reason).then_some(()) },
+    )
+    .await;
+    eventually(
+        "every watch has listed",
+        Duration::from_secs(60),
+        || async { (syncgc.metric("syncgc_ready{condition=\"collector\"}") == 1.0).then_some(()) },
+    )
+    .await;
+    // It stays so, retry after retry: the reason is all that holds readiness back.
+    for _ in 0..10 {
+        assert_eq!(readyz(), (503, reason.clone()));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!leads(&syncgc), "it leads without a Lease");
+    assert_eq!(
+        syncgc.metric("syncgc_ready{condition=\"leader-election\"}"),
+        0.0
+    );
+    let errors = "syncgc_leader_election_errors_total{reason=\"namespace_missing\"}";
+    assert!(
+        syncgc.metric(errors) >= 3.0,
+        "{errors} {}",
+        syncgc.metric(errors)
+    );
+
+    let client = support::client().await;
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(lease_namespace.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client)
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    eventually(
+        "/readyz answers 200 once the namespace exists",
+        Duration::from_secs(30),
+        || async { (readyz() == (200, "ok\n".to_owned())).then_some(()) },
+    )
+    .await;
+    eventually("it leads", Duration::from_secs(30), || async {
+        leads(&syncgc).then_some(())
+    })
+    .await;
+    assert_eq!(
+        syncgc.metric("syncgc_ready{condition=\"leader-election\"}"),
+        1.0
+    );
+
+    // Logged once as an error, however many retries failed, and once when it recovered.
+    let log = std::fs::read_to_string(std::env::temp_dir().join(format!("{name}.log"))).unwrap();
+    let logged = |text: &str| log.lines().filter(|l| l.contains(text)).count();
+    let missing = format!("the Lease namespace \"{lease_namespace}\" does not exist");
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("ERROR") && l.contains(&missing))
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(logged("leader election works again"), 1, "{log}");
+    tokio::task::spawn_blocking(move || syncgc.kill())
+        .await
+        .unwrap();
 }

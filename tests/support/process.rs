@@ -40,6 +40,19 @@ impl Syncgc {
 
     /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
     pub fn start_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
+        let this = Self::spawn_as(name, kubeconfig, args);
+        this.wait_ready(Duration::from_secs(60));
+        this
+    }
+
+    /// Like [`Syncgc::start`], without waiting until it is ready: once it serves `/readyz`.
+    pub fn spawn(name: &str, args: &[&str]) -> Self {
+        let this = Self::spawn_as(name, &kubeconfig_path(), args);
+        this.wait_serving(Duration::from_secs(60));
+        this
+    }
+
+    fn spawn_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
         // kube-controller-manager's GC runs beside syncgc in cooperative mode, not standalone.
         let standalone = args.windows(2).any(|a| a == ["--mode", "standalone"]);
         super::kcm(if standalone {
@@ -79,10 +92,18 @@ impl Syncgc {
         // The leader Lease lives there.
         super::syncgc_namespace();
 
+        // The namespace created above, wherever the tests run (in a pod, syncgc would take the
+        // pod's own).
+        let lease_namespace = if args.contains(&"--leader-election-namespace") {
+            ""
+        } else {
+            "--leader-election-namespace syncgc-system"
+        };
         let syncgc = format!(
             "{bin} run --kubeconfig {kubeconfig} --webhook-addr {webhook} --metrics-addr {metrics} \
              --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
-             --leader-election-lease {name} --leader-election-lease-duration 3s {args}",
+             --leader-election-lease {name} --leader-election-lease-duration 3s \
+             --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {args}",
             bin = env!("CARGO_BIN_EXE_syncgc"),
             dir = dir.display(),
             args = args.join(" "),
@@ -115,29 +136,36 @@ impl Syncgc {
             &mut pid,
         )
         .unwrap();
-        let this = Self {
+        Self {
             name: name.to_owned(),
             metrics,
             webhook,
             pid: pid.trim().to_owned(),
             child,
             _certs: certs,
-        };
-        this.wait_ready(Duration::from_secs(60));
-        this
+        }
     }
 
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&self, timeout: Duration) {
+        self.wait_readyz("become ready", timeout, |status| status == 200);
+    }
+
+    /// Waits until `/readyz` answers at all.
+    pub fn wait_serving(&self, timeout: Duration) {
+        self.wait_readyz("serve /readyz", timeout, |_| true);
+    }
+
+    fn wait_readyz(&self, what: &str, timeout: Duration, done: impl Fn(u16) -> bool) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if self.get("/readyz").is_some_and(|(status, _)| status == 200) {
+            if self.get("/readyz").is_some_and(|(status, _)| done(status)) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!(
-            "syncgc {} did not become ready; see its log in {}",
+            "syncgc {} did not {what}; see its log in {}",
             self.name,
             std::env::temp_dir()
                 .join(format!("{}.log", self.name))
