@@ -20,8 +20,8 @@ use syncgc::names::{
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::surface::{
-    ClusterObject, WAIT, crd, create_as, dynamic, reasons, reference_to, resource, seen, served,
-    stays, waiting_for, waits_for_a_held,
+    ClusterObject, WAIT, crd, create_as, cronjob, delete_holding, dynamic, ingress, reasons,
+    reference_to, resource, seen, served, stays, waiting_for, waits_for_a_held,
 };
 use support::{
     TestNamespace, clear_finalizers, create, eventually, exists, gone, held, kubectl, opted_in,
@@ -65,45 +65,15 @@ async fn an_armed_cronjob_is_released() {
     let ns = namespace("cronjob").await;
     let cronjobs = resource("batch", "v1beta1", "CronJob", "cronjobs");
     let api = dynamic(&ns, &cronjobs);
-    let owner = create_as(
-        &api,
-        &cronjobs,
-        json!({
-            "metadata": { "name": "nightly", "annotations": waiting_for("60s") },
-            "spec": { "schedule": "0 0 1 1 *", "suspend": true,
-                "jobTemplate": { "spec": { "template": { "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{ "name": "c", "image": "fake.invalid/none" }] } } } } }
-        }),
-    )
-    .await;
+    let owner = create_as(&api, &cronjobs, cronjob("nightly", waiting_for("60s"))).await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
-    let configmaps = ns.api::<ConfigMap>();
-    create(
-        &configmaps,
-        &held("held", vec![reference_to(&owner, &cronjobs)]),
-    )
-    .await;
-    api.delete("nightly", &DeleteParams::background())
-        .await
-        .unwrap();
-    eventually("the dependent is being deleted", WAIT, || {
-        support::being_deleted(&configmaps, "held")
-    })
-    .await;
-    stays("the CronJob waits", Duration::from_secs(2), || async {
-        api.get_opt("nightly").await.unwrap().is_some()
+    let configmaps = delete_holding(&ns, &api, &cronjobs, &owner).await;
+    stays("the CronJob waits", Duration::from_secs(2), || {
+        exists(&api, "nightly")
     })
     .await;
     clear_finalizers(&configmaps, "held").await;
-    eventually("the CronJob is released", WAIT, || async {
-        api.get_opt("nightly")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    eventually("the CronJob is released", WAIT, || gone(&api, "nightly")).await;
 }
 
 /// A CRD group whose kinds are served at different versions, and a CRD that moves from
@@ -149,20 +119,7 @@ async fn every_kind_of_a_group_is_watched_whatever_its_version() {
     )
     .await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
-    let configmaps = ns.api::<ConfigMap>();
-    create(
-        &configmaps,
-        &held("held", vec![reference_to(&owner, &moving_beta)]),
-    )
-    .await;
-    owners
-        .delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
-    eventually("the dependent is being deleted", WAIT, || {
-        support::being_deleted(&configmaps, "held")
-    })
-    .await;
+    let configmaps = delete_holding(&ns, &owners, &moving_beta, &owner).await;
     kubectl(
         &["apply", "-f", "-"],
         Some(
@@ -192,17 +149,14 @@ async fn every_kind_of_a_group_is_watched_whatever_its_version() {
     stays(
         "the owner waits across the moves",
         Duration::from_secs(3),
-        || async { v1.get_opt("owner").await.unwrap().is_some() },
+        || exists(&v1, "owner"),
     )
     .await;
     // Watched at v1 now: a new object of the kind is seen.
     let probe = create_as(&v1, &moving, json!({ "metadata": { "name": "probe" } })).await;
     seen(syncgc, &probe.uid().unwrap()).await;
     clear_finalizers(&configmaps, "held").await;
-    eventually("the owner is released", WAIT, || async {
-        v1.get_opt("owner").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    eventually("the owner is released", WAIT, || gone(&v1, "owner")).await;
     waits_for_a_held(syncgc, &ns, &moving, "moving").await;
     waits_for_a_held(syncgc, &ns, &stable, "stable").await;
 }
@@ -233,26 +187,12 @@ async fn an_armed_daemonset_is_released_once_its_dependents_are_gone() {
         (ds.data["status"]["observedGeneration"].as_i64() == ds.metadata.generation).then_some(())
     })
     .await;
-    let configmaps = ns.api::<ConfigMap>();
-    create(
-        &configmaps,
-        &held("held", vec![reference_to(&owner, &daemonsets)]),
-    )
-    .await;
-    api.delete("agent", &DeleteParams::background())
-        .await
-        .unwrap();
-    eventually("the dependent is being deleted", WAIT, || {
-        support::being_deleted(&configmaps, "held")
-    })
-    .await;
+    let configmaps = delete_holding(&ns, &api, &daemonsets, &owner).await;
     clear_finalizers(&configmaps, "held").await;
     let released = Instant::now();
-    eventually(
-        "the DaemonSet is released",
-        Duration::from_secs(15),
-        || async { api.get_opt("agent").await.unwrap().is_none().then_some(()) },
-    )
+    eventually("the DaemonSet is released", Duration::from_secs(15), || {
+        gone(&api, "agent")
+    })
     .await;
     assert!(released.elapsed() < Duration::from_secs(15));
     assert!(
@@ -403,15 +343,7 @@ async fn an_ingress_owner_is_never_released_early() {
     let ingresses = resource("networking.k8s.io", "v1", "Ingress", "ingresses");
     let legacy = resource("extensions", "v1beta1", "Ingress", "ingresses");
     let api = dynamic(&ns, &ingresses);
-    let owner = create_as(
-        &api,
-        &ingresses,
-        json!({
-            "metadata": { "name": "web", "annotations": waiting_for("60s") },
-            "spec": { "defaultBackend": { "service": { "name": "web", "port": { "number": 80 } } } }
-        }),
-    )
-    .await;
+    let owner = create_as(&api, &ingresses, ingress("web", waiting_for("60s"))).await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
     let configmaps = ns.api::<ConfigMap>();
     create(
@@ -447,14 +379,11 @@ async fn an_ingress_owner_is_never_released_early() {
     stays(
         "the Ingress waits for the dependent through extensions",
         Duration::from_secs(3),
-        || async { api.get_opt("web").await.unwrap().is_some() },
+        || exists(&api, "web"),
     )
     .await;
     clear_finalizers(&configmaps, "old").await;
-    eventually("the Ingress is released", WAIT, || async {
-        api.get_opt("web").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    eventually("the Ingress is released", WAIT, || gone(&api, "web")).await;
     assert!(
         reasons(&ns, "web")
             .await

@@ -19,7 +19,9 @@ use serde_json::json;
 
 use support::gc::{delete_with, owner_names, pod, rc, reference, service_account_ready};
 use support::process::Syncgc;
-use support::surface::{create_as, dynamic, reference_to, resource, seen, stays};
+use support::surface::{
+    create_as, cronjob, dynamic, ingress, pod_template, reference_to, resource, seen, stays,
+};
 use support::{
     TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
     eventually, exists, gone, owner_ref, with_finalizer,
@@ -782,14 +784,10 @@ async fn jobs_of_a_deleted_cronjob_are_collected() {
         resource("batch", "v1beta1", "CronJob", "cronjobs"),
         resource("batch", "v1", "Job", "jobs"),
     );
-    let template = json!({ "spec": { "restartPolicy": "Never",
-        "containers": [{ "name": "c", "image": "fake.invalid/none" }] } });
     let owner = create_as(
         &dynamic(&ns, &cronjobs),
         &cronjobs,
-        json!({ "metadata": { "name": "nightly" },
-            "spec": { "schedule": "0 0 1 1 *", "suspend": true,
-                "jobTemplate": { "spec": { "template": template } } } }),
+        cronjob("nightly", json!({})),
     )
     .await;
     let job_api = dynamic(&ns, &jobs);
@@ -797,7 +795,7 @@ async fn jobs_of_a_deleted_cronjob_are_collected() {
         &job_api,
         &jobs,
         json!({ "metadata": { "name": "run", "ownerReferences": [reference_to(&owner, &cronjobs)] },
-            "spec": { "parallelism": 0, "template": template } }),
+            "spec": { "parallelism": 0, "template": pod_template() } }),
     )
     .await;
     seen(syncgc(), &job.uid().unwrap()).await;
@@ -805,15 +803,7 @@ async fn jobs_of_a_deleted_cronjob_are_collected() {
         .delete("nightly", &DeleteParams::background())
         .await
         .unwrap();
-    eventually("the Job is collected", WAIT, || async {
-        job_api
-            .get_opt("run")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    eventually("the Job is collected", WAIT, || gone(&job_api, "run")).await;
 }
 
 /// On 1.20 an Ingress is served by `extensions` and `networking.k8s.io`, watched once: an
@@ -825,13 +815,7 @@ async fn orphaning_an_ingress_keeps_dependents_referring_through_either_group() 
     let ingresses = resource("networking.k8s.io", "v1", "Ingress", "ingresses");
     let legacy = resource("extensions", "v1beta1", "Ingress", "ingresses");
     let api = dynamic(&ns, &ingresses);
-    let owner = create_as(
-        &api,
-        &ingresses,
-        json!({ "metadata": { "name": "web" }, "spec": { "defaultBackend":
-            { "service": { "name": "web", "port": { "number": 80 } } } } }),
-    )
-    .await;
+    let owner = create_as(&api, &ingresses, ingress("web", json!({}))).await;
     let configmaps = ns.api::<ConfigMap>();
     for (name, through) in [("new", &ingresses), ("old", &legacy)] {
         let dependent = create(
@@ -842,10 +826,7 @@ async fn orphaning_an_ingress_keeps_dependents_referring_through_either_group() 
         seen(syncgc(), &dependent.uid().unwrap()).await;
     }
     api.delete("web", &DeleteParams::orphan()).await.unwrap();
-    eventually("the Ingress is gone", WAIT, || async {
-        api.get_opt("web").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    eventually("the Ingress is gone", WAIT, || gone(&api, "web")).await;
     stays(
         "both dependents stay, orphaned",
         Duration::from_secs(3),

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
 use kube::api::DeleteParams;
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
@@ -29,6 +30,19 @@ async fn waiting_becomes(replicas: &[&Syncgc], expected: f64, what: &str) {
     .await;
 }
 
+/// Deletes an armed owner `name` held by a dependent `name-held`, and waits until every one of
+/// `replicas` counts `expected` waiting owners.
+async fn start_waiting(api: &Api<ConfigMap>, name: &str, replicas: &[&Syncgc], expected: f64) {
+    let owner = create(api, &opted_in(name, vec![], &[])).await;
+    create(
+        api,
+        &held(&format!("{name}-held"), vec![owner_ref(&owner, true)]),
+    )
+    .await;
+    api.delete(name, &DeleteParams::background()).await.unwrap();
+    waiting_becomes(replicas, expected, "both replicas count the owner").await;
+}
+
 #[tokio::test]
 async fn the_waiting_gauges_follow_the_graph() {
     let lease = format!("syncgc-gauges-{}", std::process::id());
@@ -44,17 +58,7 @@ async fn the_waiting_gauges_follow_the_graph() {
     let before = first.metric(WAITING);
 
     // Waiting on both replicas; its finalizer removed by hand: waiting on neither.
-    let owner = create(&api, &opted_in("by-hand", vec![], &[])).await;
-    create(&api, &held("by-hand-held", vec![owner_ref(&owner, true)])).await;
-    api.delete("by-hand", &DeleteParams::background())
-        .await
-        .unwrap();
-    waiting_becomes(
-        &[&first, &second],
-        before + 1.0,
-        "both replicas count the owner",
-    )
-    .await;
+    start_waiting(&api, "by-hand", &[&first, &second], before + 1.0).await;
     assert!(first.metric("syncgc_oldest_waiting_owner_seconds") >= 0.0);
     clear_finalizers(&api, "by-hand").await;
     eventually("the owner is gone", REFRESH, || gone(&api, "by-hand")).await;
@@ -67,17 +71,7 @@ async fn the_waiting_gauges_follow_the_graph() {
     clear_finalizers(&api, "by-hand-held").await;
 
     // Released by the other replica after a handover: the gauge comes back there too.
-    let owner = create(&api, &opted_in("handover", vec![], &[])).await;
-    create(&api, &held("handover-held", vec![owner_ref(&owner, true)])).await;
-    api.delete("handover", &DeleteParams::background())
-        .await
-        .unwrap();
-    waiting_becomes(
-        &[&first, &second],
-        before + 1.0,
-        "both replicas count the owner",
-    )
-    .await;
+    start_waiting(&api, "handover", &[&first, &second], before + 1.0).await;
     let (mut leader, follower) = if first.metric("syncgc_leader") == 1.0 {
         (first, second)
     } else {

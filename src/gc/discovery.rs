@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource;
 use kube::Client;
-use kube::api::ApiResource;
+use kube::api::{ApiResource, GroupVersionKind};
 
 use crate::graph::{Coordinates, ResourceId};
 
@@ -288,17 +288,10 @@ pub fn choose(groups: &[Group], ignored: &[String]) -> Found {
                 if chosen.contains_key(&key) {
                     continue;
                 }
-                let api = ApiResource {
-                    group: group.name.clone(),
-                    version: version.clone(),
-                    api_version: if group.name.is_empty() {
-                        version.clone()
-                    } else {
-                        format!("{}/{version}", group.name)
-                    },
-                    kind: resource.kind.clone(),
-                    plural: resource.name.clone(),
-                };
+                let api = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(&group.name, version, &resource.kind),
+                    &resource.name,
+                );
                 chosen.insert(key, found.resources.len());
                 storage.push(
                     resource
@@ -436,17 +429,10 @@ mod tests {
 
     fn resource(group: &str, version: &str, kind: &str, plural: &str) -> Resource {
         Resource {
-            api: ApiResource {
-                group: group.into(),
-                version: version.into(),
-                api_version: if group.is_empty() {
-                    version.into()
-                } else {
-                    format!("{group}/{version}")
-                },
-                kind: kind.into(),
-                plural: plural.into(),
-            },
+            api: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, kind),
+                plural,
+            ),
             namespaced: true,
             served: true,
             watched: true,

@@ -333,30 +333,14 @@ where
 pub async fn create_crd(ns: &TestNamespace, kind: &str, plural: &str) -> kube::api::ApiResource {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let group = format!("{}.test.syncgc.io", ns.name);
-    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": { "name": format!("{plural}.{group}") },
-        "spec": {
-            "group": group, "scope": "Namespaced",
-            "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind },
-            "versions": [{ "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": { "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true } } }]
-        }
-    }))
-    .expect("a CustomResourceDefinition");
+    let crd: CustomResourceDefinition =
+        serde_json::from_value(surface::crd(&group, kind, plural, &[("v1", true, true)]))
+            .expect("a CustomResourceDefinition");
     Api::<CustomResourceDefinition>::all(ns.client.clone())
         .create(&PostParams::default(), &crd)
         .await
         .unwrap_or_else(|err| panic!("creating {plural}.{group}: {err}"));
-    kube::api::ApiResource {
-        api_version: format!("{group}/v1"),
-        group,
-        version: "v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
+    surface::resource(&group, "v1", kind, plural)
 }
 
 /// Deletes the custom resource kind `resource` made by [`create_crd`].

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, TIMEOUT_ANNOTATION};
 
 use super::process::Syncgc;
 use super::{
-    HOLD, TestNamespace, clear_finalizers, create, eventually, exists, gone, kubectl, opted_in,
-    owner_ref,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, create, eventually, exists, gone, held,
+    kubectl, opted_in, owner_ref,
 };
 
 /// How long a scenario step may take.
@@ -25,17 +25,55 @@ pub fn dynamic(ns: &TestNamespace, resource: &ApiResource) -> Api<DynamicObject>
 }
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    }
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// A suspended `batch/v1beta1` CronJob named `name` with `annotations`.
+pub fn cronjob(name: &str, annotations: serde_json::Value) -> serde_json::Value {
+    json!({
+        "metadata": { "name": name, "annotations": annotations },
+        "spec": { "schedule": "0 0 1 1 *", "suspend": true,
+            "jobTemplate": { "spec": { "template": pod_template() } } }
+    })
+}
+
+/// The template of a Pod that never runs (no kubelet here).
+pub fn pod_template() -> serde_json::Value {
+    json!({ "spec": { "restartPolicy": "Never",
+        "containers": [{ "name": "c", "image": "fake.invalid/none" }] } })
+}
+
+/// An Ingress named `name` with `annotations`.
+pub fn ingress(name: &str, annotations: serde_json::Value) -> serde_json::Value {
+    json!({
+        "metadata": { "name": name, "annotations": annotations },
+        "spec": { "defaultBackend": { "service": { "name": name, "port": { "number": 80 } } } }
+    })
+}
+
+/// Gives `owner` (of `resource`, in `api`) a ConfigMap dependent `held` kept by a finalizer,
+/// deletes the owner in the background, and waits until the dependent is being deleted.
+/// Returns the ConfigMaps' API.
+pub async fn delete_holding(
+    ns: &TestNamespace,
+    api: &Api<DynamicObject>,
+    resource: &ApiResource,
+    owner: &DynamicObject,
+) -> Api<ConfigMap> {
+    let configmaps = ns.api::<ConfigMap>();
+    create(
+        &configmaps,
+        &held("held", vec![reference_to(owner, resource)]),
+    )
+    .await;
+    api.delete(&owner.name_any(), &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the dependent is being deleted", WAIT, || {
+        being_deleted(&configmaps, "held")
+    })
+    .await;
+    configmaps
 }
 
 /// Creates `object` (JSON, without apiVersion and kind) as a `resource`.
