@@ -20,7 +20,7 @@ use syncgc::names::{
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::surface::{
-    ClusterObject, WAIT, crd, create_as, cronjob, delete_holding, dynamic, ingress, reasons,
+    ClusterObject, WAIT, crd, create_as, cronjob, delete_holding, dynamic, ingress, recorded,
     reference_to, resource, seen, served, stays, waiting_for, waits_for_a_held,
 };
 use support::{
@@ -195,11 +195,7 @@ async fn an_armed_daemonset_is_released_once_its_dependents_are_gone() {
     })
     .await;
     assert!(released.elapsed() < Duration::from_secs(15));
-    assert!(
-        reasons(&ns, "agent")
-            .await
-            .contains(&"SyncGCReleased".to_owned())
-    );
+    recorded(&ns, "agent", "SyncGCReleased").await;
 }
 
 /// A deadline copied from elsewhere (in the past, far in the future) is replaced, and an owner
@@ -264,12 +260,8 @@ async fn copied_deadlines_and_no_room_for_one_are_bounded_by_the_timeout() {
         ("future", "SyncGCDeadlineReplaced"),
         ("full", "SyncGCDeadlineNotStored"),
     ] {
-        let seen = reasons(&ns, name).await;
-        assert!(seen.contains(&event.to_owned()), "{name}: {seen:?}");
-        assert!(
-            seen.contains(&"SyncGCTimedOut".to_owned()),
-            "{name}: {seen:?}"
-        );
+        recorded(&ns, name, event).await;
+        recorded(&ns, name, "SyncGCTimedOut").await;
     }
     for (name, _) in &cases {
         clear_finalizers(&api, &format!("{name}-held")).await;
@@ -327,11 +319,7 @@ async fn the_owners_timeout_bounds_a_three_level_chain() {
     for name in ["grandchild", "child", "owner"] {
         eventually(&format!("{name} is gone"), WAIT, || gone(&api, name)).await;
     }
-    assert!(
-        reasons(&ns, "owner")
-            .await
-            .contains(&"SyncGCReleased".to_owned())
-    );
+    recorded(&ns, "owner", "SyncGCReleased").await;
 }
 
 /// On 1.20 an Ingress is served by `extensions` and `networking.k8s.io`: one object, watched
@@ -384,9 +372,5 @@ async fn an_ingress_owner_is_never_released_early() {
     .await;
     clear_finalizers(&configmaps, "old").await;
     eventually("the Ingress is released", WAIT, || gone(&api, "web")).await;
-    assert!(
-        reasons(&ns, "web")
-            .await
-            .contains(&"SyncGCReleased".to_owned())
-    );
+    recorded(&ns, "web", "SyncGCReleased").await;
 }

@@ -121,6 +121,23 @@ where
     }
 }
 
+/// Waits until an Event with `reason` about `name` is recorded (Events are written just after
+/// what they report, so an owner can be gone a moment before its Event exists).
+pub async fn recorded(ns: &TestNamespace, name: &str, reason: &str) {
+    eventually(
+        &format!("a {reason} Event about {name} is recorded"),
+        Duration::from_secs(15),
+        || async {
+            reasons(ns, name)
+                .await
+                .iter()
+                .any(|r| r == reason)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 pub async fn reasons(ns: &TestNamespace, name: &str) -> Vec<String> {
     let events: Api<k8s_openapi::api::core::v1::Event> =
         Api::namespaced(ns.client.clone(), &ns.name);
@@ -285,9 +302,5 @@ pub async fn waits_for_a_held(
         gone(&configmaps, &owner_name)
     })
     .await;
-    assert!(
-        reasons(ns, &owner_name)
-            .await
-            .contains(&"SyncGCReleased".to_owned())
-    );
+    recorded(ns, &owner_name, "SyncGCReleased").await;
 }
