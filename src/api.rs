@@ -13,7 +13,8 @@ use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
+    ApiResource, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams,
+    Preconditions, PropagationPolicy,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -119,6 +120,7 @@ impl ApiError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
     Get,
+    List,
     Patch,
     Delete,
     Create,
@@ -129,6 +131,7 @@ impl Verb {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Get => "get",
+            Self::List => "list",
             Self::Patch => "patch",
             Self::Delete => "delete",
             Self::Create => "create",
@@ -260,11 +263,25 @@ pub struct Target {
     pub uid: String,
 }
 
+impl Target {
+    /// The collection of `resource` in `namespace` (every namespace when `None`), for lists.
+    pub fn collection(resource: &ApiResource, namespace: Option<&str>) -> Self {
+        Self {
+            resource: resource.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: String::new(),
+            uid: String::new(),
+        }
+    }
+}
+
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
-            None => write!(f, "{} {}", self.resource.kind, self.name),
+        match (&self.namespace, self.name.is_empty()) {
+            (Some(ns), true) => write!(f, "{} in {ns}", self.resource.plural),
+            (None, true) => write!(f, "{}", self.resource.plural),
+            (Some(ns), false) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
+            (None, false) => write!(f, "{} {}", self.resource.kind, self.name),
         }
     }
 }
@@ -275,6 +292,9 @@ pub enum Changed {
     Yes,
     AlreadySo,
 }
+
+/// How many objects a page of a list holds.
+pub const LIST_PAGE: u32 = 500;
 
 /// Attempts at a read-modify-write before giving up on a busy object.
 const ATTEMPTS: usize = 5;
@@ -355,6 +375,28 @@ impl Cluster {
                 .inc();
         }
         Err(result)
+    }
+
+    /// Every object of `collection` (see [`Target::collection`]), read consistently (from
+    /// etcd, not the apiserver's watch cache), metadata only, a page at a time; each page's
+    /// objects go to `each`.
+    pub async fn list_metadata(
+        &self,
+        collection: &Target,
+        mut each: impl FnMut(&[PartialObjectMeta<DynamicObject>]),
+    ) -> Result<(), ApiError> {
+        let api = self.api(collection);
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        loop {
+            let page = self
+                .call(Verb::List, collection, api.list_metadata(&params))
+                .await?;
+            each(&page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
     }
 
     /// The object named by `target`, if it exists with `target`'s uid (an empty uid matches

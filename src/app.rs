@@ -45,6 +45,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         burst,
         ignored_resources,
         rediscovery_interval,
+        release_barrier,
         leader_election: election_args,
     } = args;
     let LeaderElectionArgs {
@@ -129,6 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             workers: usize::from(workers),
             ignored: ignored_resources,
             rediscovery: rediscovery_interval,
+            barrier: release_barrier,
         },
     ));
     let metrics_listener = TcpListener::bind(metrics_addr)

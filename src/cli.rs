@@ -121,6 +121,12 @@ pub struct RunArgs {
     /// or APIService change asks sooner.
     #[arg(long, env = "SYNCGC_REDISCOVERY_INTERVAL", default_value = "20s", value_parser = duration)]
     pub rediscovery_interval: Duration,
+    /// Before an owner goes, confirm with a fresh read of its namespace (or of the cluster, for
+    /// a cluster-scoped owner) that nothing refers to it any more. Turning it off only serves
+    /// to measure what it costs: an owner may then go while a dependent the watches have not
+    /// delivered yet exists.
+    #[arg(long, env = "SYNCGC_RELEASE_BARRIER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub release_barrier: bool,
 }
 
 fn duration(text: &str) -> Result<Duration, crate::duration::DurationError> {

@@ -78,6 +78,12 @@ pub struct Metrics {
     pub discovery_errors: IntCounter,
     /// Resources rediscovered (started, moved to another version, stopped), by change.
     pub resource_changes: IntCounterVec,
+    /// Rounds of consistent reads made by the release barrier.
+    pub barrier_rounds: IntCounter,
+    /// Requests the release barrier made (a list, each page counted once, or a read).
+    pub barrier_reads: IntCounter,
+    /// Times the release barrier held an owner, by reason.
+    pub barrier_holds: IntCounterVec,
     /// Failed calls of leader election, by reason (`namespace_missing`, `forbidden`,
     /// `conflict`, `other`).
     pub leader_election_errors: IntCounterVec,
@@ -201,6 +207,19 @@ impl Metrics {
                 "syncgc_resource_changes_total",
                 "Watched resources changed by discovery, by change (added, moved, removed)",
                 &["change"],
+            )?,
+            barrier_rounds: r.counter(
+                "syncgc_barrier_rounds_total",
+                "Rounds of consistent reads the release barrier made (one serves every owner that reached it before the round began)",
+            )?,
+            barrier_reads: r.counter(
+                "syncgc_barrier_reads_total",
+                "Lists and reads of the release barrier's rounds",
+            )?,
+            barrier_holds: r.counter_vec(
+                "syncgc_barrier_holds_total",
+                "Times the release barrier held an owner whose dependents the graph saw gone, by reason (discovery, watch, unreadable, dependent)",
+                &["reason"],
             )?,
             leader_election_errors: r.counter_vec(
                 "syncgc_leader_election_errors_total",

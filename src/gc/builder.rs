@@ -11,20 +11,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, watch as signal};
+use tokio::sync::{mpsc, watch as signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Collector;
+use super::barrier::DISCOVERY_SOURCES;
 use super::discovery::{self, Aliases, Found};
 use super::watch::{self, GraphEvent};
 use crate::graph::ResourceId;
 
-/// The resources whose changes change what is served.
-const DISCOVERY_SOURCES: [&str; 2] = [
-    "customresourcedefinitions.apiextensions.k8s.io",
-    "apiservices.apiregistration.k8s.io",
-];
 /// How long a burst of CRD or APIService changes is gathered before discovering again.
 const GATHER: Duration = Duration::from_millis(200);
 /// The longest wait between two attempts at a discovery that failed as a whole.
@@ -50,14 +46,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (events_tx, mut events) = mpsc::channel::<GraphEvent>(4096);
-    let (found_tx, mut found) = mpsc::channel::<Found>(1);
-    let rediscover = Arc::new(Notify::new());
-    let discoverer = tokio::spawn(discover(
-        collector.clone(),
-        found_tx,
-        rediscover.clone(),
-        shutdown.clone(),
-    ));
+    let (found_tx, mut found) = mpsc::channel::<(Found, u64)>(1);
+    let discoverer = tokio::spawn(discover(collector.clone(), found_tx, shutdown.clone()));
     let mut builder = Builder {
         collector,
         events: events_tx,
@@ -69,8 +59,10 @@ pub async fn run(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
-            Some(found) = found.recv() => {
+            Some((found, covering)) = found.recv() => {
                 builder.take_in(found);
+                builder.collector.progress.taken_in(covering);
+                builder.collector.wake_held();
                 if builder.pending.as_ref().is_some_and(HashSet::is_empty) {
                     let _ = synced.send(true);
                 }
@@ -88,10 +80,10 @@ pub async fn run(
                     GraphEvent::Apply(id, _) | GraphEvent::Delete(id, _) => {
                         if builder.sources.contains(id) {
                             tracing::debug!("a CRD or APIService changed: discovering again");
-                            rediscover.notify_one();
+                            builder.collector.progress.ask_discovery();
                         }
                     }
-                    GraphEvent::Unserved(_) => {}
+                    GraphEvent::Unserved(_) | GraphEvent::State(..) => {}
                 }
                 builder.collector.apply(event);
             }
@@ -198,6 +190,9 @@ impl Builder {
             return false;
         };
         tracing::debug!(resource = %discovery::resource_name(&resource.api), version = %resource.api.version, "watching");
+        self.collector
+            .progress
+            .set_watch(id, Some(watch::WatchState::Listing));
         let task = tokio::spawn(watch::watch(
             self.collector.cluster.client.clone(),
             id,
@@ -217,17 +212,17 @@ impl Builder {
 /// what it finds to the builder; a discovery that fails as a whole is retried with backoff.
 async fn discover(
     collector: Arc<Collector>,
-    found: mpsc::Sender<Found>,
-    asked: Arc<Notify>,
+    found: mpsc::Sender<(Found, u64)>,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(500);
     loop {
+        let covering = collector.progress.discovery_starts();
         let wait =
             match discovery::discover(&collector.cluster.client, &collector.config.ignored).await {
                 Ok(answer) => {
                     backoff = Duration::from_millis(500);
-                    if found.send(answer).await.is_err() {
+                    if found.send((answer, covering)).await.is_err() {
                         return;
                     }
                     collector.config.rediscovery
@@ -243,7 +238,7 @@ async fn discover(
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
-            () = asked.notified() => {
+            () = collector.progress.rediscover.notified() => {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(GATHER) => {}

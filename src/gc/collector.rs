@@ -16,10 +16,11 @@ use tokio::sync::watch as signal;
 
 use super::GcConfig;
 use super::absent::{self, AbsentOwners};
+use super::barrier::{Barrier, Progress};
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
 use super::discovery::Resources;
 use super::queue::WorkQueue;
-use super::watch::{GraphEvent, flags_of};
+use super::watch::{GraphEvent, WatchState, flags_of};
 use crate::api::{ApiError, Changed, Cluster, Target};
 use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
 use crate::metrics::Metrics;
@@ -51,6 +52,9 @@ pub struct Collector {
     /// The deadlines in force for waiting owners, kept here whether or not they could be
     /// stored on the owners (see [`super::synchronous`]).
     pub(super) deadlines: Mutex<HashMap<Uid, Timestamp>>,
+    /// How the watches and discovery stand, for the release barrier.
+    pub(super) progress: Progress,
+    pub(super) barrier: Barrier,
 }
 
 /// Locks `mutex`, whatever a panicking holder left in it (every value here stays valid).
@@ -71,10 +75,12 @@ impl Collector {
             queue: WorkQueue::default(),
             cluster,
             metrics,
-            config,
             absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
             deleted: Mutex::default(),
             deadlines: Mutex::default(),
+            progress: Progress::default(),
+            barrier: Barrier::new(config.barrier),
+            config,
         }
     }
 
@@ -124,7 +130,17 @@ impl Collector {
                     graph.delete(uid)
                 }
                 GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
-                GraphEvent::Unserved(id) => graph.unserve(id),
+                GraphEvent::Unserved(id) => {
+                    self.progress.set_watch(id, None);
+                    graph.unserve(id)
+                }
+                GraphEvent::State(id, state) => {
+                    self.progress.set_watch(id, Some(state));
+                    if state == WatchState::Watching {
+                        self.wake_held();
+                    }
+                    Vec::new()
+                }
                 GraphEvent::ListFailed(_) => Vec::new(),
             }
         };
@@ -150,6 +166,7 @@ impl Collector {
                 .retain(|uid, _| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL)));
             lock(&self.deleted)
                 .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
+            self.barrier.forget(&graph, self.config.timeouts.max);
             (observed, virtual_nodes, waiting, oldest)
         };
         let gauge = |kind: &str, n: usize| {
@@ -302,7 +319,7 @@ impl Collector {
             .valid_dependents(uid)
             .filter(|(.., link)| link.block_owner_deletion)
             .count();
-        if !decide::foreground_done(blocking) {
+        if !decide::foreground_done(blocking) || self.barrier(uid, target, true).await.is_some() {
             return Ok(());
         }
         tracing::debug!(owner = %target, "no blocking dependent left: removing foregroundDeletion");
@@ -495,6 +512,21 @@ impl Collector {
         propagation: Propagation,
         resource_version: Option<u64>,
     ) -> Result<(), ApiError> {
+        let waiting: Vec<Uid> = {
+            let graph = self.graph_read();
+            graph
+                .node(uid)
+                .into_iter()
+                .flat_map(|n| n.owners.iter())
+                .filter(|link| {
+                    graph
+                        .node(link.uid)
+                        .is_some_and(|o| o.waiting_synchronously() || o.waiting_in_foreground())
+                })
+                .map(|link| link.uid)
+                .collect()
+        };
+        self.barrier.deleting_for(waiting, uid);
         let deleted = self
             .act(
                 "delete",

@@ -14,12 +14,15 @@
 //! - [`collector`]: the workers and their actions (attempt to delete, orphan, foreground,
 //!   arm), through [`crate::api::Cluster`].
 //! - [`synchronous`]: the synchronous finalizer: deadlines, and releasing waiting owners.
+//! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
+//!   nothing refers to it any more.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - [`debug`]: `/debug/graph`, the graph around one object.
 //!
 //! Workers start only once every watch has listed once; `/readyz` says so.
 
 pub mod absent;
+pub mod barrier;
 pub mod builder;
 pub mod collector;
 pub mod debug;
@@ -49,6 +52,8 @@ pub struct GcConfig {
     pub ignored: Vec<String>,
     /// How often the served resources are discovered again when nothing asks sooner.
     pub rediscovery: Duration,
+    /// Whether owners pass the release barrier before they go (see [`barrier`]).
+    pub barrier: bool,
 }
 
 /// How often the gauges that describe the graph are refreshed.

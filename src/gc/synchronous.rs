@@ -52,7 +52,12 @@ impl Collector {
         let observed = object.data["status"]["observedGeneration"].as_i64();
         let until_deadline = deadline.duration_since(now).unsigned_abs();
         match decide::release(now, deadline, left, meta.generation, observed) {
-            Release::Now => self.release(uid, target, deleted_at, false).await,
+            Release::Now => {
+                if self.barrier(uid, target, false).await.is_some() {
+                    return Ok(());
+                }
+                self.release(uid, target, deleted_at, false).await
+            }
             Release::TimedOut => self.release(uid, target, deleted_at, true).await,
             Release::WaitForGeneration => {
                 let recheck = GENERATION_RECHECK.min(until_deadline);

@@ -1,13 +1,16 @@
-//! One metadata-only watch per resource, turned into graph events for the graph's one writer.
+//! One metadata-only watch per resource (a reflector: list, then watch from the list's
+//! version), turned into graph events for the graph's one writer.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
+use std::time::Duration;
+
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::api::{
+    ApiResource, DynamicObject, ListParams, PartialObjectMeta, WatchEvent, WatchParams,
+};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
@@ -29,6 +32,8 @@ pub enum GraphEvent {
     ListFailed(ResourceId),
     /// The resource is no longer served (its watch has stopped).
     Unserved(ResourceId),
+    /// The watch of a resource changed state.
+    State(ResourceId, WatchState),
 }
 
 /// What the graph keeps of an object's metadata; `None` for an object without a uid. The
@@ -78,8 +83,59 @@ pub fn flags_of(meta: &ObjectMeta) -> Flags {
         .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
 }
 
+/// How a watch stands, as the release barrier needs to know (see [`super::barrier`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchState {
+    /// Listing: at start, or again after its resourceVersion expired (410 Gone).
+    Listing,
+    /// Listed, and its watch request is open.
+    Watching,
+    /// Its last request failed; it retries with backoff.
+    Failing,
+}
+
+impl WatchState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Listing => "listing",
+            Self::Watching => "watching",
+            Self::Failing => "failing",
+        }
+    }
+}
+
+/// The first and the longest wait before a failed request is tried again.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+
+/// The receiving end is gone: the watch ends.
+struct Closed;
+
+/// Where a watch sends what it sees, with the state it last reported.
+struct Feed {
+    id: ResourceId,
+    events: mpsc::Sender<GraphEvent>,
+    state: Option<WatchState>,
+}
+
+impl Feed {
+    async fn send(&self, event: GraphEvent) -> Result<(), Closed> {
+        self.events.send(event).await.map_err(|_| Closed)
+    }
+
+    async fn state(&mut self, state: WatchState) -> Result<(), Closed> {
+        if self.state != Some(state) {
+            self.state = Some(state);
+            self.send(GraphEvent::State(self.id, state)).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Watches `resource` (metadata only) until the returned future is dropped, sending what it sees
-/// to `events`. Errors are logged and counted; the watch retries with backoff.
+/// to `events`: a consistent list (paged), then a watch from the list's resourceVersion, resumed
+/// from the last version seen (events and bookmarks) when it ends, listed again when that
+/// version has expired. Every failure is logged, counted and retried with backoff; each change
+/// of state is reported.
 pub async fn watch(
     client: Client,
     id: ResourceId,
@@ -88,55 +144,173 @@ pub async fn watch(
     events: mpsc::Sender<GraphEvent>,
     metrics: Metrics,
 ) {
-    let observe = |meta: &ObjectMeta| {
-        let aliases = aliases.read().unwrap_or_else(|e| e.into_inner());
-        observe(&resource.api, meta, &aliases)
+    let mut feed = Feed {
+        id,
+        events,
+        state: None,
     };
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource.api);
-    let name = super::discovery::resource_name(&resource.api);
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut listing: Option<HashSet<Uid>> = None;
-    let mut listed_once = false;
-    let mut failures = 0u32;
-    while let Some(event) = stream.next().await {
-        let send = match event {
-            Ok(Event::Init) => {
-                listing = Some(HashSet::new());
-                None
-            }
-            Ok(Event::InitApply(object)) => {
-                let observed = observe(&object.metadata);
-                if let (Some(listing), Some(o)) = (listing.as_mut(), &observed) {
-                    listing.insert(o.uid);
+    let reflector = Reflector {
+        api: Api::all_with(client, &resource.api),
+        name: super::discovery::resource_name(&resource.api),
+        resource: &resource,
+        aliases,
+        metrics,
+    };
+    let _ = reflector.run(&mut feed).await;
+}
+
+struct Reflector<'a> {
+    api: Api<DynamicObject>,
+    name: String,
+    resource: &'a Resource,
+    aliases: Arc<RwLock<Aliases>>,
+    metrics: Metrics,
+}
+
+/// How a watch request ended.
+enum Ended {
+    /// Normally (its timeout), or by an error: resume from the last version seen.
+    Resume,
+    /// Its resourceVersion has expired: list again.
+    Expired,
+}
+
+impl Reflector<'_> {
+    fn observe(&self, meta: &ObjectMeta) -> Option<Observed> {
+        let aliases = self.aliases.read().unwrap_or_else(|e| e.into_inner());
+        observe(&self.resource.api, meta, &aliases)
+    }
+
+    async fn run(&self, feed: &mut Feed) -> Result<(), Closed> {
+        let mut backoff = BACKOFF.0;
+        let mut listed_once = false;
+        let mut failures = 0u32;
+        loop {
+            feed.state(WatchState::Listing).await?;
+            let mut version = match self.list(feed).await? {
+                Ok(version) => version,
+                Err(err) => {
+                    failures += 1;
+                    if !listed_once && failures == 3 {
+                        feed.send(GraphEvent::ListFailed(feed.id)).await?;
+                    }
+                    self.failed(feed, "listing", &err, &mut backoff).await?;
+                    continue;
                 }
-                observed.map(|o| GraphEvent::Apply(id, o))
+            };
+            if !listed_once {
+                tracing::debug!(resource = %self.name, "listed");
             }
-            Ok(Event::InitDone) => {
-                if !listed_once {
-                    tracing::debug!(resource = %name, "listed");
+            listed_once = true;
+            loop {
+                let params = WatchParams::default();
+                let stream = match self.api.watch_metadata(&params, &version).await {
+                    Ok(stream) => stream,
+                    Err(err) if is_expired(&err) => break,
+                    Err(err) => {
+                        self.failed(feed, "watching", &err, &mut backoff).await?;
+                        continue;
+                    }
+                };
+                feed.state(WatchState::Watching).await?;
+                backoff = BACKOFF.0;
+                match self.follow(feed, stream, &mut version).await? {
+                    Ok(Ended::Resume) => {}
+                    Ok(Ended::Expired) => break,
+                    Err(err) => self.failed(feed, "watching", &err, &mut backoff).await?,
                 }
-                listed_once = true;
-                Some(GraphEvent::Listed(id, listing.take().unwrap_or_default()))
             }
-            Ok(Event::Apply(object)) => observe(&object.metadata).map(|o| GraphEvent::Apply(id, o)),
-            Ok(Event::Delete(object)) => object
-                .metadata
-                .uid
-                .as_deref()
-                .map(|uid| GraphEvent::Delete(id, Uid::parse(uid))),
-            Err(err) => {
-                metrics.watch_errors.inc();
-                failures += 1;
-                tracing::warn!(resource = %name, %err, "watch failed; retrying with backoff");
-                (!listed_once && failures == 3).then_some(GraphEvent::ListFailed(id))
-            }
-        };
-        if let Some(send) = send
-            && events.send(send).await.is_err()
-        {
-            return;
         }
     }
+
+    /// Lists every object (consistently, a page at a time), sending each, then the listed
+    /// set; returns the list's resourceVersion.
+    async fn list(&self, feed: &Feed) -> Result<Result<String, kube::Error>, Closed> {
+        let mut listed = HashSet::new();
+        let mut params = ListParams::default().limit(crate::api::LIST_PAGE);
+        loop {
+            let page = match self.api.list_metadata(&params).await {
+                Ok(page) => page,
+                Err(err) => return Ok(Err(err)),
+            };
+            for object in &page.items {
+                if let Some(observed) = self.observe(&object.metadata) {
+                    listed.insert(observed.uid);
+                    feed.send(GraphEvent::Apply(feed.id, observed)).await?;
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => {
+                    let version = page.metadata.resource_version.unwrap_or_default();
+                    feed.send(GraphEvent::Listed(feed.id, listed)).await?;
+                    return Ok(Ok(version));
+                }
+            }
+        }
+    }
+
+    /// Sends a watch's events until it ends, keeping `version` at the last one seen.
+    async fn follow(
+        &self,
+        feed: &Feed,
+        stream: impl futures::Stream<Item = kube::Result<WatchEvent<PartialObjectMeta<DynamicObject>>>>,
+        version: &mut String,
+    ) -> Result<Result<Ended, kube::Error>, Closed> {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let object = match event {
+                Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => object,
+                Ok(WatchEvent::Deleted(object)) => {
+                    remember(version, &object.metadata);
+                    if let Some(uid) = object.metadata.uid.as_deref() {
+                        feed.send(GraphEvent::Delete(feed.id, Uid::parse(uid)))
+                            .await?;
+                    }
+                    continue;
+                }
+                Ok(WatchEvent::Bookmark(bookmark)) => {
+                    *version = bookmark.metadata.resource_version;
+                    continue;
+                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                    return Ok(Ok(Ended::Expired));
+                }
+                Ok(WatchEvent::Error(status)) => return Ok(Err(kube::Error::Api(status))),
+                Err(err) => return Ok(Err(err)),
+            };
+            remember(version, &object.metadata);
+            if let Some(observed) = self.observe(&object.metadata) {
+                feed.send(GraphEvent::Apply(feed.id, observed)).await?;
+            }
+        }
+        Ok(Ok(Ended::Resume))
+    }
+
+    /// A request failed: says so, counts it, and waits before the next.
+    async fn failed(
+        &self,
+        feed: &mut Feed,
+        what: &str,
+        err: &kube::Error,
+        backoff: &mut Duration,
+    ) -> Result<(), Closed> {
+        self.metrics.watch_errors.inc();
+        tracing::warn!(resource = %self.name, %err, retry_in = ?*backoff, "{what} failed; retrying with backoff");
+        feed.state(WatchState::Failing).await?;
+        tokio::time::sleep(*backoff).await;
+        *backoff = (*backoff * 2).min(BACKOFF.1);
+        Ok(())
+    }
+}
+
+fn remember(version: &mut String, meta: &ObjectMeta) {
+    if let Some(v) = &meta.resource_version {
+        version.clone_from(v);
+    }
+}
+
+/// Whether a request failed because the resourceVersion it named has expired.
+fn is_expired(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 410)
 }

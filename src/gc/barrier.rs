@@ -1,0 +1,698 @@
+//! The release barrier. The graph is fed by watches, and a watch can lag, restart, or not exist
+//! yet (a kind whose CustomResourceDefinition was created a moment ago): when the graph says the
+//! last dependent of an owner is gone, that may only mean the graph has not seen the others.
+//! So before an owner's `syncgc.io/synchronous` (or, in standalone mode, `foregroundDeletion`)
+//! is removed, the collector checks, after the graph has said so:
+//!
+//! 1. **Discovery is settled**: a consistent read of every CustomResourceDefinition and
+//!    APIService finds each one in the graph at that resourceVersion or later, every CRD
+//!    that is Established is among the discovered resources, and the discovery those changes
+//!    asked for has been taken in.
+//! 2. **A consistent read of the owner's scope** (its namespace; the whole cluster for a
+//!    cluster-scoped owner), every watched resource, metadata only, from etcd, finds no object
+//!    that refers to the owner — nor to a dependent deleted on its behalf (its tree), so that a
+//!    grandchild the graph never saw is caught too.
+//! 3. **Every watch in that scope is listed and open**: none is listing or failing.
+//!
+//! The reads are shared: one round per scope at a time, and a round serves every owner that
+//! reached the barrier before it began. An owner the barrier holds is looked at again within
+//! [`RECHECK`], at once when a watch recovers or discovery catches up, and its deadline
+//! still bounds the wait.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::runtime::events::EventType;
+use tokio::sync::Notify;
+
+use super::Collector;
+use super::collector::lock;
+use super::discovery::{self, Resource};
+use super::watch::{self, WatchState};
+use crate::api::Target;
+use crate::graph::{Coordinates, Flags, Graph, Observed, ResourceId, Uid, Work};
+
+/// How soon an owner held by the barrier is looked at again at the latest.
+pub const RECHECK: Duration = Duration::from_secs(1);
+/// How many resources a round reads at once.
+const READS_AT_ONCE: usize = 8;
+/// The resources whose objects say what is served.
+const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
+const API_SERVICES: &str = "apiservices.apiregistration.k8s.io";
+pub const DISCOVERY_SOURCES: [&str; 2] = [CRDS, API_SERVICES];
+
+/// What the graph builder tells the barrier: how each watch stands, and whether discovery has
+/// taken in every change that asked for it.
+#[derive(Debug, Default)]
+pub struct Progress {
+    watches: Mutex<HashMap<ResourceId, WatchState>>,
+    asked: AtomicU64,
+    taken_in: AtomicU64,
+    /// Wakes the discovery task.
+    pub rediscover: Notify,
+}
+
+impl Progress {
+    /// Asks for a discovery (a CRD or APIService changed, or the barrier found one that did).
+    pub fn ask_discovery(&self) {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        self.rediscover.notify_one();
+    }
+
+    /// What a discovery that starts now covers (pass it to [`Progress::taken_in`]).
+    pub fn discovery_starts(&self) -> u64 {
+        self.asked.load(Ordering::SeqCst)
+    }
+
+    /// A discovery that started at `covering` has been taken in.
+    pub fn taken_in(&self, covering: u64) {
+        self.taken_in.fetch_max(covering, Ordering::SeqCst);
+    }
+
+    /// Whether every ask for a discovery has been answered.
+    pub fn discovery_settled(&self) -> bool {
+        self.taken_in.load(Ordering::SeqCst) >= self.asked.load(Ordering::SeqCst)
+    }
+
+    pub fn set_watch(&self, id: ResourceId, state: Option<WatchState>) {
+        let mut watches = lock(&self.watches);
+        match state {
+            Some(state) => watches.insert(id, state),
+            None => watches.remove(&id),
+        };
+    }
+
+    pub fn watch(&self, id: ResourceId) -> Option<WatchState> {
+        lock(&self.watches).get(&id).copied()
+    }
+}
+
+/// Where the objects that may refer to an owner live.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Namespace(String),
+    Cluster,
+}
+
+impl Scope {
+    pub fn of(namespace: Option<&str>) -> Self {
+        namespace.map_or(Self::Cluster, |ns| Self::Namespace(ns.to_owned()))
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Self::Namespace(ns) => Some(ns),
+            Self::Cluster => None,
+        }
+    }
+
+    /// Whether objects of `resource` may refer to an owner in this scope (a cluster-scoped
+    /// object cannot have a namespaced owner).
+    fn covers(&self, resource: &Resource) -> bool {
+        *self == Self::Cluster || resource.namespaced
+    }
+}
+
+/// Why the barrier holds an owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// A CustomResourceDefinition or APIService changed, and discovery has not caught up.
+    Discovery(String),
+    /// The watch of a resource in the owner's scope is listing or failing.
+    Watch { resource: String, state: WatchState },
+    /// A resource in the owner's scope could not be read.
+    Unreadable { resource: String, error: String },
+    /// An object refers to the owner, or to a dependent deleted on its behalf.
+    Dependent {
+        resource: String,
+        namespace: Option<String>,
+        name: String,
+    },
+}
+
+impl Hold {
+    /// The reason, for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Discovery(_) => "discovery",
+            Self::Watch { .. } => "watch",
+            Self::Unreadable { .. } => "unreadable",
+            Self::Dependent { .. } => "dependent",
+        }
+    }
+}
+
+impl std::fmt::Display for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Discovery(what) => write!(f, "discovery to catch up: {what}"),
+            Self::Watch { resource, state } => {
+                write!(
+                    f,
+                    "the watch of {resource} to recover (it is {})",
+                    state.as_str()
+                )
+            }
+            Self::Unreadable { resource, error } => {
+                write!(f, "a read of {resource} to succeed ({error})")
+            }
+            Self::Dependent {
+                resource,
+                namespace,
+                name,
+            } => {
+                let name = match namespace {
+                    Some(ns) => format!("{ns}/{name}"),
+                    None => name.clone(),
+                };
+                write!(
+                    f,
+                    "{resource} {name} to go: a fresh read shows it still refers to the owner's tree"
+                )
+            }
+        }
+    }
+}
+
+/// An object that refers to an owner the graph does not show alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Referrer {
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// What its reference names.
+    pub coordinates: Coordinates,
+    pub blocking: bool,
+}
+
+/// What one round of consistent reads of a scope found.
+#[derive(Debug)]
+pub struct Round {
+    started: Instant,
+    /// The references to owners that the graph shows gone, unknown or being deleted (the only
+    /// ones a waiting owner's check can need), by the owner's uid.
+    references: HashMap<Uid, Vec<Referrer>>,
+    /// What keeps the round from vouching for anything.
+    unsure: Option<Hold>,
+}
+
+/// An owner at the barrier, as the check needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    pub uid: Uid,
+    pub coordinates: Coordinates,
+    pub namespace: Option<&'a str>,
+    /// Only references with `blockOwnerDeletion` hold it (foreground deletion).
+    pub blocking_only: bool,
+}
+
+/// Whether `round` lets `owner`, whose tree (dependents deleted on its behalf, transitively)
+/// is `tree`, go: the first reason it does not.
+pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hold> {
+    if let Some(unsure) = &round.unsure {
+        return Some(unsure.clone());
+    }
+    let holding = |referrer: &Referrer| Hold::Dependent {
+        resource: referrer.resource.clone(),
+        namespace: referrer.namespace.clone(),
+        name: referrer.name.clone(),
+    };
+    let own = round.references.get(&owner.uid).into_iter().flatten();
+    if let Some(referrer) = own
+        .filter(|r| r.coordinates == owner.coordinates)
+        .filter(|r| owner.namespace.is_none() || r.namespace.as_deref() == owner.namespace)
+        .find(|r| r.blocking || !owner.blocking_only)
+    {
+        return Some(holding(referrer));
+    }
+    tree.iter()
+        .filter(|uid| **uid != owner.uid)
+        .find_map(|uid| round.references.get(uid)?.first().map(holding))
+}
+
+/// A scope's last round; locked while a round is read, so that one runs at a time.
+type Slot = tokio::sync::Mutex<Option<Arc<Round>>>;
+
+/// The dependents deleted on behalf of a waiting owner.
+#[derive(Debug)]
+struct Tree {
+    members: HashSet<Uid>,
+    since: Instant,
+}
+
+/// The barrier's state: rounds by scope, trees, and the owners it holds.
+#[derive(Debug)]
+pub struct Barrier {
+    enabled: bool,
+    rounds: Mutex<HashMap<Scope, Arc<Slot>>>,
+    trees: Mutex<HashMap<Uid, Tree>>,
+    held: Mutex<HashMap<Uid, Hold>>,
+}
+
+impl Barrier {
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            rounds: Mutex::default(),
+            trees: Mutex::default(),
+            held: Mutex::default(),
+        }
+    }
+
+    /// `dependent` is being deleted on behalf of the waiting `owners`.
+    pub fn deleting_for(&self, owners: impl IntoIterator<Item = Uid>, dependent: Uid) {
+        if !self.enabled {
+            return;
+        }
+        let mut trees = lock(&self.trees);
+        for owner in owners {
+            trees
+                .entry(owner)
+                .or_insert_with(|| Tree {
+                    members: HashSet::new(),
+                    since: Instant::now(),
+                })
+                .members
+                .insert(dependent);
+        }
+    }
+
+    /// `owner` and every member of its tree, transitively.
+    fn tree(&self, owner: Uid) -> HashSet<Uid> {
+        let trees = lock(&self.trees);
+        let mut all = HashSet::from([owner]);
+        let mut stack = vec![owner];
+        while let Some(next) = stack.pop() {
+            for member in trees.get(&next).into_iter().flat_map(|t| &t.members) {
+                if all.insert(*member) {
+                    stack.push(*member);
+                }
+            }
+        }
+        all
+    }
+
+    /// Forgets what concerns objects the graph no longer shows waiting, and rounds no owner
+    /// is using. Trees are kept for `keep` (the longest an owner can wait), since a member's
+    /// tree matters to its owner after the member is gone.
+    pub fn forget(&self, graph: &Graph, keep: Duration) {
+        let waiting = |uid: &Uid| {
+            graph
+                .node(*uid)
+                .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
+        };
+        lock(&self.held).retain(|uid, _| waiting(uid));
+        lock(&self.trees).retain(|uid, tree| waiting(uid) || tree.since.elapsed() < keep);
+        lock(&self.rounds).retain(|_, slot| Arc::strong_count(slot) > 1);
+    }
+}
+
+impl Collector {
+    /// The release barrier for the owner `uid` (see the module's documentation): `None` when
+    /// it may go; else why not, which is counted, said in an Event when it changes, and looked
+    /// at again within [`RECHECK`]. The owner's finalizer is removed only after `None`.
+    pub(super) async fn barrier(
+        &self,
+        uid: Uid,
+        target: &Target,
+        blocking_only: bool,
+    ) -> Option<Hold> {
+        if !self.barrier.enabled {
+            return None;
+        }
+        let arrived = Instant::now();
+        let scope = Scope::of(target.namespace.as_deref());
+        let slot = lock(&self.barrier.rounds)
+            .entry(scope.clone())
+            .or_default()
+            .clone();
+        let round = {
+            let mut last = slot.lock().await;
+            match &*last {
+                Some(round) if round.started >= arrived => round.clone(),
+                _ => {
+                    let round = Arc::new(self.read(&scope).await);
+                    *last = Some(round.clone());
+                    round
+                }
+            }
+        };
+        let coordinates = self.graph_read().node(uid).map(|n| n.coordinates)?;
+        let owner = Owner {
+            uid,
+            coordinates,
+            namespace: target.namespace.as_deref(),
+            blocking_only,
+        };
+        let hold = check(&round, owner, &self.barrier.tree(uid)).or_else(|| self.settled(&scope));
+        let Some(hold) = hold else {
+            lock(&self.barrier.held).remove(&uid);
+            return None;
+        };
+        let before = lock(&self.barrier.held).insert(uid, hold.clone());
+        self.metrics
+            .barrier_holds
+            .with_label_values(&[hold.reason()])
+            .inc();
+        self.queue.add_after(Work::SyncOwner(uid), RECHECK);
+        if before.as_ref() != Some(&hold) {
+            tracing::info!(owner = %target, %hold, "every dependent the graph knows of is gone; held by the release barrier");
+            let note = format!(
+                "every dependent the graph knows of is gone; before releasing, waiting for {hold}"
+            );
+            self.event(target, EventType::Normal, BARRIER_REASON, note)
+                .await;
+        }
+        Some(hold)
+    }
+
+    /// Conditions 1 (the part kept in memory) and 3: discovery has taken in what asked for it,
+    /// and every watch in `scope` is open.
+    fn settled(&self, scope: &Scope) -> Option<Hold> {
+        if !self.progress.discovery_settled() {
+            return Some(Hold::Discovery(
+                "a CustomResourceDefinition or APIService changed; discovering again".into(),
+            ));
+        }
+        let resources = self.resources();
+        resources
+            .served()
+            .filter(|(_, r)| r.watched && scope.covers(r))
+            .find_map(|(id, r)| {
+                let state = self.progress.watch(id).unwrap_or(WatchState::Listing);
+                (state != WatchState::Watching).then(|| Hold::Watch {
+                    resource: discovery::resource_name(&r.api),
+                    state,
+                })
+            })
+    }
+
+    /// Looks again at every owner the barrier holds (a watch recovered, discovery caught up).
+    pub(super) fn wake_held(&self) {
+        let held: Vec<Uid> = lock(&self.barrier.held).keys().copied().collect();
+        for uid in held {
+            self.enqueue(Work::SyncOwner(uid));
+        }
+    }
+
+    /// One round: consistent reads of every watched resource in `scope`, and of the discovery
+    /// sources.
+    async fn read(&self, scope: &Scope) -> Round {
+        let started = Instant::now();
+        self.metrics.barrier_rounds.inc();
+        let reads: Vec<(Resource, bool, bool)> = {
+            let resources = self.resources();
+            let sources: Vec<ResourceId> = DISCOVERY_SOURCES
+                .iter()
+                .filter_map(|name| resources.by_name(name))
+                .collect();
+            resources
+                .served()
+                .filter(|(_, r)| r.watched)
+                .filter_map(|(id, r)| {
+                    let referrers = scope.covers(r);
+                    let source = sources.contains(&id);
+                    (referrers || source).then(|| (r.clone(), referrers, source))
+                })
+                .collect()
+        };
+        let results: Vec<Result<Found, Hold>> = futures::stream::iter(reads)
+            .map(|(resource, referrers, source)| self.read_one(scope, resource, referrers, source))
+            .buffer_unordered(READS_AT_ONCE)
+            .collect()
+            .await;
+        let mut round = Round {
+            started,
+            references: HashMap::new(),
+            unsure: None,
+        };
+        let mut unknown_crds = Vec::new();
+        for result in results {
+            match result {
+                Ok(found) => {
+                    for (uid, referrer) in found.references {
+                        round.references.entry(uid).or_default().push(referrer);
+                    }
+                    round.unsure = round.unsure.take().or(found.unseen);
+                    unknown_crds.extend(found.unknown_crds);
+                }
+                Err(hold) => round.unsure = round.unsure.take().or(Some(hold)),
+            }
+        }
+        if round.unsure.is_none() {
+            round.unsure = self.established(unknown_crds).await;
+        }
+        round
+    }
+
+    /// Reads `resource` in `scope`: the references to owners the graph does not show alive
+    /// (when `referrers`), and whether the graph has seen every object (when it is a
+    /// discovery `source`).
+    async fn read_one(
+        &self,
+        scope: &Scope,
+        resource: Resource,
+        referrers: bool,
+        source: bool,
+    ) -> Result<Found, Hold> {
+        let name = discovery::resource_name(&resource.api);
+        let collection = Target::collection(
+            &resource.api,
+            if referrers { scope.namespace() } else { None },
+        );
+        let aliases = self.resources().aliases().clone();
+        let mut found = Found::default();
+        let result = self
+            .cluster
+            .list_metadata(
+                &collection,
+                |page: &[PartialObjectMeta<DynamicObject>]| {
+                    let graph = self.graph_read();
+                    for object in page {
+                        let Some(observed) =
+                            watch::observe(&resource.api, &object.metadata, &aliases)
+                        else {
+                            continue;
+                        };
+                        if source && found.unseen.is_none() {
+                            found.note_source(&graph, &name, &observed);
+                            if name == CRDS && self.resources().by_name(&observed.name).is_none() {
+                                found
+                                    .unknown_crds
+                                    .push((resource.clone(), observed.name.clone()));
+                            }
+                        }
+                        if !referrers {
+                            continue;
+                        }
+                        for link in &observed.owners {
+                            let alive = graph
+                                .node(link.uid)
+                                .is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING));
+                            if !alive {
+                                found.references.push((
+                                    link.uid,
+                                    Referrer {
+                                        resource: name.clone(),
+                                        namespace: observed.namespace.clone(),
+                                        name: observed.name.clone(),
+                                        coordinates: link.coordinates,
+                                        blocking: link.block_owner_deletion,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                },
+            )
+            .await;
+        self.metrics.barrier_reads.inc();
+        match result {
+            Ok(()) => Ok(found),
+            Err(err) => Err(Hold::Unreadable {
+                resource: name,
+                error: err.to_string(),
+            }),
+        }
+    }
+
+    /// Of the CRDs discovery does not know, the first that is Established (so its objects may
+    /// exist): discovery is asked to look again.
+    async fn established(&self, crds: Vec<(Resource, String)>) -> Option<Hold> {
+        for (resource, name) in crds {
+            let target = Target {
+                resource: resource.api.clone(),
+                namespace: None,
+                name: name.clone(),
+                uid: String::new(),
+            };
+            self.metrics.barrier_reads.inc();
+            let object = match self.cluster.get(&target).await {
+                Ok(Some(object)) => object,
+                Ok(None) => continue,
+                Err(err) => {
+                    return Some(Hold::Unreadable {
+                        resource: format!("{CRDS} {name}"),
+                        error: err.to_string(),
+                    });
+                }
+            };
+            let established = object.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Established" && c["status"] == "True");
+            if established {
+                self.progress.ask_discovery();
+                return Some(Hold::Discovery(format!(
+                    "CustomResourceDefinition {name} is established and not discovered yet"
+                )));
+            }
+        }
+        None
+    }
+}
+
+/// What the read of one resource found.
+#[derive(Debug, Default)]
+struct Found {
+    references: Vec<(Uid, Referrer)>,
+    /// A discovery source's object the graph has not seen at its current version.
+    unseen: Option<Hold>,
+    /// CRDs (by name) that discovery does not know.
+    unknown_crds: Vec<(Resource, String)>,
+}
+
+impl Found {
+    fn note_source(&mut self, graph: &Graph, resource: &str, observed: &Observed) {
+        let seen = graph.node(observed.uid).is_some_and(|n| {
+            !n.is(Flags::VIRTUAL) && n.resource_version >= observed.resource_version
+        });
+        if !seen {
+            self.unseen = Some(Hold::Discovery(format!(
+                "{resource} {} changed and the graph has not seen it yet",
+                observed.name
+            )));
+        }
+    }
+}
+
+/// The name of the Event that says why the barrier holds an owner.
+pub const BARRIER_REASON: &str = "SyncGCBarrier";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid(n: u8) -> Uid {
+        Uid::parse(&format!("00000000-0000-0000-0000-0000000000{n:02}"))
+    }
+
+    fn referrer(ns: Option<&str>, coordinates: Coordinates, blocking: bool) -> Referrer {
+        Referrer {
+            resource: "secrets".into(),
+            namespace: ns.map(str::to_owned),
+            name: "s".into(),
+            coordinates,
+            blocking,
+        }
+    }
+
+    fn round(references: Vec<(Uid, Referrer)>) -> Round {
+        let mut round = Round {
+            started: Instant::now(),
+            references: HashMap::new(),
+            unsure: None,
+        };
+        for (uid, r) in references {
+            round.references.entry(uid).or_default().push(r);
+        }
+        round
+    }
+
+    const CM: fn() -> Coordinates = || Coordinates::in_group("", "ConfigMap", "owner");
+
+    fn owner(blocking_only: bool) -> Owner<'static> {
+        Owner {
+            uid: uid(1),
+            coordinates: CM(),
+            namespace: Some("ns"),
+            blocking_only,
+        }
+    }
+
+    #[test]
+    fn an_owner_nothing_refers_to_goes() {
+        let round = round(vec![(uid(9), referrer(Some("ns"), CM(), true))]);
+        assert_eq!(check(&round, owner(false), &HashSet::from([uid(1)])), None);
+    }
+
+    #[test]
+    fn a_reference_the_graph_has_not_seen_holds_the_owner() {
+        let round = round(vec![(uid(1), referrer(Some("ns"), CM(), false))]);
+        let hold = check(&round, owner(false), &HashSet::from([uid(1)]));
+        assert!(matches!(hold, Some(Hold::Dependent { ref name, .. }) if name == "s"));
+        // In foreground deletion only a blocking reference holds it.
+        assert_eq!(check(&round, owner(true), &HashSet::from([uid(1)])), None);
+    }
+
+    #[test]
+    fn references_that_do_not_reach_the_owner_do_not_hold_it() {
+        let other = Coordinates::in_group("", "Secret", "owner");
+        let round = round(vec![
+            (uid(1), referrer(Some("ns"), other, true)),
+            (uid(1), referrer(Some("elsewhere"), CM(), true)),
+        ]);
+        assert_eq!(check(&round, owner(false), &HashSet::from([uid(1)])), None);
+    }
+
+    #[test]
+    fn a_reference_to_a_deleted_member_of_the_tree_holds_the_owner() {
+        let other = Coordinates::in_group("apps", "ReplicaSet", "rs");
+        let round = round(vec![(uid(2), referrer(Some("ns"), other, false))]);
+        assert!(check(&round, owner(false), &HashSet::from([uid(1), uid(2)])).is_some());
+        assert_eq!(check(&round, owner(false), &HashSet::from([uid(1)])), None);
+    }
+
+    #[test]
+    fn a_round_that_cannot_vouch_holds_every_owner() {
+        let mut round = round(Vec::new());
+        round.unsure = Some(Hold::Unreadable {
+            resource: "widgets.example.com".into(),
+            error: "503".into(),
+        });
+        assert_eq!(
+            check(&round, owner(false), &HashSet::new()).map(|h| h.reason()),
+            Some("unreadable")
+        );
+    }
+
+    #[test]
+    fn trees_are_followed_transitively() {
+        let barrier = Barrier::new(true);
+        barrier.deleting_for([uid(1)], uid(2));
+        barrier.deleting_for([uid(2)], uid(3));
+        barrier.deleting_for([uid(7)], uid(8));
+        assert_eq!(
+            barrier.tree(uid(1)),
+            HashSet::from([uid(1), uid(2), uid(3)])
+        );
+    }
+
+    #[test]
+    fn discovery_is_settled_once_what_asked_is_taken_in() {
+        let progress = Progress::default();
+        assert!(progress.discovery_settled());
+        let covering = progress.discovery_starts();
+        progress.ask_discovery();
+        progress.taken_in(covering);
+        assert!(!progress.discovery_settled());
+        let covering = progress.discovery_starts();
+        progress.taken_in(covering);
+        assert!(progress.discovery_settled());
+    }
+}
