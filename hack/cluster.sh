@@ -6,6 +6,7 @@
 #                                      kube-controller-manager and kubectl (cached)
 #   hack/cluster.sh up [--kcm MODE]    start what is not running; MODE = gc | nogc | none
 #   hack/cluster.sh kcm MODE           (re)start kube-controller-manager in MODE
+#   hack/cluster.sh restart-apiserver  stop kube-apiserver and start it again (every watch ends)
 #   hack/cluster.sh down               stop exactly the processes this script started
 #   hack/cluster.sh status             what runs, where the kubeconfig and logs are
 #   hack/cluster.sh env                shell exports for clients (KUBECONFIG, SYNCGC_KUBECONFIG,
@@ -352,6 +353,7 @@ case ${1:-} in
   install) cmd_install ;;
   up) shift; cmd_up "$@" ;;
   kcm) [ $# -eq 2 ] || die "usage: $0 kcm gc|nogc|none"; start_kcm "$2" ;;
+  restart-apiserver) stop kube-apiserver; start_apiserver ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) printf 'export KUBECONFIG=%q SYNCGC_KUBECONFIG=%q PATH=%q:"$PATH"\n' \

@@ -218,7 +218,7 @@ impl Metrics {
             )?,
             barrier_holds: r.counter_vec(
                 "syncgc_barrier_holds_total",
-                "Times the release barrier held an owner whose dependents the graph saw gone, by reason (discovery, watch, unreadable, dependent)",
+                "Times the release barrier held an owner whose dependents the graph saw gone, by reason (discovery, unreadable, dependent)",
                 &["reason"],
             )?,
             leader_election_errors: r.counter_vec(

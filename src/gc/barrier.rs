@@ -9,14 +9,19 @@
 //!    that is Established is among the discovered resources, and the discovery those changes
 //!    asked for has been taken in.
 //! 2. **A consistent read of the owner's scope** (its namespace; the whole cluster for a
-//!    cluster-scoped owner), every watched resource, metadata only, from etcd, finds no object
-//!    that refers to the owner — nor to a dependent deleted on its behalf (its tree), so that a
-//!    grandchild the graph never saw is caught too.
-//! 3. **Every watch in that scope is listed and open**: none is listing or failing.
+//!    cluster-scoped owner), every watched resource, metadata only, from etcd, succeeds and
+//!    finds no object that refers to the owner — nor to a dependent deleted on its behalf (its
+//!    tree), so that a grandchild the graph never saw is caught too.
+//!
+//! The read is the proof; the watches are the fast path. A watch that is listing again or
+//! failing does not hold an owner whose scope the read covers (the read sees what the watch
+//! has not delivered), but a resource that cannot be read holds every owner in its scope: a
+//! conversion webhook that is down, say, holds the owners in the namespaces where objects of
+//! that kind are stored, until it answers again or their deadlines pass.
 //!
 //! The reads are shared: one round per scope at a time, and a round serves every owner that
 //! reached the barrier before it began. An owner the barrier holds is looked at again within
-//! [`RECHECK`], at once when a watch recovers or discovery catches up, and its deadline
+//! [`RECHECK`], at once when a watch recovers or discovery catches up; its deadline
 //! still bounds the wait.
 
 use std::collections::{HashMap, HashSet};
@@ -32,7 +37,7 @@ use tokio::sync::Notify;
 use super::Collector;
 use super::collector::lock;
 use super::discovery::{self, Resource};
-use super::watch::{self, WatchState};
+use super::watch;
 use crate::api::Target;
 use crate::graph::{Coordinates, Flags, Graph, Observed, ResourceId, Uid, Work};
 
@@ -45,11 +50,10 @@ const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
 const API_SERVICES: &str = "apiservices.apiregistration.k8s.io";
 pub const DISCOVERY_SOURCES: [&str; 2] = [CRDS, API_SERVICES];
 
-/// What the graph builder tells the barrier: how each watch stands, and whether discovery has
-/// taken in every change that asked for it.
+/// What the graph builder tells the barrier: whether discovery has taken in every change that
+/// asked for it.
 #[derive(Debug, Default)]
 pub struct Progress {
-    watches: Mutex<HashMap<ResourceId, WatchState>>,
     asked: AtomicU64,
     taken_in: AtomicU64,
     /// Wakes the discovery task.
@@ -76,18 +80,6 @@ impl Progress {
     /// Whether every ask for a discovery has been answered.
     pub fn discovery_settled(&self) -> bool {
         self.taken_in.load(Ordering::SeqCst) >= self.asked.load(Ordering::SeqCst)
-    }
-
-    pub fn set_watch(&self, id: ResourceId, state: Option<WatchState>) {
-        let mut watches = lock(&self.watches);
-        match state {
-            Some(state) => watches.insert(id, state),
-            None => watches.remove(&id),
-        };
-    }
-
-    pub fn watch(&self, id: ResourceId) -> Option<WatchState> {
-        lock(&self.watches).get(&id).copied()
     }
 }
 
@@ -122,8 +114,6 @@ impl Scope {
 pub enum Hold {
     /// A CustomResourceDefinition or APIService changed, and discovery has not caught up.
     Discovery(String),
-    /// The watch of a resource in the owner's scope is listing or failing.
-    Watch { resource: String, state: WatchState },
     /// A resource in the owner's scope could not be read.
     Unreadable { resource: String, error: String },
     /// An object refers to the owner, or to a dependent deleted on its behalf.
@@ -139,7 +129,6 @@ impl Hold {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Discovery(_) => "discovery",
-            Self::Watch { .. } => "watch",
             Self::Unreadable { .. } => "unreadable",
             Self::Dependent { .. } => "dependent",
         }
@@ -150,13 +139,6 @@ impl std::fmt::Display for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Discovery(what) => write!(f, "discovery to catch up: {what}"),
-            Self::Watch { resource, state } => {
-                write!(
-                    f,
-                    "the watch of {resource} to recover (it is {})",
-                    state.as_str()
-                )
-            }
             Self::Unreadable { resource, error } => {
                 write!(f, "a read of {resource} to succeed ({error})")
             }
@@ -348,7 +330,7 @@ impl Collector {
             namespace: target.namespace.as_deref(),
             blocking_only,
         };
-        let hold = check(&round, owner, &self.barrier.tree(uid)).or_else(|| self.settled(&scope));
+        let hold = check(&round, owner, &self.barrier.tree(uid)).or_else(|| self.settled());
         let Some(hold) = hold else {
             lock(&self.barrier.held).remove(&uid);
             return None;
@@ -370,25 +352,13 @@ impl Collector {
         Some(hold)
     }
 
-    /// Conditions 1 (the part kept in memory) and 3: discovery has taken in what asked for it,
-    /// and every watch in `scope` is open.
-    fn settled(&self, scope: &Scope) -> Option<Hold> {
-        if !self.progress.discovery_settled() {
-            return Some(Hold::Discovery(
+    /// The part of condition 1 kept in memory: discovery has taken in what asked for it.
+    fn settled(&self) -> Option<Hold> {
+        (!self.progress.discovery_settled()).then(|| {
+            Hold::Discovery(
                 "a CustomResourceDefinition or APIService changed; discovering again".into(),
-            ));
-        }
-        let resources = self.resources();
-        resources
-            .served()
-            .filter(|(_, r)| r.watched && scope.covers(r))
-            .find_map(|(id, r)| {
-                let state = self.progress.watch(id).unwrap_or(WatchState::Listing);
-                (state != WatchState::Watching).then(|| Hold::Watch {
-                    resource: discovery::resource_name(&r.api),
-                    state,
-                })
-            })
+            )
+        })
     }
 
     /// Looks again at every owner the barrier holds (a watch recovered, discovery caught up).

@@ -190,9 +190,6 @@ impl Builder {
             return false;
         };
         tracing::debug!(resource = %discovery::resource_name(&resource.api), version = %resource.api.version, "watching");
-        self.collector
-            .progress
-            .set_watch(id, Some(watch::WatchState::Listing));
         let task = tokio::spawn(watch::watch(
             self.collector.cluster.client.clone(),
             id,

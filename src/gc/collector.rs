@@ -130,12 +130,9 @@ impl Collector {
                     graph.delete(uid)
                 }
                 GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
-                GraphEvent::Unserved(id) => {
-                    self.progress.set_watch(id, None);
-                    graph.unserve(id)
-                }
-                GraphEvent::State(id, state) => {
-                    self.progress.set_watch(id, Some(state));
+                GraphEvent::Unserved(id) => graph.unserve(id),
+                GraphEvent::State(_, state) => {
+                    // A read that failed with the watch may succeed now.
                     if state == WatchState::Watching {
                         self.wake_held();
                     }

@@ -94,16 +94,6 @@ pub enum WatchState {
     Failing,
 }
 
-impl WatchState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Listing => "listing",
-            Self::Watching => "watching",
-            Self::Failing => "failing",
-        }
-    }
-}
-
 /// The first and the longest wait before a failed request is tried again.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
 

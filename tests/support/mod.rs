@@ -3,6 +3,7 @@
 //! Without it these tests fail with a message that says so; they never skip.
 #![allow(dead_code)]
 
+pub mod barrier;
 pub mod gc;
 pub mod process;
 pub mod surface;

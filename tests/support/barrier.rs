@@ -1,0 +1,312 @@
+//! The release barrier's scenarios, shared by the cooperative and the standalone binaries: an
+//! owner whose dependent the watches have not delivered yet (a kind created a second before,
+//! a dependent created an instant before the owner's DELETE, a watch that is failing) must not
+//! go while that dependent exists.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Api;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ObjectMeta, PostParams};
+use serde_json::json;
+
+use super::surface::{WAIT, create_as, dynamic, stays};
+use super::{
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
+    eventually, exists, gone, opted_in, owner_ref,
+};
+
+/// How the owner waits for its dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Opted in and armed by syncgc's webhook, deleted in the background.
+    Synchronous,
+    /// Deleted with `propagationPolicy: Foreground` (standalone mode).
+    Foreground,
+}
+
+impl Wait {
+    /// A new owner ConfigMap named `name` that will wait this way.
+    pub async fn owner(self, ns: &TestNamespace, name: &str) -> ConfigMap {
+        let owner = match self {
+            Self::Synchronous => opted_in(name, vec![], &[]),
+            Self::Foreground => config_map(name, vec![]),
+        };
+        create(&ns.api::<ConfigMap>(), &owner).await
+    }
+
+    /// Deletes the owner `name` so that it waits.
+    pub async fn delete(self, ns: &TestNamespace, name: &str) {
+        let params = match self {
+            Self::Synchronous => DeleteParams::background(),
+            Self::Foreground => DeleteParams::foreground(),
+        };
+        ns.api::<ConfigMap>()
+            .delete(name, &params)
+            .await
+            .unwrap_or_else(|err| panic!("deleting {name}: {err}"));
+    }
+}
+
+/// A custom resource kind whose CRD is created an instant before an owner's DELETE: its
+/// held dependent of that kind is created as soon as the apiserver takes it (about a second
+/// after the CRD), and the owner deleted at once. The owner stays while the dependent exists,
+/// and goes once it is let go.
+pub async fn a_new_kind_holds_its_owner(ns: &TestNamespace, wait: Wait) {
+    let owner = wait.owner(ns, "owner").await;
+    let widgets = create_crd(ns, "Widget", "widgets").await;
+    let api = dynamic(ns, &widgets);
+    let mut widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": widgets.api_version, "kind": widgets.kind,
+        "metadata": { "name": "w", "finalizers": [HOLD],
+            "ownerReferences": [owner_ref(&owner, true)] } }))
+    .unwrap();
+    widget.metadata.namespace = Some(ns.name.clone());
+    eventually("the apiserver takes the custom resource", WAIT, || async {
+        api.create(&PostParams::default(), &widget)
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+    wait.delete(ns, "owner").await;
+    let configmaps = ns.api::<ConfigMap>();
+    stays(
+        "the owner waits for the custom resource of a new kind",
+        Duration::from_secs(3),
+        || exists(&configmaps, "owner"),
+    )
+    .await;
+    eventually("the custom resource is being deleted", WAIT, || {
+        being_deleted(&api, "w")
+    })
+    .await;
+    assert!(exists(&configmaps, "owner").await, "released early");
+    clear_finalizers(&api, "w").await;
+    eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
+}
+
+/// `n` trials, 20 at a time, of an owner whose held dependent (a Secret, or a custom resource
+/// of a kind made at the start) is created an instant before the owner's DELETE, while
+/// unrelated writes load the apiserver: in every trial the owner is still there when the
+/// dependent is being deleted (it is deleted by the collector acting for the owner, or, had
+/// the owner gone, by the collection of an orphan), and goes once the dependent is let go.
+pub async fn trials(ns: &TestNamespace, load: &TestNamespace, wait: Wait, n: usize) {
+    let gadgets = create_crd(ns, "Gadget", "gadgets").await;
+    super::surface::served(&ns.client, &gadgets).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writers: Vec<_> = (0..4)
+        .map(|w| tokio::spawn(unrelated_writes(load.api::<Secret>(), w, stop.clone())))
+        .collect();
+    let mut early = Vec::new();
+    for batch in (0..n).collect::<Vec<_>>().chunks(20) {
+        let outcomes =
+            futures::future::join_all(batch.iter().map(|i| trial(ns, &gadgets, wait, *i))).await;
+        early.extend(outcomes.into_iter().flatten());
+    }
+    stop.cancel();
+    for writer in writers {
+        let writes = writer.await.unwrap();
+        assert!(writes > 0, "the unrelated writes ran");
+    }
+    assert!(early.is_empty(), "owners released early: {early:?}");
+}
+
+/// One trial: `Some(name)` of an owner released while its dependent existed.
+async fn trial(ns: &TestNamespace, gadgets: &ApiResource, wait: Wait, i: usize) -> Option<String> {
+    let name = format!("owner-{i}");
+    let owner = wait.owner(ns, &name).await;
+    let reference = owner_ref(&owner, true);
+    let dependent = format!("dependent-{i}");
+    let configmaps = ns.api::<ConfigMap>();
+    let released_early = if i.is_multiple_of(2) {
+        let secrets = ns.api::<Secret>();
+        create(&secrets, &held_secret(&dependent, reference)).await;
+        wait.delete(ns, &name).await;
+        eventually("the Secret is being deleted", WAIT, || {
+            being_deleted(&secrets, &dependent)
+        })
+        .await;
+        let early = !exists(&configmaps, &name).await;
+        clear_finalizers(&secrets, &dependent).await;
+        early
+    } else {
+        let api = dynamic(ns, gadgets);
+        create_as(
+            &api,
+            gadgets,
+            json!({ "metadata": { "name": dependent, "finalizers": [HOLD],
+                "ownerReferences": [reference] } }),
+        )
+        .await;
+        wait.delete(ns, &name).await;
+        eventually("the custom resource is being deleted", WAIT, || {
+            being_deleted(&api, &dependent)
+        })
+        .await;
+        let early = !exists(&configmaps, &name).await;
+        clear_finalizers(&api, &dependent).await;
+        early
+    };
+    eventually("the owner goes", WAIT, || gone(&configmaps, &name)).await;
+    released_early.then_some(name)
+}
+
+fn held_secret(name: &str, owner: OwnerReference) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            owner_references: Some(vec![owner]),
+            finalizers: Some(vec![HOLD.to_owned()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Creates and deletes Secrets (a kind the trials' dependents have) in `api` until `stop`;
+/// returns how many writes.
+async fn unrelated_writes(
+    api: Api<Secret>,
+    writer: usize,
+    stop: tokio_util::sync::CancellationToken,
+) -> usize {
+    let mut writes = 0;
+    let mut i = 0usize;
+    while !stop.is_cancelled() {
+        let name = format!("load-{writer}-{i}");
+        i += 1;
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            string_data: Some([("k".to_owned(), "v".repeat(4096))].into()),
+            ..Default::default()
+        };
+        if api.create(&PostParams::default(), &secret).await.is_ok() {
+            writes += 1;
+        }
+        if api.delete(&name, &DeleteParams::default()).await.is_ok() {
+            writes += 1;
+        }
+    }
+    writes
+}
+
+/// The owner waits while the watches fail and relist: the apiserver restarts while the owner
+/// waits for a held ConfigMap; right after it answers again, a held Secret is created and
+/// the ConfigMap let go. The owner stays while the Secret exists, and goes once it is let go.
+pub async fn an_apiserver_restart_does_not_release_the_owner(ns: &TestNamespace, wait: Wait) {
+    let owner = wait.owner(ns, "owner").await;
+    let configmaps = ns.api::<ConfigMap>();
+    create(
+        &configmaps,
+        &super::held("first", vec![owner_ref(&owner, true)]),
+    )
+    .await;
+    wait.delete(ns, "owner").await;
+    eventually("the first dependent is being deleted", WAIT, || {
+        being_deleted(&configmaps, "first")
+    })
+    .await;
+    restart_apiserver();
+    let secrets = ns.api::<Secret>();
+    create(&secrets, &held_secret("second", owner_ref(&owner, true))).await;
+    clear_finalizers(&configmaps, "first").await;
+    stays(
+        "the owner waits for the Secret created as the watches recover",
+        Duration::from_secs(3),
+        || exists(&configmaps, "owner"),
+    )
+    .await;
+    eventually("the Secret is being deleted", WAIT, || {
+        being_deleted(&secrets, "second")
+    })
+    .await;
+    assert!(exists(&configmaps, "owner").await, "released early");
+    clear_finalizers(&secrets, "second").await;
+    eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
+}
+
+/// Restarts kube-apiserver (`hack/cluster.sh restart-apiserver`): every watch ends and is
+/// established again. Test binaries run one at a time, so no other test sees it.
+pub fn restart_apiserver() {
+    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
+        .arg("restart-apiserver")
+        .output()
+        .expect("running hack/cluster.sh");
+    assert!(
+        out.status.success(),
+        "hack/cluster.sh restart-apiserver: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A custom resource kind stored at v1 and served also at v2 (the version syncgc watches),
+/// through a conversion webhook that does not answer: once an object is stored, every list
+/// and watch at v2 fails, as the watches of a real cluster's do when a conversion webhook is
+/// down. The owner stays while a held dependent of that kind exists (created and deleted at
+/// v1, which needs no conversion), and goes once it is let go and the watch recovers.
+pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
+    let group = format!("{}.test.syncgc.io", ns.name);
+    let version = |name: &str, storage: bool| {
+        json!({ "name": name, "served": true, "storage": storage,
+            "schema": { "openAPIV3Schema": { "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true } } })
+    };
+    let _crd = super::surface::ClusterObject::apply(
+        &format!("crd/things.{group}"),
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": { "name": format!("things.{group}") },
+            "spec": {
+                "group": group, "scope": "Namespaced",
+                "names": { "plural": "things", "singular": "thing", "kind": "Thing" },
+                "versions": [version("v1", true), version("v2", false)],
+                "conversion": { "strategy": "Webhook", "webhook": {
+                    "conversionReviewVersions": ["v1"],
+                    "clientConfig": { "url": "https://127.0.0.1:9/convert" } } }
+            }
+        }),
+    );
+    let _held = Unhold(format!("things.v1.{group}"), ns.name.clone());
+    let things = super::surface::resource(&group, "v1", "Thing", "things");
+    super::surface::served(&ns.client, &things).await;
+    let owner = wait.owner(ns, "owner").await;
+    let api = dynamic(ns, &things);
+    create_as(
+        &api,
+        &things,
+        json!({ "metadata": { "name": "t", "finalizers": [HOLD],
+            "ownerReferences": [owner_ref(&owner, true)] } }),
+    )
+    .await;
+    wait.delete(ns, "owner").await;
+    let configmaps = ns.api::<ConfigMap>();
+    stays(
+        "the owner waits while the watch of its dependent's kind fails",
+        Duration::from_secs(4),
+        || exists(&configmaps, "owner"),
+    )
+    .await;
+    api.delete("t", &DeleteParams::background()).await.unwrap();
+    clear_finalizers(&api, "t").await;
+    eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
+}
+
+/// Lets the held object `t` of resource `.0` in namespace `.1` go when dropped (also when the
+/// test fails), so that neither its namespace nor its CRD stays behind.
+struct Unhold(String, String);
+
+impl Drop for Unhold {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args(["patch", &self.0, "t", "-n", &self.1, "--type", "merge"])
+            .args(["-p", r#"{"metadata":{"finalizers":null}}"#])
+            .env("KUBECONFIG", super::kubeconfig_path())
+            .output();
+    }
+}
