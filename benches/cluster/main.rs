@@ -18,6 +18,7 @@
 //! `sync`, `webhook`, `memory`).
 
 mod bare;
+mod barrier;
 mod cascade;
 mod graph;
 mod load;
@@ -49,7 +50,7 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 5] = ["graph", "cascade", "sync", "webhook", "memory"];
+const PHASES: [&str; 6] = ["graph", "cascade", "sync", "barrier", "webhook", "memory"];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
 const SHAPES: [Shape; 2] = [Shape::Flat, Shape::Tree];
@@ -67,6 +68,8 @@ struct Settings {
     connections: usize,
     /// Objects syncgc watches when its memory is read.
     watched: usize,
+    /// Releases measured with and without the release barrier.
+    barrier_trials: usize,
     out: PathBuf,
 }
 
@@ -108,6 +111,7 @@ impl Settings {
             concurrency: env_or("SYNCGC_BENCH_CONCURRENCY", 16)?,
             connections: env_or("SYNCGC_BENCH_CONNECTIONS", 8)?,
             watched: env_or("SYNCGC_BENCH_WATCHED", 10_000)?,
+            barrier_trials: env_or("SYNCGC_BENCH_BARRIER_TRIALS", 100)?,
             out: env_or(
                 "SYNCGC_BENCH_OUT",
                 PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),
@@ -178,6 +182,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("sync") {
         sync_phase(settings, plane, report).await?;
+    }
+    if settings.runs("barrier") {
+        barrier::phase(settings, plane, report).await?;
     }
     if settings.runs("cascade") {
         cascades.syncgc(settings, plane).await?;
@@ -605,6 +612,55 @@ async fn kubectl_delete_owner(
     Ok((took, left))
 }
 
+/// syncgc's webhook registered as `name`, for a new namespace of its own (returned).
+async fn registered_namespace(
+    plane: &Plane,
+    syncgc: &plane::Syncgc,
+    name: &str,
+) -> Result<(String, Registered)> {
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
+    let mut registration = Registration {
+        name: name.into(),
+        url: format!("https://{}/mutate", syncgc.webhook),
+        ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
+        timeout_seconds: 10,
+        excluded_namespaces: vec![],
+    }
+    .configuration();
+    for hook in registration.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(serde_json::from_value(
+            serde_json::json!({ "matchLabels": { "syncgc.io/bench": name } }),
+        )?);
+    }
+    let _ = webhooks.delete(name, &DeleteParams::default()).await;
+    webhooks
+        .create(&PostParams::default(), &registration)
+        .await?;
+    let namespace = plane.namespace(name, &[("syncgc.io/bench", name)]).await?;
+    Ok((
+        namespace,
+        Registered {
+            webhooks,
+            name: name.to_owned(),
+        },
+    ))
+}
+
+/// A webhook registration made by [`registered_namespace`].
+struct Registered {
+    webhooks: Api<MutatingWebhookConfiguration>,
+    name: String,
+}
+
+impl Registered {
+    async fn remove(self) -> Result<()> {
+        self.webhooks
+            .delete(&self.name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+}
+
 async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
     let n = settings.throttled_size;
     let c = settings.concurrency;
@@ -627,28 +683,7 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
             c,
         ))
         .await?;
-    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
-    let name = "syncgc-bench";
-    let mut registration = Registration {
-        name: name.into(),
-        url: format!("https://{}/mutate", syncgc.webhook),
-        ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
-        timeout_seconds: 10,
-        excluded_namespaces: vec![],
-    }
-    .configuration();
-    for hook in registration.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(serde_json::from_value(
-            serde_json::json!({ "matchLabels": { "syncgc.io/bench": name } }),
-        )?);
-    }
-    let _ = webhooks.delete(name, &DeleteParams::default()).await;
-    webhooks
-        .create(&PostParams::default(), &registration)
-        .await?;
-    let namespace = plane
-        .namespace("bench-synchronous", &[("syncgc.io/bench", name)])
-        .await?;
+    let (namespace, registration) = registered_namespace(plane, &syncgc, "syncgc-bench").await?;
     let tree = Tree::create(
         &plane.client,
         &namespace,
@@ -669,7 +704,7 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
         "the webhook did not arm the owner"
     );
     let (synchronous, left_synchronous) = kubectl_delete_owner(plane, &namespace, &[]).await?;
-    webhooks.delete(name, &DeleteParams::default()).await?;
+    registration.remove().await?;
     plane.drop_namespace(&namespace).await?;
     drop(syncgc);
 
