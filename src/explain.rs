@@ -12,6 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 
+use k8s_openapi::api::core::v1::Event;
+
+use crate::gc::barrier::BARRIER_REASON;
 use crate::gc::discovery::{self, Resource};
 use crate::names::{
     DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
@@ -55,9 +58,14 @@ pub fn remover(finalizer: &str) -> &'static str {
     }
 }
 
-/// The report on `object`, whose dependents (by owner uid) are in `dependents`; and whether
-/// something keeps it from going (it is being deleted and still has finalizers).
-pub fn report(object: &Object, dependents: &HashMap<String, Vec<Object>>) -> (String, bool) {
+/// The report on `object`, whose dependents (by owner uid) are in `dependents` and for which
+/// syncgc's release barrier last said `barrier` (the note of its latest `SyncGCBarrier` Event);
+/// and whether something keeps it from going (it is being deleted and still has finalizers).
+pub fn report(
+    object: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    barrier: Option<&str>,
+) -> (String, bool) {
     let mut out = String::new();
     let uid = object.meta.uid.clone().unwrap_or_default();
     let _ = writeln!(out, "{}  (uid {uid})", object.title());
@@ -96,6 +104,13 @@ pub fn report(object: &Object, dependents: &HashMap<String, Vec<Object>>) -> (St
         out.push_str(&tree);
     }
     let blocked = deleting.is_some() && !object.finalizers().is_empty();
+    let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
+    if let Some(note) = barrier.filter(|_| blocked && waits && blocking == 0) {
+        let _ = writeln!(
+            out,
+            "  held only by syncgc's release barrier, which confirms with a fresh read that nothing refers to it any more; it last said: {note}"
+        );
+    }
     if blocked {
         let _ = writeln!(out, "blocked: it stays until its finalizers are removed");
     }
@@ -219,9 +234,32 @@ pub async fn explain(
             }
         }
     }
-    let (text, blocked) = report(&object, &dependents);
+    let barrier = barrier_note(&client, &object).await;
+    let (text, blocked) = report(&object, &dependents, barrier.as_deref());
     print!("{text}");
     Ok(blocked)
+}
+
+/// The note of the latest `SyncGCBarrier` Event about `object`, if any.
+async fn barrier_note(client: &kube::Client, object: &Object) -> Option<String> {
+    let uid = object.meta.uid.as_deref()?;
+    let events: Api<Event> = match &object.meta.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
+    let list = events.list(&params).await.ok()?;
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(BARRIER_REASON))
+        .max_by_key(|e| {
+            e.event_time
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.last_timestamp.as_ref().map(|t| t.0))
+                .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        })?
+        .message
 }
 
 fn scoped(client: &kube::Client, resource: &Resource, namespace: &str) -> Api<DynamicObject> {
@@ -292,8 +330,9 @@ mod tests {
             .or_default()
             .extend([held, free]);
         dependents.entry("2".into()).or_default().push(below);
-        let (text, blocked) = report(&owner, &dependents);
+        let (text, blocked) = report(&owner, &dependents, Some("earlier"));
         assert!(blocked);
+        assert!(!text.contains("release barrier"), "{text}");
         assert!(text.contains("being deleted since"), "{text}");
         assert!(
             text.contains("foregroundDeletion: removed by the garbage collector"),
@@ -313,8 +352,21 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_held_only_by_the_release_barrier_says_what_it_waits_for() {
+        let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
+        owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let note = "before releasing, waiting for a read of widgets.example.com to succeed";
+        let (text, blocked) = report(&owner, &HashMap::new(), Some(note));
+        assert!(blocked);
+        assert!(
+            text.contains("held only by syncgc's release barrier") && text.contains(note),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn an_object_not_being_deleted_is_not_blocked() {
-        let (text, blocked) = report(&object("o", "1", None, &[]), &HashMap::new());
+        let (text, blocked) = report(&object("o", "1", None, &[]), &HashMap::new(), None);
         assert!(!blocked);
         assert!(
             text.contains("not being deleted") && text.contains("no dependents"),

@@ -292,6 +292,19 @@ pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
         || exists(&configmaps, "owner"),
     )
     .await;
+    // `syncgc explain` cannot read that kind either; it says the barrier holds the owner.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(["explain", "configmap/owner", "-n", &ns.name])
+        .env("KUBECONFIG", super::kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("held only by syncgc's release barrier")
+            && text.contains("before releasing, waiting for a read of things."),
+        "{text}"
+    );
     api.delete("t", &DeleteParams::background()).await.unwrap();
     clear_finalizers(&api, "t").await;
     eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
