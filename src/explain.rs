@@ -252,12 +252,12 @@ async fn barrier_note(client: &kube::Client, object: &Object) -> Option<String> 
     list.items
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some(BARRIER_REASON))
+        // The latest written: resourceVersions grow with every write.
         .max_by_key(|e| {
-            e.event_time
-                .as_ref()
-                .map(|t| t.0)
-                .or(e.last_timestamp.as_ref().map(|t| t.0))
-                .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            e.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
         })?
         .message
 }

@@ -163,6 +163,7 @@ impl std::fmt::Display for Hold {
 /// An object that refers to an owner the graph does not show alive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Referrer {
+    pub uid: Uid,
     pub resource: String,
     pub namespace: Option<String>,
     pub name: String,
@@ -211,9 +212,12 @@ pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hol
     {
         return Some(holding(referrer));
     }
+    // References between members of the tree (a cycle) are the graph's matter.
     tree.iter()
         .filter(|uid| **uid != owner.uid)
-        .find_map(|uid| round.references.get(uid)?.first().map(holding))
+        .flat_map(|uid| round.references.get(uid).into_iter().flatten())
+        .find(|r| !tree.contains(&r.uid))
+        .map(holding)
 }
 
 /// A scope's last round; locked while a round is read, so that one runs at a time.
@@ -467,6 +471,7 @@ impl Collector {
                                 found.references.push((
                                     link.uid,
                                     Referrer {
+                                        uid: observed.uid,
                                         resource: name.clone(),
                                         namespace: observed.namespace.clone(),
                                         name: observed.name.clone(),
@@ -564,6 +569,7 @@ mod tests {
 
     fn referrer(ns: Option<&str>, coordinates: Coordinates, blocking: bool) -> Referrer {
         Referrer {
+            uid: uid(99),
             resource: "secrets".into(),
             namespace: ns.map(str::to_owned),
             name: "s".into(),
