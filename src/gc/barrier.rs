@@ -336,6 +336,7 @@ impl Collector {
         };
         let hold = check(&round, owner, &self.barrier.tree(uid)).or_else(|| self.settled());
         let Some(hold) = hold else {
+            tracing::debug!(owner = %target, "passed the release barrier");
             lock(&self.barrier.held).remove(&uid);
             return None;
         };
@@ -420,6 +421,7 @@ impl Collector {
         if round.unsure.is_none() {
             round.unsure = self.established(unknown_crds).await;
         }
+        tracing::debug!(?scope, references = round.references.len(), unsure = ?round.unsure, "release barrier: read the scope");
         round
     }
 
