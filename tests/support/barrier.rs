@@ -71,19 +71,28 @@ pub async fn a_new_kind_holds_its_owner(ns: &TestNamespace, wait: Wait) {
     })
     .await;
     wait.delete(ns, "owner").await;
+    held_then_let_go(ns, &api, "w", "the custom resource of a new kind").await;
+}
+
+/// The owner `owner` stays for 3 s and while its dependent `name` in `api` is held (it is
+/// deleted meanwhile, by the collector acting for the owner), and goes once it is let go.
+async fn held_then_let_go<K>(ns: &TestNamespace, api: &Api<K>, name: &str, what: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let configmaps = ns.api::<ConfigMap>();
     stays(
-        "the owner waits for the custom resource of a new kind",
+        &format!("the owner waits for {what}"),
         Duration::from_secs(3),
         || exists(&configmaps, "owner"),
     )
     .await;
-    eventually("the custom resource is being deleted", WAIT, || {
-        being_deleted(&api, "w")
+    eventually(&format!("{what} is being deleted"), WAIT, || {
+        being_deleted(api, name)
     })
     .await;
     assert!(exists(&configmaps, "owner").await, "released early");
-    clear_finalizers(&api, "w").await;
+    clear_finalizers(api, name).await;
     eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
 }
 
@@ -215,19 +224,13 @@ pub async fn an_apiserver_restart_does_not_release_the_owner(ns: &TestNamespace,
     let secrets = ns.api::<Secret>();
     create(&secrets, &held_secret("second", owner_ref(&owner, true))).await;
     clear_finalizers(&configmaps, "first").await;
-    stays(
-        "the owner waits for the Secret created as the watches recover",
-        Duration::from_secs(3),
-        || exists(&configmaps, "owner"),
+    held_then_let_go(
+        ns,
+        &secrets,
+        "second",
+        "the Secret created as the watches recover",
     )
     .await;
-    eventually("the Secret is being deleted", WAIT, || {
-        being_deleted(&secrets, "second")
-    })
-    .await;
-    assert!(exists(&configmaps, "owner").await, "released early");
-    clear_finalizers(&secrets, "second").await;
-    eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
 }
 
 /// Restarts kube-apiserver (`hack/cluster.sh restart-apiserver`): every watch ends and is
