@@ -24,6 +24,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
+use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -286,6 +287,14 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// What a finalizer-adding write sets besides the finalizer: a label (key, value) and an
+/// annotation (key, value).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Marks<'a> {
+    pub label: Option<(&'a str, &'a str)>,
+    pub annotation: Option<(&'a str, &'a str)>,
+}
+
 /// Whether a finalizer change changed the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Changed {
@@ -493,15 +502,17 @@ impl Cluster {
         target: &Target,
         finalizer: &str,
     ) -> Result<Changed, ApiError> {
-        self.add_finalizer_annotated(target, finalizer, None).await
+        self.add_finalizer_with(target, finalizer, Marks::default())
+            .await
     }
 
-    /// [`Self::add_finalizer`], setting `annotation` (key, value) in the same write.
-    pub async fn add_finalizer_annotated(
+    /// [`Self::add_finalizer`], setting `marks` in the same write; `AlreadySo` only when the
+    /// finalizer and the label are both there.
+    pub async fn add_finalizer_with(
         &self,
         target: &Target,
         finalizer: &str,
-        annotation: Option<(&str, &str)>,
+        marks: Marks<'_>,
     ) -> Result<Changed, ApiError> {
         for _ in 0..ATTEMPTS {
             let Some(meta) = self.get_metadata(target).await? else {
@@ -511,14 +522,27 @@ impl Cluster {
                 return Err(ApiError::Terminating(target.to_string()));
             }
             let mut finalizers = meta.finalizers.unwrap_or_default();
-            if finalizers.iter().any(|f| f == finalizer) {
+            let has_finalizer = finalizers.iter().any(|f| f == finalizer);
+            let has_label = marks.label.is_none_or(|(key, value)| {
+                meta.labels
+                    .as_ref()
+                    .and_then(|l| l.get(key))
+                    .map(String::as_str)
+                    == Some(value)
+            });
+            if has_finalizer && has_label {
                 return Ok(Changed::AlreadySo);
             }
-            finalizers.push(finalizer.to_owned());
+            if !has_finalizer {
+                finalizers.push(finalizer.to_owned());
+            }
             let mut patch = serde_json::json!({
                 "metadata": { "resourceVersion": meta.resource_version, "finalizers": finalizers }
             });
-            if let Some((key, value)) = annotation {
+            if let Some((key, value)) = marks.label {
+                patch["metadata"]["labels"] = serde_json::json!({ key: value });
+            }
+            if let Some((key, value)) = marks.annotation {
                 patch["metadata"]["annotations"] = serde_json::json!({ key: value });
             }
             match self.merge_metadata(target, &patch).await {
@@ -528,6 +552,16 @@ impl Cluster {
             }
         }
         Err(ApiError::Conflict(target.to_string()))
+    }
+
+    /// Arms the opted-in object `target`: the synchronous finalizer and the armed label.
+    pub async fn arm(&self, target: &Target) -> Result<Changed, ApiError> {
+        let marks = Marks {
+            label: Some((ARMED_LABEL, "true")),
+            annotation: None,
+        };
+        self.add_finalizer_with(target, SYNCHRONOUS_FINALIZER, marks)
+            .await
     }
 
     /// Removes `finalizer` from `target` with a JSON patch whose `test` ops check the uid and

@@ -172,11 +172,15 @@ pub struct WebhookConfigArgs {
     #[arg(long, default_value = "syncgc")]
     pub name: String,
     /// Seconds the apiserver waits for an answer.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(1..=30))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub timeout_seconds: i32,
     /// A namespace whose objects the webhook never sees (repeatable).
     #[arg(long = "exclude-namespace", value_name = "NAME", default_values_t = ["kube-system".to_owned(), "syncgc-system".to_owned()])]
     pub excluded_namespaces: Vec<String>,
+    /// The `--unarmed-delete` policy syncgc runs with: `deny` needs every DELETE, `allow`
+    /// only those of armed objects.
+    #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
+    pub unarmed_delete: UnarmedDelete,
 }
 
 #[derive(Debug, Args)]
@@ -256,6 +260,7 @@ fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         name,
         timeout_seconds,
         excluded_namespaces,
+        unarmed_delete,
     } = args;
     let ca_bundle = std::fs::read(&ca_file)
         .map_err(|err| anyhow::anyhow!("reading {}: {err}", ca_file.display()))?;
@@ -265,6 +270,7 @@ fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         ca_bundle,
         timeout_seconds,
         excluded_namespaces,
+        unarmed_delete,
     };
     println!(
         "{}",

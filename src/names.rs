@@ -8,6 +8,9 @@ pub const SYNCHRONOUS_FINALIZER: &str = "syncgc.io/synchronous";
 pub const PROPAGATION_ANNOTATION: &str = "syncgc.io/propagation";
 /// Per-object override of the timeout base, e.g. `"90s"`.
 pub const TIMEOUT_ANNOTATION: &str = "syncgc.io/timeout";
+/// The label on an opted-in object that carries the synchronous finalizer, set and removed with
+/// the finalizer: the webhook's DELETE registration selects objects by it.
+pub const ARMED_LABEL: &str = "syncgc.io/armed";
 /// The deadline of a synchronous deletion (RFC 3339), stored so that a restart keeps it.
 pub const DEADLINE_ANNOTATION: &str = "syncgc.io/deadline";
 

@@ -12,7 +12,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use syncgc::names::{
-    DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
+    ARMED_LABEL, DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    TIMEOUT_ANNOTATION,
 };
 
 use support::process::{WEBHOOK_LABEL, shared};
@@ -354,12 +355,11 @@ async fn sg17_an_unarmed_opted_in_object_is_backfilled() {
     let api = ns.api::<ConfigMap>();
     let created = create(&api, &opted_in("late-armed", vec![], &[])).await;
     assert!(created.finalizers().is_empty());
-    eventually("the controller arms it", WAIT, || async {
+    eventually("the controller arms and labels it", WAIT, || async {
         let cm = api.get("late-armed").await.unwrap();
-        cm.finalizers()
-            .iter()
-            .any(|f| f == SYNCHRONOUS_FINALIZER)
-            .then_some(())
+        let armed = cm.finalizers().iter().any(|f| f == SYNCHRONOUS_FINALIZER);
+        let labelled = cm.labels().get(ARMED_LABEL).is_some_and(|v| v == "true");
+        (armed && labelled).then_some(())
     })
     .await;
     let opt_out = json!({ "metadata": { "annotations": { SYNCHRONOUS_ANNOTATION: null }, "finalizers": null } });
@@ -475,7 +475,7 @@ async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
     .await;
     assert_eq!(view["nodes"][0]["name"], "owner");
     assert_eq!(view["nodes"][0]["kind"], "ConfigMap");
-    assert_eq!(view["nodes"][0]["flags"], json!(["armed", "opted-in"]));
+    assert_eq!(view["nodes"][0]["flags"], json!(["armed", "opted-in", "labelled"]));
     assert_eq!(view["edges"].as_array().unwrap().len(), 2);
     let (status, dot) = syncgc
         .get(&format!("/debug/graph?uid={uid}&format=dot"))

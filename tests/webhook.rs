@@ -10,8 +10,8 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use syncgc::names::{
-    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, SYNCHRONOUS_ANNOTATION,
-    SYNCHRONOUS_FINALIZER,
+    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
+    SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
 };
 use syncgc::webhook::admit::{Policy, UnarmedDelete};
 
@@ -25,6 +25,11 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn has(obj: &impl ResourceExt, finalizer: &str) -> bool {
     obj.finalizers().iter().any(|f| f == finalizer)
+}
+
+/// Whether `obj` carries the armed label.
+fn labelled(obj: &impl ResourceExt) -> bool {
+    obj.labels().get(ARMED_LABEL).map(String::as_str) == Some("true")
 }
 
 async fn merge(api: &Api<ConfigMap>, name: &str, patch: serde_json::Value) -> ConfigMap {
@@ -43,9 +48,11 @@ async fn create_and_update_arm_and_disarm() {
     let with_other = with_finalizer(opted_in("annotated", vec![], &[]), HOLD);
     let armed = create(&api, &with_other).await;
     assert_eq!(armed.finalizers(), [HOLD, SYNCHRONOUS_FINALIZER]);
+    assert!(labelled(&armed), "{:?}", armed.labels());
 
     let plain = create(&api, &config_map("plain", vec![])).await;
     assert!(plain.finalizers().is_empty());
+    assert!(!labelled(&plain));
 
     // Adding the annotation on update arms.
     let armed_later = merge(
@@ -55,6 +62,7 @@ async fn create_and_update_arm_and_disarm() {
     )
     .await;
     assert_eq!(armed_later.finalizers(), [SYNCHRONOUS_FINALIZER]);
+    assert!(labelled(&armed_later));
 
     // Removing it disarms, leaving other finalizers alone.
     let disarmed = merge(
@@ -64,6 +72,7 @@ async fn create_and_update_arm_and_disarm() {
     )
     .await;
     assert_eq!(disarmed.finalizers(), [HOLD]);
+    assert!(!labelled(&disarmed), "{:?}", disarmed.labels());
 
     // Any other value than "true" does not opt in.
     let mut not_true = config_map("not-true", vec![]);
@@ -264,6 +273,7 @@ async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
     assert!(status.message.contains("armed now"), "{}", status.message);
     let armed = api.get("unarmed").await.unwrap();
     assert_eq!(armed.finalizers(), [SYNCHRONOUS_FINALIZER]);
+    assert!(labelled(&armed));
     assert!(armed.metadata.deletion_timestamp.is_none());
 
     api.delete("unarmed", &DeleteParams::background())
@@ -274,25 +284,63 @@ async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
     clear_finalizers(&api, "unarmed").await;
 }
 
+/// Only DELETEs of armed objects reach the webhook: an unannotated object's and an
+/// unarmed opted-in object's DELETE do not (the request counter does not move; the unarmed
+/// one goes at once), an armed object's does.
 #[tokio::test]
-async fn unarmed_delete_allowed_goes_at_once() {
+async fn only_deletes_of_armed_objects_reach_the_webhook() {
     let client = support::client().await;
-    let ns = TestNamespace::new(&client, "unarmed_delete_allowed_goes_at_once").await;
+    let ns = TestNamespace::new(&client, "only_armed_deletes_reach_the_webhook").await;
     let api = ns.api::<ConfigMap>();
     create(&api, &opted_in("unarmed", vec![], &[])).await;
+    create(&api, &config_map("plain", vec![])).await;
     let webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let deletes = || {
+        [
+            "ignored",
+            "untouched",
+            "terminating",
+            "delete_armed",
+            "delete_default_propagation",
+            "delete_unarmed_allowed",
+            "delete_unarmed_denied",
+        ]
+        .map(|reason| {
+            webhook
+                .served
+                .metrics
+                .webhook_requests
+                .with_label_values(&["DELETE", reason])
+                .get()
+        })
+        .iter()
+        .sum::<u64>()
+    };
 
-    api.delete("unarmed", &DeleteParams::background())
+    for name in ["unarmed", "plain"] {
+        api.delete(name, &DeleteParams::background()).await.unwrap();
+        assert!(gone(&api, name).await.is_some());
+    }
+    assert_eq!(
+        deletes(),
+        0,
+        "the webhook saw a DELETE it has no business with"
+    );
+
+    let armed = create(&api, &opted_in("armed", vec![], &[])).await;
+    assert!(labelled(&armed));
+    api.delete("armed", &DeleteParams::background())
         .await
         .unwrap();
-    assert!(gone(&api, "unarmed").await.is_some());
+    assert!(being_deleted(&api, "armed").await.is_some());
     let counted = webhook
         .served
         .metrics
         .webhook_requests
-        .with_label_values(&["DELETE", "delete_unarmed_allowed"])
+        .with_label_values(&["DELETE", "delete_armed"])
         .get();
     assert_eq!(counted, 1);
+    clear_finalizers(&api, "armed").await;
 }
 
 #[tokio::test]

@@ -40,6 +40,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
+use syncgc::webhook::admit::UnarmedDelete;
 use syncgc::webhook::registration::Registration;
 
 use cascade::{Deletion, Outcome};
@@ -625,6 +626,7 @@ async fn registered_namespace(
         ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
         timeout_seconds: 10,
         excluded_namespaces: vec![],
+        unarmed_delete: UnarmedDelete::Allow,
     }
     .configuration();
     for hook in registration.webhooks.iter_mut().flatten() {

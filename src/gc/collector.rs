@@ -21,7 +21,7 @@ use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
 use super::discovery::Resources;
 use super::queue::WorkQueue;
 use super::watch::{GraphEvent, WatchState, flags_of};
-use crate::api::{ApiError, Changed, Cluster, Target};
+use crate::api::{ApiError, Changed, Cluster, Marks, Target};
 use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
 use crate::metrics::Metrics;
 use crate::names::{
@@ -454,10 +454,13 @@ impl Collector {
                 let armed = self
                     .act(
                         "arm",
-                        self.cluster.add_finalizer_annotated(
+                        self.cluster.add_finalizer_with(
                             target,
                             SYNCHRONOUS_FINALIZER,
-                            annotation,
+                            Marks {
+                                label: None,
+                                annotation,
+                            },
                         ),
                     )
                     .await;
@@ -689,15 +692,9 @@ impl Collector {
         if !flags_of(&meta).needs_arming() {
             return Ok(());
         }
-        match self
-            .act(
-                "arm",
-                self.cluster.add_finalizer(&target, SYNCHRONOUS_FINALIZER),
-            )
-            .await
-        {
+        match self.act("arm", self.cluster.arm(&target)).await {
             Ok(_) => {
-                tracing::info!(object = %target, "armed an opted-in object found without the finalizer");
+                tracing::info!(object = %target, "armed an opted-in object found without the finalizer or its label");
                 Ok(())
             }
             Err(ApiError::Terminating(_) | ApiError::Replaced(..)) => Ok(()),

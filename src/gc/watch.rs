@@ -18,7 +18,8 @@ use super::discovery::{Aliases, Resource};
 use crate::graph::{Coordinates, Flags, Observed, OwnerLink, ResourceId, Uid};
 use crate::metrics::Metrics;
 use crate::names::{
-    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
+    SYNCHRONOUS_FINALIZER,
 };
 
 /// What a watch tells the graph's writer.
@@ -75,7 +76,13 @@ pub fn flags_of(meta: &ObjectMeta) -> Flags {
         .as_ref()
         .and_then(|a| a.get(SYNCHRONOUS_ANNOTATION))
         .is_some_and(|v| v == "true");
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ARMED_LABEL))
+        .is_some_and(|v| v == "true");
     Flags::empty()
+        .with(Flags::LABELLED, labelled)
         .with(Flags::DELETING, meta.deletion_timestamp.is_some())
         .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
         .with(Flags::OPTED_IN, opted_in)

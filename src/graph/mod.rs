@@ -110,6 +110,8 @@ impl Flags {
     pub const ORPHAN: Self = Self(1 << 5);
     /// A virtual node for an object a watch saw deleted: its uid will never exist again.
     pub const GONE: Self = Self(1 << 6);
+    /// Labelled `syncgc.io/armed: "true"`.
+    pub const LABELLED: Self = Self(1 << 7);
 
     pub const fn empty() -> Self {
         Self(0)
@@ -130,11 +132,11 @@ impl Flags {
 }
 
 impl Flags {
-    /// Opted in, without the finalizer, and not being deleted (created while the webhook
-    /// was away): to be armed.
+    /// Opted in, without the finalizer or its label, and not being deleted (created while the
+    /// webhook was away, or armed before the label existed): to be armed.
     pub const fn needs_arming(self) -> bool {
         self.contains(Self::OPTED_IN)
-            && !self.contains(Self::ARMED)
+            && !(self.contains(Self::ARMED) && self.contains(Self::LABELLED))
             && !self.contains(Self::DELETING)
     }
 
@@ -148,6 +150,7 @@ impl Flags {
             (Self::FOREGROUND, "foreground"),
             (Self::ORPHAN, "orphan"),
             (Self::GONE, "gone"),
+            (Self::LABELLED, "labelled"),
         ]
         .into_iter()
         .filter(|(flag, _)| self.contains(*flag))
@@ -811,10 +814,13 @@ mod tests {
             g.apply(CM, object(1, &[], Flags::OPTED_IN)),
             [Work::Arm(uid(1))]
         );
-        assert!(
-            g.apply(CM, object(1, &[], Flags::OPTED_IN | Flags::ARMED))
-                .is_empty()
+        // Armed before the label existed: labelled.
+        assert_eq!(
+            g.apply(CM, object(1, &[], Flags::OPTED_IN | Flags::ARMED)),
+            [Work::Arm(uid(1))]
         );
+        let armed = Flags::OPTED_IN | Flags::ARMED | Flags::LABELLED;
+        assert!(g.apply(CM, object(1, &[], armed)).is_empty());
         assert!(
             g.apply(CM, object(2, &[], Flags::OPTED_IN | Flags::DELETING))
                 .is_empty()

@@ -1,7 +1,8 @@
 //! The admission decision: a pure function of the request and the configuration.
 //!
 //! - CREATE/UPDATE of an opted-in object that is not armed (and not being deleted): a patch
-//!   that adds the synchronous finalizer. UPDATE that removes the opt-in: a patch that removes it.
+//!   that adds the synchronous finalizer and the `syncgc.io/armed` label. UPDATE that removes
+//!   the opt-in: a patch that removes both.
 //! - DELETE never gets a patch (the apiserver refuses patches on DELETE). An armed object whose
 //!   DELETE names no propagation policy gets the default its `syncgc.io/propagation` annotation
 //!   asks for, as a side effect. An opted-in object that is not armed is let go, or denied and
@@ -12,9 +13,10 @@ use jsonptr::PointerBuf;
 use serde_json::Value;
 
 use super::review::{Meta, Operation, Request};
+use crate::api::Marks;
 use crate::names::{
-    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, SYNCHRONOUS_ANNOTATION,
-    SYNCHRONOUS_FINALIZER,
+    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
+    SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
 };
 
 /// What to do with a DELETE of an opted-in object that does not carry the finalizer yet.
@@ -75,6 +77,17 @@ pub struct AddFinalizer {
     pub finalizer: &'static str,
     /// The object's uid, a precondition of the change.
     pub uid: String,
+}
+
+impl AddFinalizer {
+    /// What the write sets besides the finalizer: the synchronous finalizer comes with
+    /// [`ARMED_LABEL`].
+    pub fn marks(&self) -> Marks<'static> {
+        Marks {
+            label: (self.finalizer == SYNCHRONOUS_FINALIZER).then_some((ARMED_LABEL, "true")),
+            annotation: None,
+        }
+    }
 }
 
 /// The outcome of [`admit`].
@@ -142,14 +155,13 @@ fn admit_write(request: &Request) -> Decision {
     if meta.deletion_timestamp.is_some() {
         return Decision::allow(Reason::Terminating);
     }
-    let armed = meta.has_finalizer(SYNCHRONOUS_FINALIZER);
     if opted_in(meta) {
-        if armed {
-            return Decision::allow(Reason::Untouched);
-        }
-        return Decision {
-            patch: Some(add_finalizer_patch(meta, SYNCHRONOUS_FINALIZER)),
-            ..Decision::allow(Reason::Arm)
+        return match arm_patch(meta) {
+            Some(patch) => Decision {
+                patch: Some(patch),
+                ..Decision::allow(Reason::Arm)
+            },
+            None => Decision::allow(Reason::Untouched),
         };
     }
     let was_opted_in = request
@@ -157,9 +169,12 @@ fn admit_write(request: &Request) -> Decision {
         .as_ref()
         .and_then(|o| o.metadata.as_ref())
         .is_some_and(opted_in);
-    if request.operation == Operation::Update && was_opted_in && armed {
+    if request.operation == Operation::Update
+        && was_opted_in
+        && let Some(patch) = disarm_patch(meta)
+    {
         return Decision {
-            patch: remove_finalizer_patch(meta, SYNCHRONOUS_FINALIZER),
+            patch: Some(patch),
             ..Decision::allow(Reason::Disarm)
         };
     }
@@ -262,35 +277,72 @@ fn finalizers_pointer() -> PointerBuf {
     PointerBuf::from_tokens(["metadata", "finalizers"])
 }
 
-/// A JSON patch adding `finalizer` to `meta`'s finalizers, creating the list when absent and
-/// leaving other finalizers alone.
-pub fn add_finalizer_patch(meta: &Meta, finalizer: &str) -> Patch {
-    let op = if meta.finalizers.is_some() {
-        AddOperation {
-            path: PointerBuf::from_tokens(["metadata", "finalizers", "-"]),
-            value: Value::from(finalizer),
-        }
-    } else {
-        AddOperation {
-            path: finalizers_pointer(),
-            value: Value::from(vec![finalizer]),
-        }
-    };
-    Patch(vec![PatchOperation::Add(op)])
+fn labels_pointer() -> PointerBuf {
+    PointerBuf::from_tokens(["metadata", "labels"])
 }
 
-/// A JSON patch removing `finalizer` from `meta`'s finalizers, guarded by a `test` that it is
-/// still at the index it was seen at; `None` when it is absent.
-pub fn remove_finalizer_patch(meta: &Meta, finalizer: &str) -> Option<Patch> {
-    let index = meta.finalizers().iter().position(|f| f == finalizer)?;
-    let path = finalizers_pointer().with_trailing_token(index.to_string());
-    Some(Patch(vec![
-        PatchOperation::Test(TestOperation {
+/// Whether `meta` carries [`ARMED_LABEL`].
+pub fn labelled(meta: &Meta) -> bool {
+    meta.label(ARMED_LABEL) == Some("true")
+}
+
+/// A JSON patch that arms `meta`: adds the synchronous finalizer (leaving other finalizers
+/// alone) and [`ARMED_LABEL`], whichever it lacks; `None` when it has both.
+pub fn arm_patch(meta: &Meta) -> Option<Patch> {
+    let mut ops = Vec::new();
+    if !meta.has_finalizer(SYNCHRONOUS_FINALIZER) {
+        ops.push(if meta.finalizers.is_some() {
+            add(
+                finalizers_pointer().with_trailing_token("-"),
+                Value::from(SYNCHRONOUS_FINALIZER),
+            )
+        } else {
+            add(
+                finalizers_pointer(),
+                Value::from(vec![SYNCHRONOUS_FINALIZER]),
+            )
+        });
+    }
+    if !labelled(meta) {
+        ops.push(if meta.labels.is_some() {
+            add(
+                labels_pointer().with_trailing_token(ARMED_LABEL),
+                Value::from("true"),
+            )
+        } else {
+            add(labels_pointer(), serde_json::json!({ ARMED_LABEL: "true" }))
+        });
+    }
+    (!ops.is_empty()).then_some(Patch(ops))
+}
+
+/// A JSON patch that disarms `meta`: removes the synchronous finalizer, guarded by a `test`
+/// that it is still at the index it was seen at, and [`ARMED_LABEL`]; `None` when it has
+/// neither.
+pub fn disarm_patch(meta: &Meta) -> Option<Patch> {
+    let mut ops = Vec::new();
+    if let Some(index) = meta
+        .finalizers()
+        .iter()
+        .position(|f| f == SYNCHRONOUS_FINALIZER)
+    {
+        let path = finalizers_pointer().with_trailing_token(index.to_string());
+        ops.push(PatchOperation::Test(TestOperation {
             path: path.clone(),
-            value: Value::from(finalizer),
-        }),
-        PatchOperation::Remove(RemoveOperation { path }),
-    ]))
+            value: Value::from(SYNCHRONOUS_FINALIZER),
+        }));
+        ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    }
+    if meta.label(ARMED_LABEL).is_some() {
+        ops.push(PatchOperation::Remove(RemoveOperation {
+            path: labels_pointer().with_trailing_token(ARMED_LABEL),
+        }));
+    }
+    (!ops.is_empty()).then_some(Patch(ops))
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
 }
 
 #[cfg(test)]
@@ -338,15 +390,36 @@ mod tests {
         }
     }
 
-    /// Applies the decision's patch to a document holding `meta`'s finalizers.
-    fn patched_finalizers(meta: &Meta, decision: &Decision) -> Option<Vec<String>> {
+    /// Applies the decision's patch to a document holding `meta`'s finalizers and labels.
+    fn patched(meta: &Meta, decision: &Decision) -> Value {
         let mut doc = json!({ "metadata": { "name": "cm" } });
         if let Some(f) = &meta.finalizers {
             doc["metadata"]["finalizers"] = json!(f);
         }
+        if let Some(l) = &meta.labels {
+            doc["metadata"]["labels"] = json!(l);
+        }
         json_patch::patch(&mut doc, decision.patch.as_ref().unwrap()).unwrap();
-        serde_json::from_value(doc["metadata"]["finalizers"].clone()).ok()
+        doc
     }
+
+    fn patched_finalizers(meta: &Meta, decision: &Decision) -> Option<Vec<String>> {
+        serde_json::from_value(patched(meta, decision)["metadata"]["finalizers"].clone()).ok()
+    }
+
+    fn with_labels(meta: Meta, labels: &[(&str, &str)]) -> Meta {
+        Meta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..meta
+        }
+    }
+
+    const ARMED: (&str, &str) = (ARMED_LABEL, "true");
 
     const OPT_IN: (&str, &str) = (SYNCHRONOUS_ANNOTATION, "true");
 
@@ -363,7 +436,17 @@ mod tests {
                 .collect();
             expected.push(SYNCHRONOUS_FINALIZER.into());
             assert_eq!(patched_finalizers(&m, &d), Some(expected));
+            assert_eq!(
+                patched(&m, &d)["metadata"]["labels"],
+                json!({ ARMED_LABEL: "true" })
+            );
         }
+        let m = with_labels(meta(&[OPT_IN], None), &[("app", "a")]);
+        let d = admit(&request(Operation::Create, Some(m.clone()), None), &DENY, 0);
+        assert_eq!(
+            patched(&m, &d)["metadata"]["labels"],
+            json!({ "app": "a", ARMED_LABEL: "true" })
+        );
     }
 
     #[test]
@@ -383,13 +466,30 @@ mod tests {
 
     #[test]
     fn armed_objects_are_not_patched_again() {
-        let m = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let m = with_labels(meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER])), &[ARMED]);
         let d = admit(
             &request(Operation::Update, Some(m.clone()), Some(m)),
             &DENY,
             0,
         );
         assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
+    }
+
+    #[test]
+    fn an_armed_object_without_the_label_gets_the_label_only() {
+        let m = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let d = admit(
+            &request(Operation::Update, Some(m.clone()), Some(m.clone())),
+            &DENY,
+            0,
+        );
+        assert_eq!(d.reason, Reason::Arm);
+        let doc = patched(&m, &d);
+        assert_eq!(
+            doc["metadata"]["finalizers"],
+            json!([SYNCHRONOUS_FINALIZER])
+        );
+        assert_eq!(doc["metadata"]["labels"], json!({ ARMED_LABEL: "true" }));
     }
 
     #[test]
@@ -403,7 +503,10 @@ mod tests {
     #[test]
     fn update_that_removes_the_annotation_disarms_leaving_other_finalizers() {
         let old = meta(&[OPT_IN], Some(&["a", SYNCHRONOUS_FINALIZER, "b"]));
-        let new = meta(&[], Some(&["a", SYNCHRONOUS_FINALIZER, "b"]));
+        let new = with_labels(
+            meta(&[], Some(&["a", SYNCHRONOUS_FINALIZER, "b"])),
+            &[("app", "a"), ARMED],
+        );
         let d = admit(
             &request(Operation::Update, Some(new.clone()), Some(old)),
             &DENY,
@@ -413,6 +516,10 @@ mod tests {
         assert_eq!(
             patched_finalizers(&new, &d),
             Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(
+            patched(&new, &d)["metadata"]["labels"],
+            json!({ "app": "a" })
         );
     }
 

@@ -151,7 +151,9 @@ async fn settle(
         };
         let outcome = tokio::time::timeout_at(
             deadline.into(),
-            webhook.cluster.add_finalizer(&target, effect.finalizer),
+            webhook
+                .cluster
+                .add_finalizer_with(&target, effect.finalizer, effect.marks()),
         )
         .await;
         let failure = match outcome {

@@ -127,6 +127,8 @@ pub struct Meta {
     #[serde(default)]
     pub resource_version: Option<String>,
     #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
     pub annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub finalizers: Option<Vec<String>>,
@@ -137,6 +139,10 @@ pub struct Meta {
 impl Meta {
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
     }
 
     pub fn finalizers(&self) -> &[String] {

@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use syncgc::webhook::admit::UnarmedDelete;
 use syncgc::webhook::registration::Registration;
 
 use super::kubeconfig_path;
@@ -76,6 +77,7 @@ impl Syncgc {
             ca_bundle: std::fs::read(dir.join("ca.crt")).unwrap(),
             timeout_seconds: 10,
             excluded_namespaces: vec![],
+            unarmed_delete: unarmed_delete(args),
         }
         .configuration();
         for hook in registration.webhooks.iter_mut().flatten() {
@@ -218,4 +220,13 @@ pub fn shared() -> &'static Syncgc {
             &["--timeout-base", "60s", "--timeout-per-dependent", "100ms"],
         )
     })
+}
+
+/// The `--unarmed-delete` policy in syncgc's arguments `args`.
+fn unarmed_delete(args: &[&str]) -> UnarmedDelete {
+    if args.windows(2).any(|w| w == ["--unarmed-delete", "deny"]) {
+        UnarmedDelete::Deny
+    } else {
+        UnarmedDelete::Allow
+    }
 }

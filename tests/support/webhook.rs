@@ -103,6 +103,7 @@ impl RegisteredWebhook {
             ca_bundle: std::fs::read(served.ca_file()).unwrap(),
             timeout_seconds: 10,
             excluded_namespaces: vec![],
+            unarmed_delete: policy.unarmed_delete,
         }
         .configuration();
         for webhook in configuration.webhooks.iter_mut().flatten() {
