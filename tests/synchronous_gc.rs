@@ -475,7 +475,10 @@ async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
     .await;
     assert_eq!(view["nodes"][0]["name"], "owner");
     assert_eq!(view["nodes"][0]["kind"], "ConfigMap");
-    assert_eq!(view["nodes"][0]["flags"], json!(["armed", "opted-in", "labelled"]));
+    assert_eq!(
+        view["nodes"][0]["flags"],
+        json!(["armed", "opted-in", "labelled"])
+    );
     assert_eq!(view["edges"].as_array().unwrap().len(), 2);
     let (status, dot) = syncgc
         .get(&format!("/debug/graph?uid={uid}&format=dot"))
