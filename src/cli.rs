@@ -11,6 +11,7 @@ use crate::certs::{DevCerts, SubjectAltNames};
 use crate::graph::Mode;
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::Registration;
+use crate::webhook::registration::ServerVersion;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -181,6 +182,14 @@ pub struct WebhookConfigArgs {
     /// only those of armed objects.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
     pub unarmed_delete: UnarmedDelete,
+    /// The Kubernetes version the configuration is for (1.28 and later get matchConditions);
+    /// without it, the cluster of the kubeconfig is asked.
+    #[arg(long, value_name = "VERSION")]
+    pub server_version: Option<ServerVersion>,
+    /// Kubeconfig file, to ask the cluster its version; without it, KUBECONFIG,
+    /// ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -209,7 +218,7 @@ pub async fn main() -> ExitCode {
     let result = match command {
         Command::Run(args) => crate::app::run(*args).await,
         Command::Certs(args) => certs(args),
-        Command::WebhookConfig(args) => webhook_config(args),
+        Command::WebhookConfig(args) => webhook_config(args).await,
         Command::Explain(ExplainArgs {
             object,
             namespace,
@@ -253,7 +262,7 @@ fn certs(args: CertsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
+async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
     let WebhookConfigArgs {
         url,
         ca_file,
@@ -261,9 +270,28 @@ fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         timeout_seconds,
         excluded_namespaces,
         unarmed_delete,
+        server_version,
+        kubeconfig,
     } = args;
     let ca_bundle = std::fs::read(&ca_file)
         .map_err(|err| anyhow::anyhow!("reading {}: {err}", ca_file.display()))?;
+    let server = match server_version {
+        Some(version) => version,
+        None => {
+            let asked = async {
+                let client = crate::api::client(crate::api::config(kubeconfig.as_deref()).await?)?;
+                crate::api::server_version(&client).await
+            };
+            let version = asked.await.map_err(|err| {
+                anyhow::anyhow!(
+                    "asking the cluster for its version: {err}; give --server-version (e.g. 1.30)"
+                )
+            })?;
+            version
+                .parse()
+                .map_err(|err| anyhow::anyhow!("the cluster's version: {err}"))?
+        }
+    };
     let registration = Registration {
         name,
         url,
@@ -271,6 +299,7 @@ fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         timeout_seconds,
         excluded_namespaces,
         unarmed_delete,
+        server,
     };
     println!(
         "{}",

@@ -22,12 +22,17 @@ use support::{
 };
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
+/// The overlay for clusters that do not serve `matchConditions`.
+const BEFORE_1_28: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/manifests/overlays/before-1.28"
+);
 /// Kinds whose CRDs (cert-manager, Prometheus Operator) the local control plane does not have.
 const NOT_BUILT_IN: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
 
-/// The kustomize build of `manifests/`, as JSON objects.
-fn built() -> Vec<Value> {
-    let yaml = kubectl(&["kustomize", MANIFESTS], None);
+/// The kustomize build of `dir`, as JSON objects.
+fn built(dir: &str) -> Vec<Value> {
+    let yaml = kubectl(&["kustomize", dir], None);
     serde_yaml::Deserializer::from_str(&yaml)
         .map(|document| Value::deserialize(document).expect("kustomize writes YAML"))
         .collect()
@@ -36,7 +41,11 @@ fn built() -> Vec<Value> {
 #[test]
 fn the_apiserver_accepts_every_built_in_object() {
     support::syncgc_namespace();
-    let objects = built();
+    let objects = if support::server().match_conditions() {
+        built(MANIFESTS)
+    } else {
+        built(BEFORE_1_28)
+    };
     let kinds: Vec<String> = objects
         .iter()
         .map(|o| o["kind"].as_str().unwrap().to_owned())
@@ -87,6 +96,8 @@ fn the_apiserver_accepts_every_built_in_object() {
     assert_eq!(out.lines().count(), built_in.len(), "{out}");
 }
 
+/// `manifests/` is what `syncgc webhook-config` makes for Kubernetes 1.28 and later, its
+/// overlay `before-1.28` what it makes for older servers.
 #[test]
 fn the_webhook_manifest_is_what_syncgc_webhook_config_makes() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,33 +108,43 @@ fn the_webhook_manifest_is_what_syncgc_webhook_config_makes() {
         .status()
         .unwrap();
     assert!(status.success());
-    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args([
-            "webhook-config",
-            "--url",
-            "https://unused/mutate",
-            "--ca-file",
-        ])
-        .arg(dir.path().join("ca.crt"))
-        .output()
-        .unwrap();
-    let mut made: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut manifest = built()
-        .into_iter()
-        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
-        .unwrap();
-    for hooks in [&mut made["webhooks"], &mut manifest["webhooks"]] {
-        for hook in hooks.as_array_mut().unwrap() {
-            hook.as_object_mut().unwrap().remove("clientConfig");
+    for (manifests, version) in [
+        (MANIFESTS, "1.28"),
+        (MANIFESTS, "1.34"),
+        (BEFORE_1_28, "1.20"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+            .args(["webhook-config", "--url", "https://unused/mutate"])
+            .args(["--server-version", version, "--ca-file"])
+            .arg(dir.path().join("ca.crt"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut made: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut manifest = built(manifests)
+            .into_iter()
+            .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+            .unwrap();
+        for hooks in [&mut made["webhooks"], &mut manifest["webhooks"]] {
+            for hook in hooks.as_array_mut().unwrap() {
+                hook.as_object_mut().unwrap().remove("clientConfig");
+            }
         }
+        assert_eq!(
+            manifest["webhooks"], made["webhooks"],
+            "{manifests} for {version}"
+        );
+        assert_eq!(manifest["metadata"]["name"], made["metadata"]["name"]);
     }
-    assert_eq!(manifest["webhooks"], made["webhooks"]);
-    assert_eq!(manifest["metadata"]["name"], made["metadata"]["name"]);
 }
 
 /// A kubeconfig for the manifests' ServiceAccount `syncgc-system/syncgc`.
 async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path) -> String {
-    let objects = built();
+    let objects = built(MANIFESTS);
     let wanted = [
         "ServiceAccount",
         "ClusterRole",

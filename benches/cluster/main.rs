@@ -10,12 +10,14 @@
 //! 2. the limit: the same objects deleted by a plain client loop with the same concurrency;
 //! 3. synchronous deletion: `kubectl delete` of an armed owner (cooperative mode) against the
 //!    cluster's own foreground deletion of the same tree;
-//! 4. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
-//! 5. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects.
+//! 4. the release barrier's cost per release ([`barrier`]);
+//! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
+//! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
+//! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects.
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `webhook`, `memory`).
+//! `sync`, `barrier`, `webhook`, `writes`, `memory`).
 
 mod bare;
 mod barrier;
@@ -25,6 +27,7 @@ mod load;
 mod plane;
 mod report;
 mod tree;
+mod writes;
 
 #[path = "../support/review.rs"]
 mod review_fixture;
@@ -51,7 +54,9 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 6] = ["graph", "cascade", "sync", "barrier", "webhook", "memory"];
+const PHASES: [&str; 7] = [
+    "graph", "cascade", "sync", "barrier", "webhook", "writes", "memory",
+];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
 const SHAPES: [Shape; 2] = [Shape::Flat, Shape::Tree];
@@ -71,6 +76,11 @@ struct Settings {
     watched: usize,
     /// Releases measured with and without the release barrier.
     barrier_trials: usize,
+    /// ConfigMaps written per round of the writes phase, requests in flight, rounds of each
+    /// kind.
+    writes: usize,
+    writers: usize,
+    writes_rounds: usize,
     out: PathBuf,
 }
 
@@ -113,6 +123,9 @@ impl Settings {
             connections: env_or("SYNCGC_BENCH_CONNECTIONS", 8)?,
             watched: env_or("SYNCGC_BENCH_WATCHED", 10_000)?,
             barrier_trials: env_or("SYNCGC_BENCH_BARRIER_TRIALS", 100)?,
+            writes: env_or("SYNCGC_BENCH_WRITES", 3000)?,
+            writers: env_or("SYNCGC_BENCH_WRITERS", 32)?,
+            writes_rounds: env_or("SYNCGC_BENCH_WRITES_ROUNDS", 2)?,
             out: env_or(
                 "SYNCGC_BENCH_OUT",
                 PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),
@@ -193,6 +206,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("webhook") {
         webhook_phase(settings, plane, report).await?;
+    }
+    if settings.runs("writes") {
+        writes::phase(settings, plane, report).await?;
     }
     if settings.runs("memory") {
         memory_phase(settings, plane, report).await?;
@@ -627,6 +643,7 @@ async fn registered_namespace(
         timeout_seconds: 10,
         excluded_namespaces: vec![],
         unarmed_delete: UnarmedDelete::Allow,
+        server: plane.server().await?,
     }
     .configuration();
     for hook in registration.webhooks.iter_mut().flatten() {

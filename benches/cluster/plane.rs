@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
+use syncgc::webhook::registration::ServerVersion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How kube-controller-manager runs.
@@ -179,6 +180,14 @@ impl Plane {
             .filter(|l| l.contains(&wanted) && !l.contains("verb=\"WATCH\""))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
+    }
+
+    /// The control plane's Kubernetes version, as the webhook registration depends on it.
+    pub async fn server(&self) -> Result<ServerVersion> {
+        syncgc::api::server_version(&self.client)
+            .await?
+            .parse()
+            .map_err(anyhow::Error::msg)
     }
 
     /// A new namespace named `prefix-N`, with `labels`.

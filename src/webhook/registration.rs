@@ -4,7 +4,8 @@ use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
@@ -31,7 +32,73 @@ pub struct Registration {
     /// What the webhook does with a DELETE of an opted-in object that is not armed yet: to
     /// deny it, it must see every DELETE, not only those of armed objects.
     pub unarmed_delete: UnarmedDelete,
+    /// The apiserver's version: from 1.28 on, `matchConditions` filter what reaches syncgc.
+    pub server: ServerVersion,
 }
+
+/// A Kubernetes version, as far as the registration depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServerVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl ServerVersion {
+    /// The first version that serves `matchConditions` on by default (beta; GA in 1.30).
+    pub const MATCH_CONDITIONS: Self = Self {
+        major: 1,
+        minor: 28,
+    };
+
+    /// Whether webhooks may carry `matchConditions`.
+    pub fn match_conditions(self) -> bool {
+        self >= Self::MATCH_CONDITIONS
+    }
+}
+
+impl std::str::FromStr for ServerVersion {
+    type Err = String;
+
+    /// `1.30`, `v1.20.2`, `v1.28.3-eks-4f4795d`, `1.29+`: major and minor, the rest ignored.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not a Kubernetes version such as 1.30 or v1.20.2");
+        let mut parts = s.trim_start_matches('v').split('.');
+        let number = |part: Option<&str>| -> Result<u32, String> {
+            let digits: String = part
+                .ok_or_else(bad)?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().map_err(|_| bad())
+        };
+        Ok(Self {
+            major: number(parts.next())?,
+            minor: number(parts.next())?,
+        })
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The CEL condition under which CREATE and UPDATE reach syncgc (from 1.28): the new object
+/// opts in, or the old one did or is armed (it may be disarmed).
+pub const ARM_CONDITION: &str = "(has(object.metadata.annotations) \
+&& 'syncgc.io/synchronous' in object.metadata.annotations \
+&& object.metadata.annotations['syncgc.io/synchronous'] == 'true') \
+|| (oldObject != null && ((has(oldObject.metadata.annotations) \
+&& 'syncgc.io/synchronous' in oldObject.metadata.annotations) \
+|| (has(oldObject.metadata.finalizers) \
+&& 'syncgc.io/synchronous' in oldObject.metadata.finalizers)))";
+
+/// The CEL condition under which DELETE reaches syncgc with `--unarmed-delete deny` (from
+/// 1.28): the object opted in.
+pub const DELETE_CONDITION: &str = "has(oldObject.metadata.annotations) \
+&& 'syncgc.io/synchronous' in oldObject.metadata.annotations \
+&& oldObject.metadata.annotations['syncgc.io/synchronous'] == 'true'";
 
 /// The webhook that arms and disarms on CREATE and UPDATE.
 pub const ARM_WEBHOOK: &str = "synchronous.syncgc.io";
@@ -39,17 +106,18 @@ pub const ARM_WEBHOOK: &str = "synchronous.syncgc.io";
 pub const DELETE_WEBHOOK: &str = "delete.syncgc.io";
 
 impl Registration {
-    /// The configuration: one webhook for CREATE and UPDATE of every resource, one for DELETE
-    /// of objects labelled [`ARMED_LABEL`] (of every object with `--unarmed-delete deny`);
+    /// The configuration: one webhook for CREATE and UPDATE of every resource (from 1.28, only
+    /// where [`ARM_CONDITION`] holds), one for DELETE of objects labelled [`ARMED_LABEL`] (of
+    /// every object with `--unarmed-delete deny`; from 1.28, where [`DELETE_CONDITION`] holds);
     /// both fail open, with side effects only on real (not dry-run) requests.
     pub fn configuration(&self) -> MutatingWebhookConfiguration {
         let armed = LabelSelector {
             match_labels: Some([(ARMED_LABEL.to_owned(), "true".to_owned())].into()),
             match_expressions: None,
         };
-        let object_selector = match self.unarmed_delete {
-            UnarmedDelete::Allow => Some(armed),
-            UnarmedDelete::Deny => None,
+        let (object_selector, delete_condition) = match self.unarmed_delete {
+            UnarmedDelete::Allow => (Some(armed), None),
+            UnarmedDelete::Deny => (None, Some(("opted-in", DELETE_CONDITION))),
         };
         MutatingWebhookConfiguration {
             metadata: ObjectMeta {
@@ -57,8 +125,20 @@ impl Registration {
                 ..Default::default()
             },
             webhooks: Some(vec![
-                self.webhook(ARM_WEBHOOK, &["CREATE", "UPDATE"], "IfNeeded", None),
-                self.webhook(DELETE_WEBHOOK, &["DELETE"], "Never", object_selector),
+                self.webhook(
+                    ARM_WEBHOOK,
+                    &["CREATE", "UPDATE"],
+                    "IfNeeded",
+                    None,
+                    Some(("opted-in-or-armed", ARM_CONDITION)),
+                ),
+                self.webhook(
+                    DELETE_WEBHOOK,
+                    &["DELETE"],
+                    "Never",
+                    object_selector,
+                    delete_condition,
+                ),
             ]),
         }
     }
@@ -69,7 +149,17 @@ impl Registration {
         operations: &[&str],
         reinvocation: &str,
         object_selector: Option<LabelSelector>,
+        condition: Option<(&str, &str)>,
     ) -> MutatingWebhook {
+        let match_conditions =
+            condition
+                .filter(|_| self.server.match_conditions())
+                .map(|(name, expression)| {
+                    vec![MatchCondition {
+                        name: name.to_owned(),
+                        expression: expression.to_owned(),
+                    }]
+                });
         let namespace_selector = (!self.excluded_namespaces.is_empty()).then(|| LabelSelector {
             match_expressions: Some(vec![LabelSelectorRequirement {
                 key: NAMESPACE_NAME_LABEL.to_owned(),
@@ -100,7 +190,7 @@ impl Registration {
             reinvocation_policy: Some(reinvocation.to_owned()),
             namespace_selector,
             object_selector,
-            match_conditions: None,
+            match_conditions,
         }
     }
 }
@@ -113,8 +203,23 @@ pub fn ca_bundle_base64(pem: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
+    use serde_json::{Value, json};
+
+    const V1_20: ServerVersion = ServerVersion {
+        major: 1,
+        minor: 20,
+    };
+    const V1_30: ServerVersion = ServerVersion {
+        major: 1,
+        minor: 30,
+    };
 
     fn registration(unarmed_delete: UnarmedDelete) -> Registration {
+        registration_for(unarmed_delete, V1_20)
+    }
+
+    fn registration_for(unarmed_delete: UnarmedDelete, server: ServerVersion) -> Registration {
         Registration {
             name: "syncgc".into(),
             url: "https://127.0.0.1:8443/mutate".into(),
@@ -122,6 +227,155 @@ mod tests {
             timeout_seconds: 3,
             excluded_namespaces: vec!["kube-system".into(), "syncgc-system".into()],
             unarmed_delete,
+            server,
+        }
+    }
+
+    #[test]
+    fn versions_are_read_as_servers_and_users_write_them() {
+        for (text, minor) in [
+            ("v1.20.2", 20),
+            ("1.30", 30),
+            ("v1.28.3-eks-4f4795d", 28),
+            ("1.29+", 29),
+        ] {
+            let version: ServerVersion = text.parse().unwrap();
+            assert_eq!((version.major, version.minor), (1, minor), "{text}");
+        }
+        for bad in ["", "1", "one.two", "v1.x"] {
+            assert!(bad.parse::<ServerVersion>().is_err(), "{bad:?}");
+        }
+        assert!(
+            !"v1.27.9"
+                .parse::<ServerVersion>()
+                .unwrap()
+                .match_conditions()
+        );
+        assert!(
+            "v1.28.0"
+                .parse::<ServerVersion>()
+                .unwrap()
+                .match_conditions()
+        );
+    }
+
+    #[test]
+    fn match_conditions_only_where_the_server_has_them() {
+        for unarmed_delete in [UnarmedDelete::Allow, UnarmedDelete::Deny] {
+            let old = serde_json::to_value(registration(unarmed_delete).configuration()).unwrap();
+            for webhook in old["webhooks"].as_array().unwrap() {
+                assert!(webhook.get("matchConditions").is_none(), "{webhook}");
+            }
+            let new = serde_json::to_value(registration_for(unarmed_delete, V1_30).configuration())
+                .unwrap();
+            assert_eq!(
+                new["webhooks"][0]["matchConditions"][0]["expression"],
+                ARM_CONDITION
+            );
+            let delete = new["webhooks"][1].get("matchConditions");
+            match unarmed_delete {
+                // The label selects what matters: nothing to evaluate.
+                UnarmedDelete::Allow => assert!(delete.is_none()),
+                UnarmedDelete::Deny => {
+                    assert_eq!(delete.unwrap()[0]["expression"], DELETE_CONDITION);
+                }
+            }
+        }
+    }
+
+    /// Evaluates a condition as the apiserver does, over an AdmissionRequest's `object` and
+    /// `oldObject` (JSON null when absent); an evaluation error fails the test, since the
+    /// apiserver would then skip (failurePolicy Ignore) or refuse the request.
+    fn evaluate(expression: &str, object: Value, old_object: Value) -> bool {
+        let program = cel_interpreter::Program::compile(expression).expect("the condition parses");
+        let mut context = cel_interpreter::Context::default();
+        context.add_variable("object", object).unwrap();
+        context.add_variable("oldObject", old_object).unwrap();
+        match program.execute(&context) {
+            Ok(cel_interpreter::Value::Bool(matched)) => matched,
+            other => panic!("{expression} gave {other:?}"),
+        }
+    }
+
+    fn config_map(metadata: Value) -> Value {
+        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": { "k": "v" } })
+    }
+
+    #[test]
+    fn the_arm_condition_lets_through_only_what_the_webhook_acts_on() {
+        let opted_in = config_map(json!({ "name": "a",
+            "annotations": { SYNCHRONOUS_ANNOTATION: "true", "other": "x" } }));
+        let armed = config_map(json!({ "name": "a",
+            "annotations": { SYNCHRONOUS_ANNOTATION: "true" },
+            "finalizers": ["x.io/hold", SYNCHRONOUS_FINALIZER],
+            "labels": { ARMED_LABEL: "true" } }));
+        let opted_out = config_map(json!({ "name": "a",
+            "annotations": { SYNCHRONOUS_ANNOTATION: "false" } }));
+        let plain = config_map(json!({ "name": "a", "labels": { "app": "a" } }));
+        let bare = config_map(json!({ "name": "a" }));
+        let finalized = config_map(json!({ "name": "a", "finalizers": ["x.io/hold"] }));
+        let annotated = config_map(json!({ "name": "a", "annotations": { "other": "x" } }));
+        // A TokenReview: created, never stored, with an empty metadata.
+        let review = json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "metadata": {}, "spec": { "token": "t" } });
+        let cases = [
+            ("create, opted in", &opted_in, &Value::Null, true),
+            (
+                "create, annotated other than true",
+                &opted_out,
+                &Value::Null,
+                false,
+            ),
+            ("create, labels only", &plain, &Value::Null, false),
+            ("create, no annotations", &bare, &Value::Null, false),
+            ("create, other annotations", &annotated, &Value::Null, false),
+            ("create, a TokenReview", &review, &Value::Null, false),
+            ("update adding the annotation", &opted_in, &bare, true),
+            ("update of an armed object", &armed, &armed, true),
+            ("update removing the annotation", &finalized, &armed, true),
+            ("update setting it to false", &opted_out, &opted_in, true),
+            ("update of a plain object", &plain, &bare, false),
+            (
+                "update of an object with another finalizer",
+                &finalized,
+                &finalized,
+                false,
+            ),
+            (
+                "update of an object with other annotations",
+                &annotated,
+                &plain,
+                false,
+            ),
+        ];
+        for (what, object, old, expected) in cases {
+            assert_eq!(
+                evaluate(ARM_CONDITION, object.clone(), old.clone()),
+                expected,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_delete_condition_lets_through_opted_in_objects_only() {
+        let opted_in = config_map(json!({ "name": "a",
+            "annotations": { SYNCHRONOUS_ANNOTATION: "true" } }));
+        let opted_out = config_map(json!({ "name": "a",
+            "annotations": { SYNCHRONOUS_ANNOTATION: "no" } }));
+        let bare = config_map(json!({ "name": "a" }));
+        let annotated = config_map(json!({ "name": "a", "annotations": { "other": "x" } }));
+        for (what, old, expected) in [
+            ("opted in", opted_in, true),
+            ("annotated other than true", opted_out, false),
+            ("no annotations", bare, false),
+            ("other annotations", annotated, false),
+        ] {
+            assert_eq!(
+                evaluate(DELETE_CONDITION, Value::Null, old),
+                expected,
+                "{what}"
+            );
         }
     }
 

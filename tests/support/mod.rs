@@ -23,6 +23,21 @@ use syncgc::webhook::registration::NAMESPACE_NAME_LABEL;
 /// The environment variable that names the local control plane's admin kubeconfig.
 pub const KUBECONFIG_ENV: &str = "SYNCGC_KUBECONFIG";
 
+/// The control plane's Kubernetes version, as the webhook registration depends on it.
+pub fn server() -> syncgc::webhook::registration::ServerVersion {
+    static VERSION: std::sync::OnceLock<syncgc::webhook::registration::ServerVersion> =
+        std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = kubectl(&["version", "-o", "json"], None);
+        let version: serde_json::Value = serde_json::from_str(&out).expect("kubectl version");
+        version["serverVersion"]["gitVersion"]
+            .as_str()
+            .expect("the server's gitVersion")
+            .parse()
+            .expect("a Kubernetes version")
+    })
+}
+
 /// The path of the control plane's kubeconfig; panics with instructions when it is not set.
 pub fn kubeconfig_path() -> String {
     std::env::var(KUBECONFIG_ENV).unwrap_or_else(|_| {

@@ -78,6 +78,7 @@ impl Syncgc {
             timeout_seconds: 10,
             excluded_namespaces: vec![],
             unarmed_delete: unarmed_delete(args),
+            server: super::server(),
         }
         .configuration();
         for hook in registration.webhooks.iter_mut().flatten() {

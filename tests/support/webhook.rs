@@ -104,6 +104,7 @@ impl RegisteredWebhook {
             timeout_seconds: 10,
             excluded_namespaces: vec![],
             unarmed_delete: policy.unarmed_delete,
+            server: super::server(),
         }
         .configuration();
         for webhook in configuration.webhooks.iter_mut().flatten() {
