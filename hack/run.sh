@@ -15,7 +15,7 @@ port=${SYNCGC_WEBHOOK_PORT:-8443}
 [ -f certs/tls.crt ] || "$bin" certs --out certs --dns localhost --ip 127.0.0.1
 # Kubernetes labels namespaces with their name only from 1.21 on; the webhook's namespace
 # exclusions select on that label.
-for ns in kube-system syncgc-system; do
+for ns in kube-system kube-node-lease syncgc-system; do
   kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null
   kubectl label namespace "$ns" "kubernetes.io/metadata.name=$ns" --overwrite >/dev/null
 done

@@ -50,7 +50,11 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             url: format!("https://{}/mutate", syncgc.webhook),
             ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
             timeout_seconds: 3,
-            excluded_namespaces: vec!["kube-system".into(), "syncgc-system".into()],
+            excluded_namespaces: vec![
+                "kube-system".into(),
+                "kube-node-lease".into(),
+                "syncgc-system".into(),
+            ],
             unarmed_delete,
             server,
         }

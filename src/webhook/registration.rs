@@ -225,7 +225,11 @@ mod tests {
             url: "https://127.0.0.1:8443/mutate".into(),
             ca_bundle: b"-----BEGIN CERTIFICATE-----".to_vec(),
             timeout_seconds: 3,
-            excluded_namespaces: vec!["kube-system".into(), "syncgc-system".into()],
+            excluded_namespaces: vec![
+                "kube-system".into(),
+                "kube-node-lease".into(),
+                "syncgc-system".into(),
+            ],
             unarmed_delete,
             server,
         }
@@ -398,7 +402,7 @@ mod tests {
             );
             assert_eq!(
                 webhook["namespaceSelector"]["matchExpressions"][0]["values"],
-                serde_json::json!(["kube-system", "syncgc-system"])
+                serde_json::json!(["kube-system", "kube-node-lease", "syncgc-system"])
             );
         }
         assert_eq!(arm["name"], ARM_WEBHOOK);

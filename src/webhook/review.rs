@@ -218,6 +218,36 @@ impl Review {
     }
 }
 
+/// Checks, for any `body`, what skimming promises, and panics where it breaks it: pruning
+/// never panics; a body that is JSON stays JSON; a body that parses as a review parses to the
+/// same review once pruned; [`Review::parse`] never panics. For the fuzz target
+/// (`fuzz/fuzz_targets/skim.rs`, `hack/fuzz.sh`) and the tests.
+#[doc(hidden)]
+pub fn check_skim(body: &[u8]) {
+    let pruned = skim::prune(body);
+    if let Some(pruned) = &pruned {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+            if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(pruned) {
+                panic!(
+                    "pruning made JSON invalid ({err}): {}",
+                    String::from_utf8_lossy(pruned)
+                );
+            }
+        }
+        if let Ok(whole) = serde_json::from_slice::<ReviewIn>(body) {
+            match serde_json::from_slice::<ReviewIn>(pruned) {
+                Ok(skimmed) => assert_eq!(
+                    format!("{skimmed:?}"),
+                    format!("{whole:?}"),
+                    "pruning changed what is read"
+                ),
+                Err(err) => panic!("pruning made a review unreadable: {err}"),
+            }
+        }
+    }
+    let _ = Review::parse(body);
+}
+
 /// An answer: allowed or denied, with an optional JSON patch and warnings.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
@@ -481,7 +511,26 @@ mod tests {
             let skimmed: ReviewIn = serde_json::from_slice(&pruned).unwrap();
             let whole = Review::read_tracked(&body).unwrap();
             assert_eq!(format!("{skimmed:?}"), format!("{whole:?}"), "{operation}");
+            check_skim(&body);
+            // Every prefix: unfinished bodies are neither pruned wrongly nor a panic.
+            for end in (0..body.len()).step_by(7) {
+                check_skim(&body[..end]);
+            }
         }
+    }
+
+    /// The seeds of the fuzz target are reviews, and pass its check.
+    #[test]
+    fn the_fuzz_seeds_pass_the_check() {
+        let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/skim");
+        let mut count = 0;
+        for entry in std::fs::read_dir(seeds).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(Review::parse(&body).is_ok());
+            check_skim(&body);
+            count += 1;
+        }
+        assert!(count >= 3, "{count} seeds");
     }
 
     #[test]
