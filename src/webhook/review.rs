@@ -226,13 +226,13 @@ impl Review {
 pub fn check_skim(body: &[u8]) {
     let pruned = skim::prune(body);
     if let Some(pruned) = &pruned {
-        if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
-            if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(pruned) {
-                panic!(
-                    "pruning made JSON invalid ({err}): {}",
-                    String::from_utf8_lossy(pruned)
-                );
-            }
+        if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+            && let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(pruned)
+        {
+            panic!(
+                "pruning made JSON invalid ({err}): {}",
+                String::from_utf8_lossy(pruned)
+            );
         }
         if let Ok(whole) = serde_json::from_slice::<ReviewIn>(body) {
             match serde_json::from_slice::<ReviewIn>(pruned) {
