@@ -123,9 +123,9 @@ impl Settings {
             connections: env_or("SYNCGC_BENCH_CONNECTIONS", 8)?,
             watched: env_or("SYNCGC_BENCH_WATCHED", 10_000)?,
             barrier_trials: env_or("SYNCGC_BENCH_BARRIER_TRIALS", 100)?,
-            writes: env_or("SYNCGC_BENCH_WRITES", 3000)?,
+            writes: env_or("SYNCGC_BENCH_WRITES", 4000)?,
             writers: env_or("SYNCGC_BENCH_WRITERS", 32)?,
-            writes_rounds: env_or("SYNCGC_BENCH_WRITES_ROUNDS", 2)?,
+            writes_rounds: env_or("SYNCGC_BENCH_WRITES_ROUNDS", 3)?,
             out: env_or(
                 "SYNCGC_BENCH_OUT",
                 PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),

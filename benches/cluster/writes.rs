@@ -22,6 +22,8 @@ use crate::report::{Goal, Report, round};
 
 const NAME: &str = "syncgc-bench-writes";
 const OPERATIONS: [&str; 3] = ["CREATE", "UPDATE", "DELETE"];
+/// The pause before each operation's writes.
+const SETTLE: Duration = Duration::from_secs(3);
 
 /// Seconds each operation took over all rounds of one kind, and the reviews syncgc answered.
 #[derive(Default)]
@@ -190,6 +192,9 @@ async fn writes(
     let name = |i: usize| format!("w-{turn}-{i}");
     let mut took = [Duration::ZERO; 3];
     for (op, slot) in took.iter_mut().enumerate() {
+        // What the previous operation left to do (the apiserver's and etcd's own catching up)
+        // is not counted against the next.
+        tokio::time::sleep(SETTLE).await;
         let started = Instant::now();
         let results: Vec<Result<()>> = futures::stream::iter(0..n)
             .map(|i| async move {
