@@ -10,7 +10,7 @@
 # webhook load, SYNCGC_BENCH_WATCHED [10000] objects for the memory reading,
 # SYNCGC_BENCH_BARRIER_TRIALS [100] releases with and without the release barrier,
 # SYNCGC_BENCH_WRITES [4000] ConfigMaps per round of the writes phase, SYNCGC_BENCH_WRITERS [32]
-# requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind (without, with the webhook, deny),
+# requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind,
 # SYNCGC_BENCH_OUT [benches/results].
 set -euo pipefail
 cd "$(dirname "$0")/.."

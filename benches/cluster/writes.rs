@@ -1,8 +1,9 @@
 //! What syncgc's webhook costs writes that do not concern it: unannotated ConfigMaps created,
-//! updated and deleted over keep-alive connections, in rounds alternating without and with
-//! syncgc's registration exactly as `syncgc webhook-config` makes it (ordered ABBA, so that a
-//! drift of the machine weighs on both alike); the rates' ratios, and the admission reviews
-//! that reached syncgc per operation.
+//! updated and deleted over keep-alive connections, in rounds without syncgc's registration,
+//! with it exactly as `syncgc webhook-config` makes it, with it as `--unarmed-delete deny`
+//! needs it, and with its DELETE webhook alone (ordered ABCD DCBA, so that a drift of the
+//! machine weighs on each alike); the rates' ratios, and the admission reviews that reached
+//! syncgc per operation.
 
 use std::time::{Duration, Instant};
 
@@ -62,20 +63,25 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         }
         .configuration())
     };
+    let allow = registration(UnarmedDelete::Allow)?;
+    // The DELETE webhook alone: what DELETE pays for its own registration, apart from what
+    // CREATE and UPDATE calls leave the apiserver to do.
+    let mut delete_only = allow.clone();
+    delete_only.webhooks.as_mut().context("webhooks")?.remove(0);
     let variants = [
         None,
-        Some(registration(UnarmedDelete::Allow)?),
+        Some(allow),
         Some(registration(UnarmedDelete::Deny)?),
+        Some(delete_only),
     ];
-    let mut rounds: [Rounds; 3] = Default::default();
+    let mut rounds: [Rounds; 4] = Default::default();
     let _ = webhooks.delete(NAME, &DeleteParams::default()).await;
     for pair in 0..pairs {
-        // A B C, then C B A: a drift of the machine weighs on every kind alike.
-        let order: Vec<usize> = if pair % 2 == 0 {
-            vec![0, 1, 2]
-        } else {
-            vec![2, 1, 0]
-        };
+        // A B C D, then D C B A: a drift of the machine weighs on every kind alike.
+        let mut order: Vec<usize> = (0..variants.len()).collect();
+        if pair % 2 == 1 {
+            order.reverse();
+        }
         for v in order {
             let _ = webhooks.delete(NAME, &DeleteParams::default()).await;
             if let Some(configuration) = &variants[v] {
@@ -83,11 +89,13 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
                     .create(&PostParams::default(), configuration)
                     .await?;
             }
-            applied(&api, variants[v].is_some()).await?;
+            // The DELETE webhook alone cannot be probed with a create; the creates and updates
+            // before its deletes leave the apiserver seconds to take it.
+            applied(&api, v == 1 || v == 2).await?;
             let before = reviews(&syncgc).await?;
-            let took = writes(&api, pair * 3 + v, n, connections).await?;
+            let took = writes(&api, pair * variants.len() + v, n, connections).await?;
             let after = reviews(&syncgc).await?;
-            for i in 0..3 {
+            for i in 0..OPERATIONS.len() {
                 rounds[v].seconds[i] += took[i].as_secs_f64();
                 rounds[v].reviews[i] += after[i] - before[i];
             }
@@ -97,14 +105,15 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     plane.drop_namespace(&namespace).await?;
 
     let total = (n * pairs) as f64;
-    let [without, with, deny] = &rounds;
+    let [without, with, deny, delete_only] = &rounds;
     let table = report.table(
         format!(
             "Writes that do not concern syncgc: {n} unannotated ConfigMaps created, updated \
              (a merge patch of their data) and deleted with {connections} requests in flight, \
              {pairs} rounds without syncgc's registration, {pairs} with it as \
              `syncgc webhook-config` prints it, {pairs} with it as \
-             `syncgc webhook-config --unarmed-delete deny` prints it (order ABC CBA); rates \
+             `syncgc webhook-config --unarmed-delete deny` prints it, {pairs} with its DELETE \
+             webhook alone (order ABCD DCBA); a {SETTLE:?} pause before each operation; rates \
              over all rounds of a kind"
         ),
         vec![
@@ -115,6 +124,8 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             "reviews syncgc answered per write",
             "with deny /s",
             "deny ÷ without",
+            "DELETE webhook alone /s",
+            "alone ÷ without",
         ],
     );
     let ratio = |r: &Rounds, i: usize| without.seconds[i] / r.seconds[i];
@@ -127,6 +138,8 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             round(with.reviews[i] / total),
             round(total / deny.seconds[i]),
             round(ratio(deny, i)),
+            round(total / delete_only.seconds[i]),
+            round(ratio(delete_only, i)),
         ]);
     }
     report.target(
