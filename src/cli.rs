@@ -11,7 +11,7 @@ use crate::certs::{DevCerts, SubjectAltNames};
 use crate::graph::Mode;
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::Registration;
-use crate::webhook::registration::ServerVersion;
+use crate::webhook::registration::{DEFAULT_EXCLUDED_NAMESPACES, ServerVersion};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -176,7 +176,7 @@ pub struct WebhookConfigArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub timeout_seconds: i32,
     /// A namespace whose objects the webhook never sees (repeatable).
-    #[arg(long = "exclude-namespace", value_name = "NAME", default_values_t = ["kube-system".to_owned(), "kube-node-lease".to_owned(), "syncgc-system".to_owned()])]
+    #[arg(long = "exclude-namespace", value_name = "NAME", default_values_t = DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned))]
     pub excluded_namespaces: Vec<String>,
     /// The `--unarmed-delete` policy syncgc runs with: `deny` needs every DELETE, `allow`
     /// only those of armed objects.

@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::Registration;
+use syncgc::webhook::registration::{DEFAULT_EXCLUDED_NAMESPACES, Registration};
 
 use crate::Settings;
 use crate::plane::Plane;
@@ -53,11 +53,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             url: format!("https://{}/mutate", syncgc.webhook),
             ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
             timeout_seconds: 3,
-            excluded_namespaces: vec![
-                "kube-system".into(),
-                "kube-node-lease".into(),
-                "syncgc-system".into(),
-            ],
+            excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
             server,
         }

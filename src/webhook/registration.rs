@@ -13,6 +13,11 @@ use kube::api::ObjectMeta;
 use super::admit::UnarmedDelete;
 use crate::names::ARMED_LABEL;
 
+/// The namespaces the webhook never sees by default: the control plane's, the node heartbeats'
+/// (every node renews its Lease in `kube-node-lease` every 10 seconds), and syncgc's own.
+pub const DEFAULT_EXCLUDED_NAMESPACES: [&str; 3] =
+    ["kube-system", "kube-node-lease", "syncgc-system"];
+
 /// The label that names a namespace (set by the apiserver from Kubernetes 1.21 on).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
@@ -225,11 +230,7 @@ mod tests {
             url: "https://127.0.0.1:8443/mutate".into(),
             ca_bundle: b"-----BEGIN CERTIFICATE-----".to_vec(),
             timeout_seconds: 3,
-            excluded_namespaces: vec![
-                "kube-system".into(),
-                "kube-node-lease".into(),
-                "syncgc-system".into(),
-            ],
+            excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
             server,
         }
