@@ -120,31 +120,13 @@ async fn every_kind_of_a_group_is_watched_whatever_its_version() {
     .await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
     let configmaps = delete_holding(&ns, &owners, &moving_beta, &owner).await;
-    kubectl(
-        &["apply", "-f", "-"],
-        Some(
-            &crd(
-                &group,
-                "Moving",
-                "movings",
-                &[("v1beta1", true, false), ("v1", true, true)],
-            )
-            .to_string(),
-        ),
-    );
+    let move_to = |versions: &[(&str, bool, bool)]| {
+        let body = crd(&group, "Moving", "movings", versions).to_string();
+        kubectl(&["apply", "-f", "-"], Some(&body));
+    };
+    move_to(&[("v1beta1", true, false), ("v1", true, true)]);
     served(&client, &moving).await;
-    kubectl(
-        &["apply", "-f", "-"],
-        Some(
-            &crd(
-                &group,
-                "Moving",
-                "movings",
-                &[("v1beta1", false, false), ("v1", true, true)],
-            )
-            .to_string(),
-        ),
-    );
+    move_to(&[("v1beta1", false, false), ("v1", true, true)]);
     let v1 = dynamic(&ns, &moving);
     stays(
         "the owner waits across the moves",

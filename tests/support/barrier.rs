@@ -254,27 +254,16 @@ pub fn restart_apiserver() {
 /// v1, which needs no conversion), and goes once it is let go and the watch recovers.
 pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
     let group = format!("{}.test.syncgc.io", ns.name);
-    let version = |name: &str, storage: bool| {
-        json!({ "name": name, "served": true, "storage": storage,
-            "schema": { "openAPIV3Schema": { "type": "object",
-                "x-kubernetes-preserve-unknown-fields": true } } })
-    };
-    let _crd = super::surface::ClusterObject::apply(
-        &format!("crd/things.{group}"),
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": { "name": format!("things.{group}") },
-            "spec": {
-                "group": group, "scope": "Namespaced",
-                "names": { "plural": "things", "singular": "thing", "kind": "Thing" },
-                "versions": [version("v1", true), version("v2", false)],
-                "conversion": { "strategy": "Webhook", "webhook": {
-                    "conversionReviewVersions": ["v1"],
-                    "clientConfig": { "url": "https://127.0.0.1:9/convert" } } }
-            }
-        }),
+    let mut definition = super::surface::crd(
+        &group,
+        "Thing",
+        "things",
+        &[("v1", true, true), ("v2", true, false)],
     );
+    definition["spec"]["conversion"] = json!({ "strategy": "Webhook", "webhook": {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": { "url": "https://127.0.0.1:9/convert" } } });
+    let _crd = super::surface::ClusterObject::apply(&format!("crd/things.{group}"), definition);
     let _held = Unhold(format!("things.v1.{group}"), ns.name.clone());
     let things = super::surface::resource(&group, "v1", "Thing", "things");
     super::surface::served(&ns.client, &things).await;
