@@ -19,6 +19,8 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Config, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -777,49 +779,56 @@ fn test(path: PointerBuf, value: &str) -> PatchOperation {
 }
 
 // The leader Lease's calls, kept together at the end of the file.
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 
-/// The leader Lease (`coordination.k8s.io/v1`), read and written whole: leader election needs
-/// `get`, `create` and `update` on it and nothing else.
+/// Objects syncgc reads and writes whole, each by name: its leader Lease (`get`, `create`,
+/// `update`), and with `--manage-webhook` its MutatingWebhookConfiguration and the Secret of its
+/// serving certificate. A replacement carries the resourceVersion the object was read with, so
+/// it is a compare-and-swap (409 when someone wrote it in between).
 impl Cluster {
-    fn lease(&self, namespace: &str, name: &str) -> (Api<Lease>, Target) {
-        let target = Target {
-            resource: ApiResource::erase::<Lease>(&()),
-            namespace: Some(namespace.to_owned()),
+    fn whole<K>(api: &Api<K>, name: &str) -> Target
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        Target {
+            resource: ApiResource::erase::<K>(&()),
+            namespace: api.namespace().map(str::to_owned),
             name: name.to_owned(),
             uid: String::new(),
-        };
-        (Api::namespaced(self.client.clone(), namespace), target)
+        }
     }
 
-    /// The Lease `namespace/name`, if it exists.
-    pub async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ApiError> {
-        let (api, target) = self.lease(namespace, name);
+    /// The object `name` of `api`, if it exists.
+    pub async fn get_whole<K>(&self, api: &Api<K>, name: &str) -> Result<Option<K>, ApiError>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let target = Self::whole(api, name);
         self.call(Verb::Get, &target, api.get_opt(name)).await
     }
 
-    /// Creates `lease` (named by its metadata) in `namespace`.
-    pub async fn create_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
-        let name = lease.metadata.name.as_deref().unwrap_or_default();
-        let (api, target) = self.lease(namespace, name);
-        self.call(
-            Verb::Create,
-            &target,
-            api.create(&PostParams::default(), lease),
-        )
-        .await
+    /// Creates `object` (named by its metadata) with `api`.
+    pub async fn create_whole<K>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let name = object.meta().name.as_deref().unwrap_or_default();
+        let target = Self::whole(api, name);
+        self.call(Verb::Create, &target, api.create(&PostParams::default(), object))
+            .await
     }
 
-    /// Replaces the Lease named by `lease`'s metadata with `lease`; the resourceVersion it was
-    /// read with makes this a compare-and-swap (409 when someone wrote it in between).
-    pub async fn replace_lease(&self, namespace: &str, lease: &Lease) -> Result<Lease, ApiError> {
-        let name = lease.metadata.name.as_deref().unwrap_or_default();
-        let (api, target) = self.lease(namespace, name);
+    /// Replaces the object named by `object`'s metadata with `object`.
+    pub async fn replace_whole<K>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let name = object.meta().name.as_deref().unwrap_or_default();
+        let target = Self::whole(api, name);
         self.call(
             Verb::Update,
             &target,
-            api.replace(name, &PostParams::default(), lease),
+            api.replace(name, &PostParams::default(), object),
         )
         .await
     }

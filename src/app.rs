@@ -17,6 +17,9 @@ use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
 use crate::webhook::handler::{self, Webhook};
 use crate::webhook::server::{self, Limits};
+use crate::webhook::certificate::{Keeper, Validity};
+use crate::webhook::managed::{CaSource, Managed};
+use crate::webhook::registration::ServerVersion;
 use crate::webhook::tls::{Reload, ReloadingCert};
 
 /// How often the apiserver connection is checked once established.
@@ -47,6 +50,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         rediscovery_interval,
         release_barrier,
         leader_election: election_args,
+        debug_graph,
+        webhook: webhook_args,
+        manage_webhook,
+        webhook_ca_file,
+        tls_secret,
+        validity,
     } = args;
     let LeaderElectionArgs {
         leader_election,
@@ -66,6 +75,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             )
         })
         .transpose()?;
+    let validity = Validity {
+        ca: validity.tls_ca_validity,
+        cert: validity.tls_cert_validity,
+        renew_before: validity.tls_renew_before,
+    }
+    .check()
+    .map_err(anyhow::Error::msg)?;
+    // With --manage-webhook: where the webhook is, and where the CA bundle comes from.
+    let managed_client = match (manage_webhook, webhook_args.client()) {
+        (false, _) => None,
+        (true, Some(client)) => Some(client),
+        (true, None) => anyhow::bail!("--manage-webhook needs --webhook-service or --webhook-url"),
+    };
+    if managed_client.is_some() && tls_secret.is_none() && webhook_ca_file.is_none() {
+        anyhow::bail!("--manage-webhook needs --tls-secret or --webhook-ca-file for the CA bundle");
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
@@ -77,22 +102,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let limiter = Arc::new(RateLimiter::new(qps, burst));
     let gc_cluster = Cluster::new(client.clone(), Some(limiter), API_TIMEOUT, metrics.clone());
 
-    let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
-    let reload_metrics = metrics.clone();
-    tokio::spawn(
-        cert.clone()
-            .watch(CERT_CHECK_INTERVAL, shutdown.clone(), move |outcome| {
-                let result = match outcome {
-                    Ok(Reload::Unchanged) => return,
-                    Ok(Reload::Reloaded) => "reloaded",
-                    Err(_) => "error",
-                };
-                reload_metrics
-                    .certificate_reloads
-                    .with_label_values(&[result])
-                    .inc();
-            }),
-    );
+    // From the Secret syncgc keeps (set by the managing rounds), or from files.
+    let cert = if tls_secret.is_some() {
+        Arc::new(ReloadingCert::empty())
+    } else {
+        let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
+        let reload_metrics = metrics.clone();
+        tokio::spawn(
+            cert.clone()
+                .watch(CERT_CHECK_INTERVAL, shutdown.clone(), move |outcome| {
+                    let result = match outcome {
+                        Ok(Reload::Unchanged) => return,
+                        Ok(Reload::Reloaded) => "reloaded",
+                        Err(_) => "error",
+                    };
+                    reload_metrics
+                        .certificate_reloads
+                        .with_label_values(&[result])
+                        .inc();
+                }),
+        );
+        cert
+    };
     let graph = Arc::new(RwLock::new(Graph::new(mode)));
     tracing::info!(?mode, "garbage collector mode");
     let webhook = handler::router(Webhook {
@@ -111,7 +142,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     let webhook_server = tokio::spawn(server::serve(
         webhook_listener,
-        cert,
+        cert.clone(),
         webhook,
         Limits::default(),
         shutdown.clone(),
@@ -136,11 +167,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics_listener = TcpListener::bind(metrics_addr)
         .await
         .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
-    tracing::info!(addr = %metrics_listener.local_addr()?, "serving /metrics, /healthz, /readyz and /debug/graph");
-    let metrics_server = axum::serve(
-        metrics_listener,
-        metrics::router(metrics.clone(), readiness.clone()).merge(gc::debug::router(gc.clone())),
-    )
+    let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
+    if debug_graph {
+        metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));
+    }
+    tracing::info!(
+        addr = %metrics_listener.local_addr()?,
+        debug_graph,
+        "serving /metrics, /healthz, /readyz (and with --debug-graph /debug/graph)"
+    );
+    let metrics_server = axum::serve(metrics_listener, metrics_router)
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let metrics_server = tokio::spawn(metrics_server.into_future());
 
@@ -173,6 +209,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics.leader.set(1);
         (None, Some(leading_tx))
     };
+    let managed = managed_client.map(|reached| {
+        let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
+        let ca = match tls_secret {
+            Some(secret) => CaSource::Secret(Keeper::new(
+                &webhook_cluster,
+                secret,
+                reached.subject_alt_names(),
+                validity,
+            )),
+            None => CaSource::File(webhook_ca_file.unwrap_or_default()),
+        };
+        tracing::info!(configuration = %webhook_args.webhook_config_name, ?reached, "managing the webhook configuration");
+        let managed = Managed {
+            registration: webhook_args.registration(reached, unarmed_delete, ServerVersion::MATCH_CONDITIONS),
+            cluster: webhook_cluster,
+            ca,
+            cert: cert.clone(),
+            collector: gc.clone(),
+            readiness: readiness.clone(),
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(managed.run(shutdown.clone()))
+    });
     let collector = tokio::spawn(gc::run(gc, readiness.clone(), leading, shutdown.clone()));
 
     tokio::select! {
@@ -183,6 +242,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     collector.await.context("garbage collector task")?;
     if let Some(election) = election {
         election.await.context("leader election task")?;
+    }
+    if let Some(managed) = managed {
+        managed.await.context("webhook management task")?;
     }
     tracing::info!("shutting down: finishing in-flight admission reviews");
     webhook_server.await.context("webhook server task")?;

@@ -10,8 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::certs::{DevCerts, SubjectAltNames};
 use crate::graph::Mode;
 use crate::webhook::admit::UnarmedDelete;
-use crate::webhook::registration::Registration;
-use crate::webhook::registration::{DEFAULT_EXCLUDED_NAMESPACES, ServerVersion};
+use crate::webhook::registration::{
+    DEFAULT_EXCLUDED_NAMESPACES, Registration, Scope, ServerVersion, WebhookClient,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -128,6 +129,120 @@ pub struct RunArgs {
     /// delivered yet exists.
     #[arg(long, env = "SYNCGC_RELEASE_BARRIER", default_value_t = true, action = clap::ArgAction::Set)]
     pub release_barrier: bool,
+    /// Serve `/debug/graph` (the graph around an object: kinds and names of objects in any
+    /// namespace) on the metrics address.
+    #[arg(long, env = "SYNCGC_DEBUG_GRAPH", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub debug_graph: bool,
+    /// Where the webhook is registered and how the apiserver reaches it.
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+    /// Create and keep up to date the MutatingWebhookConfiguration (--webhook-config-name):
+    /// rules and fields for the server's version, and the CA bundle of --tls-secret or
+    /// --webhook-ca-file. Every replica may do it; a replica writes only what differs.
+    #[arg(long, env = "SYNCGC_MANAGE_WEBHOOK")]
+    pub manage_webhook: bool,
+    /// With --manage-webhook, the CA bundle (PEM) to publish, read again when it changes
+    /// (for a certificate from cert-manager: the Secret's ca.crt).
+    #[arg(long, env = "SYNCGC_WEBHOOK_CA_FILE", value_name = "FILE", conflicts_with = "tls_secret")]
+    pub webhook_ca_file: Option<PathBuf>,
+    /// Keep a CA and the serving certificate in this Secret, as NAMESPACE/NAME (keys ca.crt,
+    /// ca.key, tls.crt, tls.key): generated when missing, renewed before they expire, served
+    /// without a restart. Replaces --tls-cert and --tls-key; needs --manage-webhook, which
+    /// publishes each new CA before a certificate it signed is served.
+    #[arg(long, env = "SYNCGC_TLS_SECRET", value_name = "NAMESPACE/NAME", requires = "manage_webhook", value_parser = secret_name)]
+    pub tls_secret: Option<(String, String)>,
+    /// Certificates kept in --tls-secret: how long they are valid and when they are renewed.
+    #[command(flatten)]
+    pub validity: ValidityArgs,
+}
+
+fn secret_name(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("{text:?} is not a Secret as NAMESPACE/NAME")),
+    }
+}
+
+/// The certificates of `--tls-secret`.
+#[derive(Debug, Args)]
+pub struct ValidityArgs {
+    /// How long a new CA is valid.
+    #[arg(long, env = "SYNCGC_TLS_CA_VALIDITY", default_value = "87600h", value_parser = duration)]
+    pub tls_ca_validity: Duration,
+    /// How long a new serving certificate is valid (never longer than its CA).
+    #[arg(long, env = "SYNCGC_TLS_CERT_VALIDITY", default_value = "8760h", value_parser = duration)]
+    pub tls_cert_validity: Duration,
+    /// How long before it expires a CA or a serving certificate is renewed.
+    #[arg(long, env = "SYNCGC_TLS_RENEW_BEFORE", default_value = "720h", value_parser = duration)]
+    pub tls_renew_before: Duration,
+}
+
+/// The MutatingWebhookConfiguration: its name, how the apiserver reaches the webhook, and
+/// what it sends there.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// The MutatingWebhookConfiguration's name.
+    #[arg(long, alias = "name", env = "SYNCGC_WEBHOOK_CONFIG_NAME", default_value = "syncgc")]
+    pub webhook_config_name: String,
+    /// The webhook's URL, for a webhook outside the cluster, e.g. https://127.0.0.1:8443/mutate.
+    #[arg(long, alias = "url", env = "SYNCGC_WEBHOOK_URL", value_name = "URL",
+          conflicts_with = "webhook_service", value_parser = url_client)]
+    pub webhook_url: Option<WebhookClient>,
+    /// The webhook's Service, as NAMESPACE/NAME (port 443, path /mutate).
+    #[arg(long, alias = "service", env = "SYNCGC_WEBHOOK_SERVICE", value_name = "NAMESPACE/NAME",
+          value_parser = service_client)]
+    pub webhook_service: Option<WebhookClient>,
+    /// Seconds the apiserver waits for an answer.
+    #[arg(long, alias = "timeout-seconds", env = "SYNCGC_WEBHOOK_TIMEOUT_SECONDS", default_value_t = 3,
+          value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub webhook_timeout_seconds: i32,
+    /// A namespace whose objects the webhook never sees (repeatable).
+    #[arg(long = "exclude-namespace", env = "SYNCGC_EXCLUDE_NAMESPACES", value_delimiter = ',', value_name = "NAME",
+          default_values_t = DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned))]
+    pub excluded_namespaces: Vec<String>,
+}
+
+impl WebhookArgs {
+    /// How the apiserver reaches the webhook, if a flag says.
+    pub fn client(&self) -> Option<WebhookClient> {
+        self.webhook_url.clone().or_else(|| self.webhook_service.clone())
+    }
+
+    /// The registration, but for what only the cluster knows (set to no CA and `Every`).
+    pub fn registration(
+        &self,
+        client: WebhookClient,
+        unarmed_delete: UnarmedDelete,
+        server: ServerVersion,
+    ) -> Registration {
+        Registration {
+            name: self.webhook_config_name.clone(),
+            client,
+            ca_bundle: Vec::new(),
+            timeout_seconds: self.webhook_timeout_seconds,
+            excluded_namespaces: self.excluded_namespaces.clone(),
+            unarmed_delete,
+            server,
+            scope: Scope::Every,
+        }
+    }
+}
+
+fn url_client(text: &str) -> Result<WebhookClient, String> {
+    match text.parse()? {
+        url @ WebhookClient::Url(_) => Ok(url),
+        WebhookClient::Service { .. } => Err(format!("{text:?} is not an https:// URL")),
+    }
+}
+
+fn service_client(text: &str) -> Result<WebhookClient, String> {
+    match text.parse()? {
+        service @ WebhookClient::Service { .. } => Ok(service),
+        WebhookClient::Url(_) => Err(format!("{text:?} is not a Service as NAMESPACE/NAME")),
+    }
 }
 
 fn duration(text: &str) -> Result<Duration, crate::duration::DurationError> {
@@ -163,31 +278,23 @@ pub struct LeaderElectionArgs {
 
 #[derive(Debug, Args)]
 pub struct WebhookConfigArgs {
-    /// The webhook's URL, e.g. https://127.0.0.1:8443/mutate.
-    #[arg(long)]
-    pub url: String,
+    /// The configuration's name, and where the webhook is (--webhook-url or --webhook-service).
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
     /// The CA certificate (PEM) that signed the webhook's serving certificate.
     #[arg(long, value_name = "FILE")]
     pub ca_file: PathBuf,
-    /// The configuration's name.
-    #[arg(long, default_value = "syncgc")]
-    pub name: String,
-    /// Seconds the apiserver waits for an answer.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=30))]
-    pub timeout_seconds: i32,
-    /// A namespace whose objects the webhook never sees (repeatable).
-    #[arg(long = "exclude-namespace", value_name = "NAME", default_values_t = DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned))]
-    pub excluded_namespaces: Vec<String>,
     /// The `--unarmed-delete` policy syncgc runs with: `deny` needs every DELETE, `allow`
     /// only those of armed objects.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
     pub unarmed_delete: UnarmedDelete,
     /// The Kubernetes version the configuration is for (1.28 and later get matchConditions);
-    /// without it, the cluster of the kubeconfig is asked.
+    /// without it, the cluster of the kubeconfig is asked, and before 1.28 its discovery
+    /// narrows the rules as `syncgc run --manage-webhook` does.
     #[arg(long, value_name = "VERSION")]
     pub server_version: Option<ServerVersion>,
-    /// Kubeconfig file, to ask the cluster its version; without it, KUBECONFIG,
-    /// ~/.kube/config or the in-cluster configuration.
+    /// Kubeconfig file, to ask the cluster; without it, KUBECONFIG, ~/.kube/config or the
+    /// in-cluster configuration.
     #[arg(long, env = "SYNCGC_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 }
@@ -264,43 +371,46 @@ fn certs(args: CertsArgs) -> anyhow::Result<()> {
 
 async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
     let WebhookConfigArgs {
-        url,
+        webhook,
         ca_file,
-        name,
-        timeout_seconds,
-        excluded_namespaces,
         unarmed_delete,
         server_version,
         kubeconfig,
     } = args;
+    let client = webhook
+        .client()
+        .ok_or_else(|| anyhow::anyhow!("say where the webhook is: --webhook-url or --webhook-service"))?;
     let ca_bundle = std::fs::read(&ca_file)
         .map_err(|err| anyhow::anyhow!("reading {}: {err}", ca_file.display()))?;
-    let server = match server_version {
-        Some(version) => version,
+    let mut registration = match server_version {
+        Some(server) => webhook.registration(client, unarmed_delete, server),
         None => {
             let asked = async {
-                let client = crate::api::client(crate::api::config(kubeconfig.as_deref()).await?)?;
-                crate::api::server_version(&client).await
+                let cluster = crate::api::client(crate::api::config(kubeconfig.as_deref()).await?)?;
+                let version: ServerVersion = crate::api::server_version(&cluster)
+                    .await?
+                    .parse()
+                    .map_err(|err| anyhow::anyhow!("the cluster's version: {err}"))?;
+                let mut registration = webhook.registration(client, unarmed_delete, version);
+                if !version.match_conditions() {
+                    let found = crate::gc::discovery::discover(&cluster, &[]).await?;
+                    registration.scope = Scope::discovered(
+                        found.resources.iter().map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
+                        found.failed.iter().map(String::as_str),
+                    );
+                    tracing::warn!(
+                        %version,
+                        "before 1.28 the rules list the API groups the cluster serves now: apply this again when a new group comes (syncgc run --manage-webhook does it by itself)"
+                    );
+                }
+                anyhow::Ok(registration)
             };
-            let version = asked.await.map_err(|err| {
-                anyhow::anyhow!(
-                    "asking the cluster for its version: {err}; give --server-version (e.g. 1.30)"
-                )
-            })?;
-            version
-                .parse()
-                .map_err(|err| anyhow::anyhow!("the cluster's version: {err}"))?
+            asked.await.map_err(|err| {
+                anyhow::anyhow!("asking the cluster: {err:#}; give --server-version (e.g. 1.30)")
+            })?
         }
     };
-    let registration = Registration {
-        name,
-        url,
-        ca_bundle,
-        timeout_seconds,
-        excluded_namespaces,
-        unarmed_delete,
-        server,
-    };
+    registration.ca_bundle = ca_bundle;
     println!(
         "{}",
         serde_json::to_string_pretty(&registration.configuration())?

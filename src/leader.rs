@@ -463,6 +463,10 @@ impl Election {
         }
     }
 
+    fn api(&self, cluster: &Cluster) -> kube::Api<Lease> {
+        kube::Api::namespaced(cluster.client.clone(), &self.namespace)
+    }
+
     fn lease(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
@@ -506,7 +510,7 @@ impl Election {
         observed: &mut Option<Observed>,
     ) -> Result<bool, ElectionError> {
         let existing = cluster
-            .get_lease(&self.namespace, &self.name)
+            .get_whole(&self.api(cluster), &self.name)
             .await
             .map_err(|err| self.call_failed(err, Verb::Get))?;
         let now = Instant::now();
@@ -546,7 +550,7 @@ impl Election {
                     spec: Some(spec),
                 };
                 cluster
-                    .create_lease(&self.namespace, &lease)
+                    .create_whole(&self.api(cluster), &lease)
                     .await
                     .map_err(|err| self.call_failed(err, Verb::Create))?
             }
@@ -554,7 +558,7 @@ impl Election {
                 // The read resourceVersion makes this a compare-and-swap.
                 lease.spec = Some(spec);
                 cluster
-                    .replace_lease(&self.namespace, &lease)
+                    .replace_whole(&self.api(cluster), &lease)
                     .await
                     .map_err(|err| self.call_failed(err, Verb::Update))?
             }
@@ -574,7 +578,7 @@ impl Election {
     /// contender takes it at its next round.
     async fn release(&self, cluster: &Cluster) -> Result<(), ElectionError> {
         let Some(mut lease) = cluster
-            .get_lease(&self.namespace, &self.name)
+            .get_whole(&self.api(cluster), &self.name)
             .await
             .map_err(|err| self.call_failed(err, Verb::Get))?
         else {
@@ -592,7 +596,7 @@ impl Election {
         spec.acquire_time = Some(now.clone());
         spec.renew_time = Some(now);
         cluster
-            .replace_lease(&self.namespace, &lease)
+            .replace_whole(&self.api(cluster), &lease)
             .await
             .map(drop)
             .map_err(|err| self.call_failed(err, Verb::Update))

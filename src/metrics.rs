@@ -41,6 +41,11 @@ pub struct Metrics {
     pub webhook_side_effects: IntCounterVec,
     /// Checks of the serving certificate files, by result.
     pub certificate_reloads: IntCounterVec,
+    /// With --tls-secret: when the serving certificate expires (Unix seconds).
+    pub certificate_expiry: IntGauge,
+    /// With --manage-webhook: writes of the webhook configuration and the certificate Secret,
+    /// by object and what was written.
+    pub managed_writes: IntCounterVec,
     /// Failed calls to the apiserver, by verb.
     pub api_errors: IntCounterVec,
     /// Nodes in the ownership graph, by kind (observed, virtual).
@@ -131,6 +136,15 @@ impl Metrics {
                 "syncgc_certificate_reloads_total",
                 "Serving certificate changes seen on disk, by result",
                 &["result"],
+            )?,
+            certificate_expiry: r.gauge(
+                "syncgc_serving_certificate_expiry_timestamp_seconds",
+                "When the serving certificate kept in --tls-secret expires, in Unix seconds",
+            )?,
+            managed_writes: r.counter_vec(
+                "syncgc_managed_writes_total",
+                "Writes of the webhook configuration and the certificate Secret syncgc keeps, by object and what was written",
+                &["object", "change"],
             )?,
             api_errors: r.counter_vec(
                 "syncgc_api_errors_total",
@@ -303,15 +317,18 @@ pub enum Condition {
     Collector,
     /// Leader election: the Lease can be read and written.
     LeaderElection,
+    /// With --manage-webhook: the webhook is registered and has a certificate to serve.
+    Webhook,
 }
 
 impl Condition {
-    pub const ALL: [Self; 2] = [Self::Collector, Self::LeaderElection];
+    pub const ALL: [Self; 3] = [Self::Collector, Self::LeaderElection, Self::Webhook];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Collector => "collector",
             Self::LeaderElection => "leader-election",
+            Self::Webhook => "webhook",
         }
     }
 }

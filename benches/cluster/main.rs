@@ -44,7 +44,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::Registration;
+use syncgc::webhook::registration::{Registration, Scope, WebhookClient};
 
 use cascade::{Deletion, Outcome};
 use plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
@@ -638,12 +638,13 @@ async fn registered_namespace(
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
     let mut registration = Registration {
         name: name.into(),
-        url: format!("https://{}/mutate", syncgc.webhook),
+        client: WebhookClient::Url(format!("https://{}/mutate", syncgc.webhook)),
         ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
         timeout_seconds: 10,
         excluded_namespaces: vec![],
         unarmed_delete: UnarmedDelete::Allow,
         server: plane.server().await?,
+        scope: Scope::Every,
     }
     .configuration();
     for hook in registration.webhooks.iter_mut().flatten() {

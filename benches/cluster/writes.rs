@@ -15,7 +15,9 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{DEFAULT_EXCLUDED_NAMESPACES, Registration};
+use syncgc::webhook::registration::{
+    DEFAULT_EXCLUDED_NAMESPACES, Registration, Scope, WebhookClient,
+};
 
 use crate::Settings;
 use crate::plane::Plane;
@@ -47,15 +49,25 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     let api: Api<ConfigMap> = Api::namespaced(plane.client.clone(), &namespace);
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
     let server = plane.server().await?;
+    // What `syncgc run --manage-webhook` registers: before 1.28, rules from discovery.
+    let found = syncgc::gc::discovery::discover(&plane.client, &[]).await?;
+    let scope = Scope::discovered(
+        found
+            .resources
+            .iter()
+            .map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
+        found.failed.iter().map(String::as_str),
+    );
     let registration = |unarmed_delete| -> Result<MutatingWebhookConfiguration> {
         Ok(Registration {
             name: NAME.into(),
-            url: format!("https://{}/mutate", syncgc.webhook),
+            client: WebhookClient::Url(format!("https://{}/mutate", syncgc.webhook)),
             ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
             timeout_seconds: 3,
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
             server,
+            scope: scope.clone(),
         }
         .configuration())
     };

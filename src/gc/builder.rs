@@ -129,6 +129,10 @@ impl Builder {
             }
         }
         let first = self.pending.is_none();
+        if first || !changes.added.is_empty() || !changes.removed.is_empty() || changes.failed_changed
+        {
+            self.collector.discovered();
+        }
         let mut started = HashSet::new();
         for id in changes.added.iter().chain(&changes.moved) {
             if self.start(*id) {

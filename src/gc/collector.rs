@@ -55,6 +55,8 @@ pub struct Collector {
     /// How the watches and discovery stand, for the release barrier.
     pub(super) progress: Progress,
     pub(super) barrier: Barrier,
+    /// How many discoveries changed what is served (0 before the first).
+    discoveries: tokio::sync::watch::Sender<u64>,
 }
 
 /// Locks `mutex`, whatever a panicking holder left in it (every value here stays valid).
@@ -80,6 +82,7 @@ impl Collector {
             deadlines: Mutex::default(),
             progress: Progress::default(),
             barrier: Barrier::new(config.barrier),
+            discoveries: tokio::sync::watch::Sender::new(0),
             config,
         }
     }
@@ -90,6 +93,16 @@ impl Collector {
 
     pub fn resources(&self) -> RwLockReadGuard<'_, Resources> {
         self.resources.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows how many discoveries changed what is served (the resources or the groups
+    /// that fail); 0 until the first discovery.
+    pub fn discoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.discoveries.subscribe()
+    }
+
+    pub(super) fn discovered(&self) {
+        self.discoveries.send_modify(|n| *n += 1);
     }
 
     pub(super) fn resources_write(&self) -> RwLockWriteGuard<'_, Resources> {

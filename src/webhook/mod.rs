@@ -8,9 +8,13 @@
 //! - [`server`]: HTTPS (HTTP/1.1 and HTTP/2) with bounds and graceful shutdown.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`registration`]: the MutatingWebhookConfiguration pointing at it.
+//! - [`managed`]: `--manage-webhook`, that configuration kept by syncgc itself.
+//! - [`certificate`]: `--tls-secret`, the CA and serving certificate kept in a Secret.
 
 pub mod admit;
+pub mod certificate;
 pub mod handler;
+pub mod managed;
 pub mod registration;
 pub mod review;
 pub mod server;

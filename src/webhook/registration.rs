@@ -3,9 +3,11 @@
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
 use k8s_openapi::ByteString;
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    WebhookClientConfig,
+    ServiceReference, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
@@ -26,8 +28,8 @@ pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 pub struct Registration {
     /// The configuration's name.
     pub name: String,
-    /// `https://…/mutate`, for a webhook outside the cluster (a local control plane).
-    pub url: String,
+    /// How the apiserver reaches the webhook.
+    pub client: WebhookClient,
     /// The PEM of the CA that signed the serving certificate.
     pub ca_bundle: Vec<u8>,
     /// The seconds the apiserver waits for an answer (1 to 30).
@@ -39,6 +41,179 @@ pub struct Registration {
     pub unarmed_delete: UnarmedDelete,
     /// The apiserver's version: from 1.28 on, `matchConditions` filter what reaches syncgc.
     pub server: ServerVersion,
+    /// Before 1.28, the resources whose CREATE and UPDATE reach syncgc.
+    pub scope: Scope,
+}
+
+/// The path the webhook serves admission reviews on.
+pub const WEBHOOK_PATH: &str = "/mutate";
+
+/// How the apiserver reaches the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookClient {
+    /// `https://…/mutate`, for a webhook outside the cluster (a local control plane).
+    Url(String),
+    /// A Service in the cluster, port 443, path `/mutate`.
+    Service { namespace: String, name: String },
+}
+
+impl WebhookClient {
+    /// The names the serving certificate must carry for the apiserver to accept it: the
+    /// Service's DNS names, or the URL's host.
+    pub fn subject_alt_names(&self) -> crate::certs::SubjectAltNames {
+        let mut sans = crate::certs::SubjectAltNames::default();
+        match self {
+            Self::Url(url) => {
+                let host = url
+                    .parse::<http::Uri>()
+                    .ok()
+                    .and_then(|uri| uri.host().map(str::to_owned))
+                    .unwrap_or_default();
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                match host.parse() {
+                    Ok(ip) => sans.ips.push(ip),
+                    Err(_) => sans.dns.push(host.to_owned()),
+                }
+            }
+            Self::Service { namespace, name } => {
+                sans.dns = vec![
+                    format!("{name}.{namespace}.svc"),
+                    format!("{name}.{namespace}.svc.cluster.local"),
+                    format!("{name}.{namespace}"),
+                    name.clone(),
+                ];
+            }
+        }
+        sans
+    }
+
+    fn config(&self, ca_bundle: &[u8]) -> WebhookClientConfig {
+        let (url, service) = match self {
+            Self::Url(url) => (Some(url.clone()), None),
+            Self::Service { namespace, name } => (
+                None,
+                Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(WEBHOOK_PATH.to_owned()),
+                    port: Some(443),
+                }),
+            ),
+        };
+        WebhookClientConfig {
+            url,
+            service,
+            ca_bundle: Some(ByteString(ca_bundle.to_vec())),
+        }
+    }
+}
+
+impl std::str::FromStr for WebhookClient {
+    type Err = String;
+
+    /// `https://HOST[:PORT]/PATH`, or `NAMESPACE/NAME` of a Service.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("https://") {
+            return match s.parse::<http::Uri>() {
+                Ok(uri) if uri.host().is_some_and(|h| !h.is_empty()) => Ok(Self::Url(s.to_owned())),
+                _ => Err(format!("{s:?} is not a URL such as https://127.0.0.1:8443/mutate")),
+            };
+        }
+        match s.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(Self::Service {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                })
+            }
+            _ => Err(format!(
+                "{s:?} is neither an https:// URL nor a Service as NAMESPACE/NAME"
+            )),
+        }
+    }
+}
+
+/// Resources that can be opted in no more than they can be collected meaningfully, yet are
+/// written all the time: Events, and Leases (every node renews one every 10 seconds; every
+/// controller's leader election writes one every few seconds). Before 1.28 their CREATEs and
+/// UPDATEs are left out of the rules. TokenReviews, SubjectAccessReviews and the like cannot be
+/// deleted, so discovery never lists them: they are left out too.
+pub const NOT_OPTING_IN: [(&str, &str); 3] = [
+    ("", "events"),
+    ("events.k8s.io", "events"),
+    ("coordination.k8s.io", "leases"),
+];
+
+/// Which resources' CREATE and UPDATE reach syncgc on a server without `matchConditions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every resource (`*`): what a configuration applied by hand must say, since it does
+    /// not follow the resources the cluster comes to serve.
+    Every,
+    /// The groups discovery found, each whole (`None`) or, for a group holding a resource
+    /// of [`NOT_OPTING_IN`], as a list of its other resources.
+    Discovered(BTreeMap<String, Option<BTreeSet<String>>>),
+}
+
+impl Scope {
+    /// The scope of `served` resources, as (group, plural): every group whole but those
+    /// holding a resource of [`NOT_OPTING_IN`]; and every group of `failed` (whose discovery
+    /// failed: its resources may be unknown) whole.
+    pub fn discovered<'a>(
+        served: impl IntoIterator<Item = (&'a str, &'a str)>,
+        failed: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let listed = |group: &str| NOT_OPTING_IN.iter().any(|(g, _)| *g == group);
+        let mut groups: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+        for (group, plural) in served {
+            if !listed(group) {
+                groups.insert(group.to_owned(), None);
+            } else if !NOT_OPTING_IN.contains(&(group, plural)) {
+                groups
+                    .entry(group.to_owned())
+                    .or_insert_with(|| Some(BTreeSet::new()))
+                    .get_or_insert_default()
+                    .insert(plural.to_owned());
+            }
+        }
+        for group in failed.into_iter().filter(|g| !listed(g)) {
+            groups.insert(group.to_owned(), None);
+        }
+        Self::Discovered(groups)
+    }
+
+    fn rules(&self, operations: &[&str]) -> Vec<RuleWithOperations> {
+        let rule = |groups: Vec<String>, resources: Vec<String>| RuleWithOperations {
+            api_groups: Some(groups),
+            api_versions: Some(vec!["*".to_owned()]),
+            operations: Some(operations.iter().map(|o| (*o).to_owned()).collect()),
+            resources: Some(resources),
+            scope: Some("*".to_owned()),
+        };
+        let every = || vec!["*".to_owned()];
+        match self {
+            Self::Every => vec![rule(every(), every())],
+            Self::Discovered(groups) => {
+                let whole: Vec<String> = groups
+                    .iter()
+                    .filter(|(_, resources)| resources.is_none())
+                    .map(|(group, _)| group.clone())
+                    .collect();
+                let listed = groups.iter().filter_map(|(group, resources)| {
+                    let resources = resources.as_ref()?;
+                    (!resources.is_empty())
+                        .then(|| rule(vec![group.clone()], resources.iter().cloned().collect()))
+                });
+                (!whole.is_empty())
+                    .then(|| rule(whole, every()))
+                    .into_iter()
+                    .chain(listed)
+                    .collect()
+            }
+        }
+    }
 }
 
 /// A Kubernetes version, as far as the registration depends on it.
@@ -121,8 +296,14 @@ impl Registration {
             match_expressions: None,
         };
         let (object_selector, delete_condition) = match self.unarmed_delete {
-            UnarmedDelete::Allow => (Some(armed), None),
-            UnarmedDelete::Deny => (None, Some(("opted-in", DELETE_CONDITION))),
+            UnarmedDelete::Allow => (armed, None),
+            UnarmedDelete::Deny => (LabelSelector::default(), Some(("opted-in", DELETE_CONDITION))),
+        };
+        // Before 1.28 nothing filters CREATE and UPDATE but the rules.
+        let arm_scope = if self.server.match_conditions() {
+            &Scope::Every
+        } else {
+            &self.scope
         };
         MutatingWebhookConfiguration {
             metadata: ObjectMeta {
@@ -132,14 +313,14 @@ impl Registration {
             webhooks: Some(vec![
                 self.webhook(
                     ARM_WEBHOOK,
-                    &["CREATE", "UPDATE"],
+                    arm_scope.rules(&["CREATE", "UPDATE"]),
                     "IfNeeded",
-                    None,
+                    LabelSelector::default(),
                     Some(("opted-in-or-armed", ARM_CONDITION)),
                 ),
                 self.webhook(
                     DELETE_WEBHOOK,
-                    &["DELETE"],
+                    Scope::Every.rules(&["DELETE"]),
                     "Never",
                     object_selector,
                     delete_condition,
@@ -151,9 +332,9 @@ impl Registration {
     fn webhook(
         &self,
         name: &str,
-        operations: &[&str],
+        rules: Vec<RuleWithOperations>,
         reinvocation: &str,
-        object_selector: Option<LabelSelector>,
+        object_selector: LabelSelector,
         condition: Option<(&str, &str)>,
     ) -> MutatingWebhook {
         let match_conditions =
@@ -165,36 +346,30 @@ impl Registration {
                         expression: expression.to_owned(),
                     }]
                 });
-        let namespace_selector = (!self.excluded_namespaces.is_empty()).then(|| LabelSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: NAMESPACE_NAME_LABEL.to_owned(),
-                operator: "NotIn".to_owned(),
-                values: Some(self.excluded_namespaces.clone()),
-            }]),
+        let namespace_selector = LabelSelector {
+            match_expressions: (!self.excluded_namespaces.is_empty()).then(|| {
+                vec![LabelSelectorRequirement {
+                    key: NAMESPACE_NAME_LABEL.to_owned(),
+                    operator: "NotIn".to_owned(),
+                    values: Some(self.excluded_namespaces.clone()),
+                }]
+            }),
             match_labels: None,
-        });
+        };
         MutatingWebhook {
             name: name.to_owned(),
             admission_review_versions: vec!["v1".to_owned(), "v1beta1".to_owned()],
-            client_config: WebhookClientConfig {
-                url: Some(self.url.clone()),
-                ca_bundle: Some(ByteString(self.ca_bundle.clone())),
-                service: None,
-            },
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(vec!["*".to_owned()]),
-                api_versions: Some(vec!["*".to_owned()]),
-                operations: Some(operations.iter().map(|o| (*o).to_owned()).collect()),
-                resources: Some(vec!["*".to_owned()]),
-                scope: Some("*".to_owned()),
-            }]),
+            client_config: self.client.config(&self.ca_bundle),
+            rules: Some(rules),
             failure_policy: Some("Ignore".to_owned()),
             side_effects: "NoneOnDryRun".to_owned(),
             timeout_seconds: Some(self.timeout_seconds),
             match_policy: Some("Equivalent".to_owned()),
             reinvocation_policy: Some(reinvocation.to_owned()),
-            namespace_selector,
-            object_selector,
+            // Both selectors are written even when empty, as the apiserver stores them: what is
+            // read back is then what was written.
+            namespace_selector: Some(namespace_selector),
+            object_selector: Some(object_selector),
             match_conditions,
         }
     }
@@ -227,12 +402,13 @@ mod tests {
     fn registration_for(unarmed_delete: UnarmedDelete, server: ServerVersion) -> Registration {
         Registration {
             name: "syncgc".into(),
-            url: "https://127.0.0.1:8443/mutate".into(),
+            client: WebhookClient::Url("https://127.0.0.1:8443/mutate".into()),
             ca_bundle: b"-----BEGIN CERTIFICATE-----".to_vec(),
             timeout_seconds: 3,
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
             server,
+            scope: Scope::Every,
         }
     }
 
@@ -411,7 +587,7 @@ mod tests {
             arm["rules"][0]["operations"],
             serde_json::json!(["CREATE", "UPDATE"])
         );
-        assert!(arm.get("objectSelector").is_none());
+        assert_eq!(arm["objectSelector"], json!({}));
         assert_eq!(delete["name"], DELETE_WEBHOOK);
         assert_eq!(
             delete["rules"][0]["operations"],
@@ -428,6 +604,59 @@ mod tests {
         let value =
             serde_json::to_value(registration(UnarmedDelete::Deny).configuration()).unwrap();
         assert_eq!(value["webhooks"][1]["name"], DELETE_WEBHOOK);
-        assert!(value["webhooks"][1].get("objectSelector").is_none());
+        assert_eq!(value["webhooks"][1]["objectSelector"], json!({}));
+    }
+
+    #[test]
+    fn before_1_28_creates_and_updates_of_what_cannot_opt_in_are_left_out() {
+        let served = [
+            ("", "configmaps"),
+            ("", "events"),
+            ("", "pods"),
+            ("apps", "deployments"),
+            ("coordination.k8s.io", "leases"),
+            ("events.k8s.io", "events"),
+            ("x.io", "widgets"),
+        ];
+        let mut old = registration(UnarmedDelete::Allow);
+        old.scope = Scope::discovered(served, ["metrics.k8s.io"]);
+        let value = serde_json::to_value(old.configuration()).unwrap();
+        assert_eq!(
+            value["webhooks"][0]["rules"],
+            json!([
+                { "apiGroups": ["apps", "metrics.k8s.io", "x.io"], "apiVersions": ["*"],
+                  "operations": ["CREATE", "UPDATE"], "resources": ["*"], "scope": "*" },
+                { "apiGroups": [""], "apiVersions": ["*"],
+                  "operations": ["CREATE", "UPDATE"], "resources": ["configmaps", "pods"], "scope": "*" },
+            ])
+        );
+        // DELETEs are selected by the label, whatever the resource.
+        assert_eq!(value["webhooks"][1]["rules"][0]["resources"], json!(["*"]));
+        // From 1.28 the condition filters: the rules stay whole and never change.
+        old.server = V1_30;
+        let value = serde_json::to_value(old.configuration()).unwrap();
+        assert_eq!(value["webhooks"][0]["rules"][0]["apiGroups"], json!(["*"]));
+    }
+
+    #[test]
+    fn the_webhook_is_reached_by_url_or_service_with_matching_names() {
+        let url: WebhookClient = "https://127.0.0.1:9443/mutate".parse().unwrap();
+        assert_eq!(url.subject_alt_names().ips, ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]);
+        let host: WebhookClient = "https://syncgc.example.com/mutate".parse().unwrap();
+        assert_eq!(host.subject_alt_names().dns, ["syncgc.example.com"]);
+        let service: WebhookClient = "syncgc-system/syncgc-webhook".parse().unwrap();
+        assert_eq!(
+            service.subject_alt_names().dns[0],
+            "syncgc-webhook.syncgc-system.svc"
+        );
+        let config = service.config(b"ca");
+        let reference = config.service.unwrap();
+        assert_eq!(
+            (reference.path.as_deref(), reference.port),
+            (Some(WEBHOOK_PATH), Some(443))
+        );
+        for bad in ["http://x/mutate", "nope", "a/b/c", "/b", "https:///mutate"] {
+            assert!(bad.parse::<WebhookClient>().is_err(), "{bad}");
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! The webhook's serving certificate, reloaded when its files change (cert-manager rotates
-//! them). A new pair that does not load is logged and counted, and the old one kept.
+//! The webhook's serving certificate, swapped while the listener runs: reloaded when its files
+//! change (cert-manager rotates them), or set from the Secret syncgc keeps (`--tls-secret`). A
+//! new pair that does not load is logged and counted, and the old one kept.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -19,11 +20,11 @@ pub enum TlsError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} holds no PEM certificate", .0.display())]
-    NoCertificate(PathBuf),
-    #[error("parsing {}: {source}", .path.display())]
+    #[error("{0} holds no PEM certificate")]
+    NoCertificate(String),
+    #[error("parsing {origin}: {source}")]
     Pem {
-        path: PathBuf,
+        origin: String,
         source: rustls::pki_types::pem::Error,
     },
     #[error("the key does not fit the certificate: {0}")]
@@ -37,19 +38,19 @@ struct Pair {
     key: Vec<u8>,
 }
 
-/// A certificate resolver whose pair can be swapped while the listener runs.
+/// A certificate resolver whose pair can be swapped while the listener runs. Until it has a
+/// pair, TLS handshakes fail.
 pub struct ReloadingCert {
-    cert_path: PathBuf,
-    key_path: PathBuf,
-    current: RwLock<Arc<CertifiedKey>>,
-    loaded: Mutex<Pair>,
+    /// The files it reloads from, if any.
+    files: Option<(PathBuf, PathBuf)>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+    loaded: Mutex<Option<Pair>>,
 }
 
 impl fmt::Debug for ReloadingCert {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReloadingCert")
-            .field("cert_path", &self.cert_path)
-            .field("key_path", &self.key_path)
+            .field("files", &self.files)
             .finish_non_exhaustive()
     }
 }
@@ -64,26 +65,71 @@ pub enum Reload {
 impl ReloadingCert {
     /// Loads the pair; fails when it does not load, since there is nothing to serve with.
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self, TlsError> {
-        let pair = read_pair(cert_path, key_path)?;
-        let key = certified_key(cert_path, key_path, &pair)?;
-        Ok(Self {
-            cert_path: cert_path.to_owned(),
-            key_path: key_path.to_owned(),
-            current: RwLock::new(Arc::new(key)),
-            loaded: Mutex::new(pair),
-        })
+        let this = Self {
+            files: Some((cert_path.to_owned(), key_path.to_owned())),
+            ..Self::empty()
+        };
+        this.reload()?;
+        Ok(this)
+    }
+
+    /// No pair yet: [`ReloadingCert::set`] gives it one.
+    pub fn empty() -> Self {
+        Self {
+            files: None,
+            current: RwLock::new(None),
+            loaded: Mutex::new(None),
+        }
+    }
+
+    /// Whether it has a pair to serve.
+    pub fn is_loaded(&self) -> bool {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Reads the files again and swaps the pair in when it changed and loads.
     pub fn reload(&self) -> Result<Reload, TlsError> {
-        let pair = read_pair(&self.cert_path, &self.key_path)?;
+        let Some((cert_path, key_path)) = &self.files else {
+            return Ok(Reload::Unchanged);
+        };
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        let (cert, key) = (read(cert_path)?, read(key_path)?);
+        self.set(
+            &cert,
+            &key,
+            &cert_path.display().to_string(),
+            &key_path.display().to_string(),
+        )
+    }
+
+    /// Swaps in the PEM pair `cert` and `key` (from `cert_origin` and `key_origin`, for
+    /// errors) when it differs from the one served and loads.
+    pub fn set(
+        &self,
+        cert: &[u8],
+        key: &[u8],
+        cert_origin: &str,
+        key_origin: &str,
+    ) -> Result<Reload, TlsError> {
+        let pair = Pair {
+            cert: cert.to_vec(),
+            key: key.to_vec(),
+        };
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if *loaded == pair {
+        if loaded.as_ref() == Some(&pair) {
             return Ok(Reload::Unchanged);
         }
-        let key = certified_key(&self.cert_path, &self.key_path, &pair)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
-        *loaded = pair;
+        let certified = certified_key(cert_origin, key_origin, &pair)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(certified));
+        *loaded = Some(pair);
         Ok(Reload::Reloaded)
     }
 
@@ -118,7 +164,7 @@ impl ReloadingCert {
                 .unwrap_or(Ok(Reload::Unchanged));
             match &outcome {
                 Ok(Reload::Reloaded) => {
-                    tracing::info!(cert = %self.cert_path.display(), "serving certificate reloaded");
+                    tracing::info!(files = ?self.files, "serving certificate reloaded");
                 }
                 Ok(Reload::Unchanged) => {}
                 Err(err) => {
@@ -132,40 +178,25 @@ impl ReloadingCert {
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        )
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
-fn read_pair(cert_path: &Path, key_path: &Path) -> Result<Pair, TlsError> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| TlsError::Read {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    Ok(Pair {
-        cert: read(cert_path)?,
-        key: read(key_path)?,
-    })
-}
-
-fn certified_key(cert_path: &Path, key_path: &Path, pair: &Pair) -> Result<CertifiedKey, TlsError> {
+fn certified_key(cert_origin: &str, key_origin: &str, pair: &Pair) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(&pair.cert)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| TlsError::Pem {
-            path: cert_path.to_owned(),
+            origin: cert_origin.to_owned(),
             source,
         })?;
     if chain.is_empty() {
-        return Err(TlsError::NoCertificate(cert_path.to_owned()));
+        return Err(TlsError::NoCertificate(cert_origin.to_owned()));
     }
     let key = PrivateKeyDer::from_pem_slice(&pair.key).map_err(|source| TlsError::Pem {
-        path: key_path.to_owned(),
+        origin: key_origin.to_owned(),
         source,
     })?;
     let provider = rustls::crypto::CryptoProvider::get_default()
@@ -190,7 +221,7 @@ mod tests {
     }
 
     fn serving(cert: &ReloadingCert) -> Vec<u8> {
-        cert.current.read().unwrap().cert[0].to_vec()
+        cert.current.read().unwrap().as_ref().unwrap().cert[0].to_vec()
     }
 
     #[test]

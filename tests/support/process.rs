@@ -1,6 +1,8 @@
 //! A real `syncgc run` process against the local control plane, with its webhook registered
-//! for the namespaces labelled [`WEBHOOK_LABEL`] by its pid. A watchdog shell stops it and
-//! unregisters the webhook when the test process exits.
+//! for the namespaces labelled [`WEBHOOK_LABEL`] by its pid (unless it registers itself:
+//! `--manage-webhook`, with `--webhook-config-name` its name). A watchdog shell stops it and
+//! unregisters the webhook when the test process exits. `/debug/graph` is on unless the
+//! arguments say `--debug-graph=false`.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -8,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::Registration;
+use syncgc::webhook::registration::{Registration, Scope, WebhookClient};
 
 use super::kubeconfig_path;
 
@@ -71,27 +73,35 @@ impl Syncgc {
             .unwrap();
         assert!(status.success());
         let (metrics, webhook) = (free_port(), free_port());
-        let mut registration = Registration {
-            name: name.to_owned(),
-            url: format!("https://{webhook}/mutate"),
-            ca_bundle: std::fs::read(dir.join("ca.crt")).unwrap(),
-            timeout_seconds: 10,
-            excluded_namespaces: vec![],
-            unarmed_delete: unarmed_delete(args),
-            server: super::server(),
+        if !args.contains(&"--manage-webhook") {
+            let mut registration = Registration {
+                name: name.to_owned(),
+                client: WebhookClient::Url(format!("https://{webhook}/mutate")),
+                ca_bundle: std::fs::read(dir.join("ca.crt")).unwrap(),
+                timeout_seconds: 10,
+                excluded_namespaces: vec![],
+                unarmed_delete: unarmed_delete(args),
+                server: super::server(),
+                scope: Scope::Every,
+            }
+            .configuration();
+            for hook in registration.webhooks.iter_mut().flatten() {
+                hook.namespace_selector = Some(
+                    serde_json::from_value(
+                        serde_json::json!({ "matchLabels": { WEBHOOK_LABEL: name } }),
+                    )
+                    .unwrap(),
+                );
+            }
+            let config = dir.join("webhook.json");
+            std::fs::write(&config, serde_json::to_vec(&registration).unwrap()).unwrap();
+            super::kubectl(&["apply", "-f", config.to_str().unwrap()], None);
         }
-        .configuration();
-        for hook in registration.webhooks.iter_mut().flatten() {
-            hook.namespace_selector = Some(
-                serde_json::from_value(
-                    serde_json::json!({ "matchLabels": { WEBHOOK_LABEL: name } }),
-                )
-                .unwrap(),
-            );
-        }
-        let config = dir.join("webhook.json");
-        std::fs::write(&config, serde_json::to_vec(&registration).unwrap()).unwrap();
-        super::kubectl(&["apply", "-f", config.to_str().unwrap()], None);
+        let debug_graph = if args.iter().any(|a| a.starts_with("--debug-graph")) {
+            ""
+        } else {
+            "--debug-graph"
+        };
         // The leader Lease lives there.
         super::syncgc_namespace();
 
@@ -106,7 +116,7 @@ impl Syncgc {
             "{bin} run --kubeconfig {kubeconfig} --webhook-addr {webhook} --metrics-addr {metrics} \
              --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
              --leader-election-lease {name} --leader-election-lease-duration 3s \
-             --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {args}",
+             --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {debug_graph} {args}",
             bin = env!("CARGO_BIN_EXE_syncgc"),
             dir = dir.display(),
             args = args.join(" "),

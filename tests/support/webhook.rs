@@ -16,7 +16,7 @@ use syncgc::metrics::Metrics;
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::Policy;
 use syncgc::webhook::handler::{self, Webhook};
-use syncgc::webhook::registration::{NAMESPACE_NAME_LABEL, Registration};
+use syncgc::webhook::registration::{NAMESPACE_NAME_LABEL, Registration, Scope, WebhookClient};
 use syncgc::webhook::server::{self, Limits};
 use syncgc::webhook::tls::ReloadingCert;
 use tokio_util::sync::CancellationToken;
@@ -99,12 +99,13 @@ impl RegisteredWebhook {
         let name = format!("syncgc-{}", ns.name);
         let mut configuration = Registration {
             name: name.clone(),
-            url: format!("https://127.0.0.1:{}/mutate", served.addr.port()),
+            client: WebhookClient::Url(format!("https://127.0.0.1:{}/mutate", served.addr.port())),
             ca_bundle: std::fs::read(served.ca_file()).unwrap(),
             timeout_seconds: 10,
             excluded_namespaces: vec![],
             unarmed_delete: policy.unarmed_delete,
             server: super::server(),
+            scope: Scope::Every,
         }
         .configuration();
         for webhook in configuration.webhooks.iter_mut().flatten() {

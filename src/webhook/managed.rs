@@ -1,0 +1,251 @@
+//! `--manage-webhook`: syncgc keeps its own MutatingWebhookConfiguration, and with
+//! `--tls-secret` its own CA and serving certificate.
+//!
+//! Every replica runs the same round, every few seconds and whenever discovery changes what is
+//! served: it reads the server's version and the configuration; with `--tls-secret` it brings
+//! the Secret up to date (see [`super::certificate`]) and serves the certificate it holds;
+//! then it writes the configuration if what it should say (the rules and fields for that
+//! version, the CA bundle) differs from what it says. Replicas that agree write nothing; a
+//! configuration edited by hand is put back at the next round.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::Api;
+use tokio_util::sync::CancellationToken;
+
+use super::certificate::{self, Keeper, SecretError};
+use super::registration::{Registration, Scope, ServerVersion};
+use super::tls::ReloadingCert;
+use crate::api::{self, ApiError, Cluster};
+use crate::gc::Collector;
+use crate::metrics::{Condition, Metrics, Readiness};
+
+/// Where the CA bundle to publish comes from.
+pub enum CaSource {
+    /// The Secret syncgc keeps (`--tls-secret`); its certificate is served.
+    Secret(Keeper),
+    /// A file someone else keeps (`--webhook-ca-file`, for example cert-manager's `ca.crt`).
+    File(PathBuf),
+}
+
+/// How often a round runs when nothing asks sooner.
+pub const ROUND_INTERVAL: Duration = Duration::from_secs(10);
+/// The shortest time between rounds.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest wait after failed rounds.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub struct Managed {
+    pub cluster: Cluster,
+    /// The configuration to keep, but for the server's version, the scope and the CA bundle.
+    pub registration: Registration,
+    pub ca: CaSource,
+    pub cert: Arc<ReloadingCert>,
+    pub collector: Arc<Collector>,
+    pub readiness: Readiness,
+    pub metrics: Metrics,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManageError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error("the apiserver's version: {0}")]
+    Version(String),
+    #[error("reading the CA bundle {}: {source}", .path.display())]
+    CaFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the serving certificate of the Secret: {0}")]
+    Tls(#[from] super::tls::TlsError),
+    #[error("MutatingWebhookConfiguration {0} was written by another replica in between")]
+    Conflict(String),
+}
+
+impl ManageError {
+    fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict(_) | Self::Secret(SecretError::Conflict(_)))
+    }
+}
+
+/// What a round did to the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Nothing,
+    Created,
+    Updated,
+    /// Not yet: before 1.28 the rules wait for the first discovery.
+    Waiting,
+}
+
+impl Managed {
+    /// The interval between rounds: short enough to renew within the renewal margin.
+    fn interval(&self) -> Duration {
+        match &self.ca {
+            CaSource::Secret(keeper) => (keeper.validity.renew_before / 4)
+                .clamp(MIN_INTERVAL, ROUND_INTERVAL),
+            CaSource::File(_) => ROUND_INTERVAL,
+        }
+    }
+
+    /// Runs rounds until `shutdown`; `/readyz` fails (condition `webhook`) until a round has
+    /// worked, and while rounds fail.
+    pub async fn run(self, shutdown: CancellationToken) {
+        self.readiness
+            .fail(Condition::Webhook, "the webhook is not registered yet");
+        let mut discoveries = self.collector.discoveries();
+        let mut backoff = MIN_INTERVAL;
+        loop {
+            let wait = match self.round().await {
+                Ok(written) => {
+                    backoff = MIN_INTERVAL;
+                    if written == Written::Waiting {
+                        self.readiness.fail(
+                            Condition::Webhook,
+                            "waiting for discovery to write the webhook's rules",
+                        );
+                    } else if self.cert.is_loaded() {
+                        self.readiness.clear(Condition::Webhook);
+                    }
+                    self.interval()
+                }
+                Err(err) if err.is_conflict() => {
+                    tracing::debug!(%err, "managing the webhook");
+                    MIN_INTERVAL
+                }
+                Err(err) => {
+                    tracing::warn!(%err, retry_in = ?backoff, "managing the webhook");
+                    self.readiness.fail(Condition::Webhook, err.to_string());
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    wait
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+                _ = discoveries.changed() => {}
+            }
+        }
+    }
+
+    async fn round(&self) -> Result<Written, ManageError> {
+        let server: ServerVersion = api::server_version(&self.cluster.client)
+            .await?
+            .parse()
+            .map_err(ManageError::Version)?;
+        let api: Api<MutatingWebhookConfiguration> = Api::all(self.cluster.client.clone());
+        let name = &self.registration.name;
+        let existing = self.cluster.get_whole(&api, name).await?;
+        let ca_bundle = match &self.ca {
+            CaSource::Secret(keeper) => {
+                let (contents, changes) = keeper.round(&self.cluster, &published(existing.as_ref())).await?;
+                for change in &changes {
+                    tracing::info!(secret = %format!("{}/{}", keeper.namespace, keeper.name), change = change.as_str(), "certificate Secret written");
+                    self.count("secret", change.as_str());
+                }
+                let origin = |key: &str| format!("Secret {}/{} {key}", keeper.namespace, keeper.name);
+                let reload = self.cert.set(
+                    contents.tls_cert.as_bytes(),
+                    contents.tls_key.as_bytes(),
+                    &origin(crate::certs::TLS_CERT),
+                    &origin(crate::certs::TLS_KEY),
+                )?;
+                if reload == super::tls::Reload::Reloaded {
+                    tracing::info!("serving the certificate of the Secret");
+                    self.metrics.certificate_reloads.with_label_values(&["reloaded"]).inc();
+                }
+                if let Some(not_after) = contents.serving_not_after() {
+                    self.metrics.certificate_expiry.set(not_after.unix_timestamp());
+                }
+                contents.ca_bundle.into_bytes()
+            }
+            CaSource::File(path) => std::fs::read(path).map_err(|source| ManageError::CaFile {
+                path: path.clone(),
+                source,
+            })?,
+        };
+        let scope = if server.match_conditions() {
+            Scope::Every
+        } else if *self.collector.discoveries().borrow() == 0 {
+            return Ok(Written::Waiting);
+        } else {
+            let resources = self.collector.resources();
+            Scope::discovered(
+                resources
+                    .served()
+                    .map(|(_, r)| (r.api.group.as_str(), r.api.plural.as_str())),
+                resources.failed_groups().iter().map(String::as_str),
+            )
+        };
+        let desired = Registration {
+            server,
+            scope,
+            ca_bundle,
+            ..self.registration.clone()
+        }
+        .configuration();
+        let written = match existing {
+            None => {
+                let mut created = desired;
+                created.metadata.labels = Some(certificate::managed_by());
+                self.write(self.cluster.create_whole(&api, &created).await)?;
+                Written::Created
+            }
+            Some(mut current) => {
+                let labels = current.metadata.labels.get_or_insert_default();
+                let labelled = certificate::managed_by()
+                    .iter()
+                    .all(|(k, v)| labels.get(k) == Some(v));
+                if current.webhooks == desired.webhooks && labelled {
+                    return Ok(Written::Nothing);
+                }
+                labels.extend(certificate::managed_by());
+                current.webhooks = desired.webhooks;
+                self.write(self.cluster.replace_whole(&api, &current).await)?;
+                Written::Updated
+            }
+        };
+        let what = if written == Written::Created { "created" } else { "updated" };
+        tracing::info!(configuration = %name, %server, what, "webhook configuration written");
+        self.count("mutatingwebhookconfiguration", what);
+        Ok(written)
+    }
+
+    fn write(&self, result: Result<MutatingWebhookConfiguration, ApiError>) -> Result<(), ManageError> {
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if err.status() == Some(409) => {
+                Err(ManageError::Conflict(self.registration.name.clone()))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn count(&self, object: &str, what: &str) {
+        self.metrics
+            .managed_writes
+            .with_label_values(&[object, what])
+            .inc();
+    }
+}
+
+/// The CA bundle the configuration publishes to every one of its webhooks (empty when they
+/// differ or there is none).
+fn published(configuration: Option<&MutatingWebhookConfiguration>) -> Vec<u8> {
+    let mut bundles = configuration
+        .and_then(|c| c.webhooks.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|hook| hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()));
+    match bundles.next() {
+        Some(Some(first)) if bundles.all(|b| b == Some(first)) => first.to_vec(),
+        _ => Vec::new(),
+    }
+}
