@@ -1,13 +1,13 @@
-//! The deployment manifests (`manifests/`, a kustomize base) against the real apiserver: every
-//! built-in kind is accepted (server-side dry run), the webhook configuration is the one
-//! `syncgc webhook-config` makes, and syncgc runs with the manifests' ServiceAccount and RBAC,
-//! not the admin's credentials.
+//! The deployment manifests (`manifests/` and its cert-manager overlay) against the real
+//! apiserver: every built-in kind is accepted (server-side dry run), and syncgc runs as the
+//! manifests deploy it — managing its webhook configuration and its certificate Secret — with
+//! the manifests' ServiceAccount and RBAC, not the admin's credentials, and nothing more.
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kube::api::DeleteParams;
 use kube::config::Kubeconfig;
@@ -22,10 +22,10 @@ use support::{
 };
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
-/// The overlay for clusters that do not serve `matchConditions`.
-const BEFORE_1_28: &str = concat!(
+/// The install with cert-manager issuing the certificate.
+const CERT_MANAGER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/manifests/overlays/before-1.28"
+    "/manifests/overlays/cert-manager"
 );
 /// Kinds whose CRDs (cert-manager, Prometheus Operator) the local control plane does not have.
 const NOT_BUILT_IN: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
@@ -38,35 +38,16 @@ fn built(dir: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn the_apiserver_accepts_every_built_in_object() {
-    support::syncgc_namespace();
-    let objects = if support::server().match_conditions() {
-        built(MANIFESTS)
-    } else {
-        built(BEFORE_1_28)
-    };
-    let kinds: Vec<String> = objects
+/// The kinds of `objects`.
+fn kinds(objects: &[Value]) -> Vec<String> {
+    objects
         .iter()
         .map(|o| o["kind"].as_str().unwrap().to_owned())
-        .collect();
-    for kind in [
-        "Namespace",
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "Deployment",
-        "Service",
-        "PodDisruptionBudget",
-        "NetworkPolicy",
-        "MutatingWebhookConfiguration",
-        "Issuer",
-        "Certificate",
-    ] {
-        assert!(kinds.iter().any(|k| k == kind), "no {kind} in {kinds:?}");
-    }
+        .collect()
+}
+
+/// Applies the built-in objects of `objects` with a server-side dry run.
+fn dry_run(objects: &[Value]) {
     let built_in: Vec<&Value> = objects
         .iter()
         .filter(|o| {
@@ -96,50 +77,60 @@ fn the_apiserver_accepts_every_built_in_object() {
     assert_eq!(out.lines().count(), built_in.len(), "{out}");
 }
 
-/// `manifests/` is what `syncgc webhook-config` makes for Kubernetes 1.28 and later, its
-/// overlay `before-1.28` what it makes for older servers.
+const COMMON: [&str; 10] = [
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+];
+
 #[test]
-fn the_webhook_manifest_is_what_syncgc_webhook_config_makes() {
-    let dir = tempfile::tempdir().unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args(["certs", "--out"])
-        .arg(dir.path())
-        .args(["--dns", "syncgc-webhook.syncgc-system.svc"])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    for (manifests, version) in [
-        (MANIFESTS, "1.28"),
-        (MANIFESTS, "1.34"),
-        (BEFORE_1_28, "1.20"),
-    ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
-            .args(["webhook-config", "--url", "https://unused/mutate"])
-            .args(["--server-version", version, "--ca-file"])
-            .arg(dir.path().join("ca.crt"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut made: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let mut manifest = built(manifests)
-            .into_iter()
-            .find(|o| o["kind"] == "MutatingWebhookConfiguration")
-            .unwrap();
-        for hooks in [&mut made["webhooks"], &mut manifest["webhooks"]] {
-            for hook in hooks.as_array_mut().unwrap() {
-                hook.as_object_mut().unwrap().remove("clientConfig");
-            }
-        }
-        assert_eq!(
-            manifest["webhooks"], made["webhooks"],
-            "{manifests} for {version}"
-        );
-        assert_eq!(manifest["metadata"]["name"], made["metadata"]["name"]);
+fn the_apiserver_accepts_every_built_in_object() {
+    support::syncgc_namespace();
+    let objects = built(MANIFESTS);
+    let found = kinds(&objects);
+    for kind in COMMON.iter().chain(&["MutatingWebhookConfiguration", "Secret"]) {
+        assert!(found.iter().any(|k| k == kind), "no {kind} in {found:?}");
     }
+    for kind in ["Issuer", "Certificate"] {
+        assert!(!found.iter().any(|k| k == kind), "{kind} in {found:?}");
+    }
+    dry_run(&objects);
+}
+
+/// The cert-manager overlay: a Certificate instead of the Secret syncgc keeps, mounted, its
+/// CA published by syncgc.
+#[test]
+fn the_cert_manager_overlay_builds_and_is_accepted() {
+    support::syncgc_namespace();
+    let objects = built(CERT_MANAGER);
+    let found = kinds(&objects);
+    for kind in COMMON.iter().chain(&["MutatingWebhookConfiguration", "Issuer", "Certificate"]) {
+        assert!(found.iter().any(|k| k == kind), "no {kind} in {found:?}");
+    }
+    assert!(!found.iter().any(|k| k == "Secret"), "{found:?}");
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+    assert!(env.contains("SYNCGC_WEBHOOK_CA_FILE"), "{env}");
+    assert!(!env.contains("SYNCGC_TLS_SECRET"), "{env}");
+    dry_run(&objects);
+}
+
+/// The value of the environment variable `name` of the Deployment in `objects`.
+fn deployment_env(objects: &[Value], name: &str) -> Option<String> {
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment")?;
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)?["value"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// A kubeconfig for the manifests' ServiceAccount `syncgc-system/syncgc`.
@@ -151,7 +142,19 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        "MutatingWebhookConfiguration",
+        "Secret",
     ];
+    // The webhook configuration and the certificate Secret start empty, as on a fresh install.
+    for (kind, name) in [
+        ("mutatingwebhookconfiguration", "syncgc"),
+        ("secret", "syncgc-webhook-tls"),
+    ] {
+        kubectl(
+            &["delete", kind, name, "-n", "syncgc-system", "--ignore-not-found"],
+            None,
+        );
+    }
     let items: Vec<&Value> = objects
         .iter()
         .filter(|o| wanted.contains(&o["kind"].as_str().unwrap()))
@@ -194,8 +197,10 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
     path.display().to_string()
 }
 
-/// Synchronous deletion end to end with only the permissions the manifests grant; and a
-/// permission syncgc does not need (creating objects) is not granted.
+/// syncgc as the manifests deploy it, with only the permissions they grant: it fills in its
+/// webhook configuration and its certificate Secret, arms, and collects synchronously end to
+/// end; permissions it does not need (creating objects, writing another Secret or webhook
+/// configuration) are not granted.
 #[tokio::test]
 async fn syncgc_runs_with_the_manifests_service_account() {
     support::syncgc_namespace();
@@ -203,11 +208,34 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = service_account_kubeconfig(&client, dir.path()).await;
     let name = format!("syncgc-rbac-{}", std::process::id());
+    let objects = built(MANIFESTS);
+    assert_eq!(
+        deployment_env(&objects, "SYNCGC_MANAGE_WEBHOOK").as_deref(),
+        Some("true")
+    );
+    let secret = deployment_env(&objects, "SYNCGC_TLS_SECRET").expect("SYNCGC_TLS_SECRET");
+    // The Service cannot route to a process outside the cluster: a URL stands in for it.
+    let webhook = support::process::free_port();
     let syncgc = {
-        let (name, kubeconfig) = (name.clone(), kubeconfig.clone());
-        tokio::task::spawn_blocking(move || Syncgc::start_as(&name, &kubeconfig, &[]))
-            .await
-            .unwrap()
+        let (name, kubeconfig, secret) = (name.clone(), kubeconfig.clone(), secret.clone());
+        tokio::task::spawn_blocking(move || {
+            let url = format!("https://{webhook}/mutate");
+            let addr = webhook.to_string();
+            let args = [
+                "--manage-webhook",
+                "--webhook-config-name",
+                "syncgc",
+                "--webhook-url",
+                &url,
+                "--webhook-addr",
+                &addr,
+                "--tls-secret",
+                &secret,
+            ];
+            Syncgc::start_as(&name, &kubeconfig, &args)
+        })
+        .await
+        .unwrap()
     };
     let ns = TestNamespace::with_labels(&client, "rbac", &[(WEBHOOK_LABEL, &syncgc.name)]).await;
     let api = ns.api::<ConfigMap>();
@@ -256,11 +284,57 @@ async fn syncgc_runs_with_the_manifests_service_account() {
         .await
         .unwrap();
     let as_syncgc = Api::<ConfigMap>::namespaced(syncgc::api::client(config).unwrap(), &ns.name);
-    match as_syncgc
-        .create(&Default::default(), &config_map("not-allowed", vec![]))
+    let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{what}: {status:?}"),
+        other => panic!("syncgc's account may {what}: {other:?}"),
+    };
+    forbidden(
+        "create objects",
+        as_syncgc
+            .create(&Default::default(), &config_map("not-allowed", vec![]))
+            .await
+            .map(drop),
+    );
+    let as_syncgc_client = as_syncgc.into_client();
+    let secrets = Api::<Secret>::namespaced(as_syncgc_client.clone(), "syncgc-system");
+    let other_secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "syncgc-other" }, "data": { "k": "dg==" } }))
+    .unwrap();
+    forbidden(
+        "create a Secret",
+        secrets.create(&Default::default(), &other_secret).await.map(drop),
+    );
+    forbidden(
+        "update another Secret",
+        secrets
+            .replace("syncgc-other", &Default::default(), &other_secret)
+            .await
+            .map(drop),
+    );
+    let configurations = Api::<MutatingWebhookConfiguration>::all(as_syncgc_client);
+    let other: MutatingWebhookConfiguration =
+        serde_json::from_value(json!({ "metadata": { "name": "syncgc-other" } })).unwrap();
+    forbidden(
+        "create a webhook configuration",
+        configurations.create(&Default::default(), &other).await.map(drop),
+    );
+    forbidden(
+        "update another webhook configuration",
+        configurations
+            .replace("syncgc-other", &Default::default(), &other)
+            .await
+            .map(drop),
+    );
+    // Its own: filled in, and the Secret's CA is what the configuration publishes.
+    let own = configurations.get("syncgc").await.unwrap();
+    let (namespace, secret_name) = secret.split_once('/').unwrap();
+    let stored = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(secret_name)
         .await
-    {
-        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
-        other => panic!("syncgc's account may create objects: {other:?}"),
+        .unwrap();
+    let ca = stored.data.unwrap()["ca.crt"].clone();
+    for webhook in own.webhooks.unwrap() {
+        assert_eq!(webhook.client_config.ca_bundle.as_ref(), Some(&ca));
     }
+    drop(syncgc);
 }

@@ -388,16 +388,24 @@ mod tests {
             [Change::ServingIssued]
         );
         assert_ne!(stored.tls_cert, before);
-        assert_eq!(certs(&stored.tls_cert)[0].not_after, at(18));
+        assert_eq!(
+            certs(&stored.tls_cert)[0].not_after,
+            at(18) + time::Duration::seconds(1)
+        );
     }
 
     #[test]
     fn a_new_ca_is_published_before_a_certificate_it_signed_is_served() {
-        let (mut stored, _) = next(&Contents::default(), b"", &sans(), validity(), at(0))
+        let (created, _) = next(&Contents::default(), b"", &sans(), validity(), at(0))
             .unwrap()
             .unwrap();
+        let published = created.ca_bundle.clone();
+        // A serving certificate valid until an hour before the CA's end.
+        let (mut stored, _) = next(&created, published.as_bytes(), &sans(), validity(), at(89))
+            .unwrap()
+            .unwrap();
+        assert_eq!(certs(&stored.tls_cert)[0].not_after, at(99));
         let old_ca = certs(&stored.ca_bundle)[0].clone();
-        let published = stored.ca_bundle.clone();
         // The CA nears its end: a new CA leads the bundle; the certificate in place is kept
         // while the configuration publishes only the old CA.
         let now = at(98) + time::Duration::seconds(1);

@@ -28,7 +28,7 @@ pub struct Syncgc {
     _certs: tempfile::TempDir,
 }
 
-fn free_port() -> SocketAddr {
+pub fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -72,7 +72,17 @@ impl Syncgc {
             .status()
             .unwrap();
         assert!(status.success());
-        let (metrics, webhook) = (free_port(), free_port());
+        // The arguments may fix the webhook's address, and name the configuration it manages.
+        let value_of = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
+        let metrics = free_port();
+        let (webhook, webhook_addr) = match value_of("--webhook-addr") {
+            Some(addr) => (addr.parse().expect("--webhook-addr"), String::new()),
+            None => {
+                let addr = free_port();
+                (addr, format!("--webhook-addr {addr}"))
+            }
+        };
+        let configuration = value_of("--webhook-config-name").unwrap_or(name).to_owned();
         if !args.contains(&"--manage-webhook") {
             let mut registration = Registration {
                 name: name.to_owned(),
@@ -113,7 +123,7 @@ impl Syncgc {
             "--leader-election-namespace syncgc-system"
         };
         let syncgc = format!(
-            "{bin} run --kubeconfig {kubeconfig} --webhook-addr {webhook} --metrics-addr {metrics} \
+            "{bin} run --kubeconfig {kubeconfig} {webhook_addr} --metrics-addr {metrics} \
              --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
              --leader-election-lease {name} --leader-election-lease-duration 3s \
              --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {debug_graph} {args}",
@@ -131,7 +141,7 @@ impl Syncgc {
             "{syncgc} & child=$!; echo $child; \
              while kill -0 {test} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done; \
              kill -TERM $child 2>/dev/null; wait $child; \
-             KUBECONFIG={kubeconfig} kubectl delete mutatingwebhookconfiguration {name} --ignore-not-found >/dev/null",
+             KUBECONFIG={kubeconfig} kubectl delete mutatingwebhookconfiguration {configuration} --ignore-not-found >/dev/null",
             test = std::process::id(),
             kubeconfig = kubeconfig_path(),
         );
