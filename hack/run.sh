@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # syncgc's main job on the embedded default: starts the local control plane (etcd,
-# kube-apiserver and kube-controller-manager with its own GC; see hack/cluster.sh), writes
-# development certificates into certs/, registers the webhook with the apiserver and runs
-# syncgc until Ctrl-C, then unregisters the webhook. Extra arguments go to `syncgc run`.
+# kube-apiserver and kube-controller-manager with its own GC; see hack/cluster.sh) and runs
+# syncgc until Ctrl-C as the manifests deploy it: it registers its own webhook and keeps its CA
+# and serving certificate in the Secret syncgc-system/syncgc-webhook-tls (the apiserver reaches
+# it by URL here, by its Service in a cluster). Then the webhook is unregistered. Extra
+# arguments go to `syncgc run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,20 +14,19 @@ cargo build --locked --release
 bin=target/release/syncgc
 port=${SYNCGC_WEBHOOK_PORT:-8443}
 
-[ -f certs/tls.crt ] || "$bin" certs --out certs --dns localhost --ip 127.0.0.1
 # Kubernetes labels namespaces with their name only from 1.21 on; the webhook's namespace
 # exclusions select on that label.
 for ns in kube-system kube-node-lease syncgc-system; do
   kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null
   kubectl label namespace "$ns" "kubernetes.io/metadata.name=$ns" --overwrite >/dev/null
 done
-"$bin" webhook-config --url "https://127.0.0.1:$port/mutate" --ca-file certs/ca.crt |
-  kubectl apply -f -
 
 "$bin" run \
   --kubeconfig "$SYNCGC_KUBECONFIG" \
   --webhook-addr "127.0.0.1:$port" \
-  --tls-cert certs/tls.crt --tls-key certs/tls.key \
+  --manage-webhook --webhook-url "https://127.0.0.1:$port/mutate" \
+  --tls-secret syncgc-system/syncgc-webhook-tls \
+  --debug-graph \
   --metrics-addr "${SYNCGC_METRICS_ADDR:-127.0.0.1:9090}" \
   "$@" &
 pid=$!

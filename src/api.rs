@@ -810,18 +810,30 @@ impl Cluster {
     /// Creates `object` (named by its metadata) with `api`.
     pub async fn create_whole<K>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError>
     where
-        K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
     {
         let name = object.meta().name.as_deref().unwrap_or_default();
         let target = Self::whole(api, name);
-        self.call(Verb::Create, &target, api.create(&PostParams::default(), object))
-            .await
+        self.call(
+            Verb::Create,
+            &target,
+            api.create(&PostParams::default(), object),
+        )
+        .await
     }
 
     /// Replaces the object named by `object`'s metadata with `object`.
     pub async fn replace_whole<K>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError>
     where
-        K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + std::fmt::Debug,
     {
         let name = object.meta().name.as_deref().unwrap_or_default();
         let target = Self::whole(api, name);

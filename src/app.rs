@@ -15,11 +15,11 @@ use crate::graph::Graph;
 use crate::leader::{self, Election, Timing};
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::Policy;
-use crate::webhook::handler::{self, Webhook};
-use crate::webhook::server::{self, Limits};
 use crate::webhook::certificate::{Keeper, Validity};
+use crate::webhook::handler::{self, Webhook};
 use crate::webhook::managed::{CaSource, Managed};
 use crate::webhook::registration::ServerVersion;
+use crate::webhook::server::{self, Limits};
 use crate::webhook::tls::{Reload, ReloadingCert};
 
 /// How often the apiserver connection is checked once established.
@@ -177,7 +177,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "serving /metrics, /healthz, /readyz (and with --debug-graph /debug/graph)"
     );
     let metrics_server = axum::serve(metrics_listener, metrics_router)
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let metrics_server = tokio::spawn(metrics_server.into_future());
 
     let (leading_tx, leading) = tokio::sync::watch::channel(election_timing.is_none());
@@ -212,12 +212,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let managed = managed_client.map(|reached| {
         let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
         let ca = match tls_secret {
-            Some(secret) => CaSource::Secret(Keeper::new(
+            Some(secret) => CaSource::Secret(Box::new(Keeper::new(
                 &webhook_cluster,
                 secret,
                 reached.subject_alt_names(),
                 validity,
-            )),
+            ))),
             None => CaSource::File(webhook_ca_file.unwrap_or_default()),
         };
         tracing::info!(configuration = %webhook_args.webhook_config_name, ?reached, "managing the webhook configuration");

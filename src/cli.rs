@@ -144,7 +144,12 @@ pub struct RunArgs {
     pub manage_webhook: bool,
     /// With --manage-webhook, the CA bundle (PEM) to publish, read again when it changes
     /// (for a certificate from cert-manager: the Secret's ca.crt).
-    #[arg(long, env = "SYNCGC_WEBHOOK_CA_FILE", value_name = "FILE", conflicts_with = "tls_secret")]
+    #[arg(
+        long,
+        env = "SYNCGC_WEBHOOK_CA_FILE",
+        value_name = "FILE",
+        conflicts_with = "tls_secret"
+    )]
     pub webhook_ca_file: Option<PathBuf>,
     /// Keep a CA and the serving certificate in this Secret, as NAMESPACE/NAME (keys ca.crt,
     /// ca.key, tls.crt, tls.key): generated when missing, renewed before they expire, served
@@ -159,7 +164,9 @@ pub struct RunArgs {
 
 fn secret_name(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
-        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
             Ok((namespace.to_owned(), name.to_owned()))
         }
         _ => Err(format!("{text:?} is not a Secret as NAMESPACE/NAME")),
@@ -185,7 +192,12 @@ pub struct ValidityArgs {
 #[derive(Debug, Args)]
 pub struct WebhookArgs {
     /// The MutatingWebhookConfiguration's name.
-    #[arg(long, alias = "name", env = "SYNCGC_WEBHOOK_CONFIG_NAME", default_value = "syncgc")]
+    #[arg(
+        long,
+        alias = "name",
+        env = "SYNCGC_WEBHOOK_CONFIG_NAME",
+        default_value = "syncgc"
+    )]
     pub webhook_config_name: String,
     /// The webhook's URL, for a webhook outside the cluster, e.g. https://127.0.0.1:8443/mutate.
     #[arg(long, alias = "url", env = "SYNCGC_WEBHOOK_URL", value_name = "URL",
@@ -208,7 +220,9 @@ pub struct WebhookArgs {
 impl WebhookArgs {
     /// How the apiserver reaches the webhook, if a flag says.
     pub fn client(&self) -> Option<WebhookClient> {
-        self.webhook_url.clone().or_else(|| self.webhook_service.clone())
+        self.webhook_url
+            .clone()
+            .or_else(|| self.webhook_service.clone())
     }
 
     /// The registration, but for what only the cluster knows (set to no CA and `Every`).
@@ -377,9 +391,9 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         server_version,
         kubeconfig,
     } = args;
-    let client = webhook
-        .client()
-        .ok_or_else(|| anyhow::anyhow!("say where the webhook is: --webhook-url or --webhook-service"))?;
+    let client = webhook.client().ok_or_else(|| {
+        anyhow::anyhow!("say where the webhook is: --webhook-url or --webhook-service")
+    })?;
     let ca_bundle = std::fs::read(&ca_file)
         .map_err(|err| anyhow::anyhow!("reading {}: {err}", ca_file.display()))?;
     let mut registration = match server_version {
@@ -395,7 +409,10 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
                 if !version.match_conditions() {
                     let found = crate::gc::discovery::discover(&cluster, &[]).await?;
                     registration.scope = Scope::discovered(
-                        found.resources.iter().map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
+                        found
+                            .resources
+                            .iter()
+                            .map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
                         found.failed.iter().map(String::as_str),
                     );
                     tracing::warn!(

@@ -95,7 +95,10 @@ fn the_apiserver_accepts_every_built_in_object() {
     support::syncgc_namespace();
     let objects = built(MANIFESTS);
     let found = kinds(&objects);
-    for kind in COMMON.iter().chain(&["MutatingWebhookConfiguration", "Secret"]) {
+    for kind in COMMON
+        .iter()
+        .chain(&["MutatingWebhookConfiguration", "Secret"])
+    {
         assert!(found.iter().any(|k| k == kind), "no {kind} in {found:?}");
     }
     for kind in ["Issuer", "Certificate"] {
@@ -111,7 +114,10 @@ fn the_cert_manager_overlay_builds_and_is_accepted() {
     support::syncgc_namespace();
     let objects = built(CERT_MANAGER);
     let found = kinds(&objects);
-    for kind in COMMON.iter().chain(&["MutatingWebhookConfiguration", "Issuer", "Certificate"]) {
+    for kind in COMMON
+        .iter()
+        .chain(&["MutatingWebhookConfiguration", "Issuer", "Certificate"])
+    {
         assert!(found.iter().any(|k| k == kind), "no {kind} in {found:?}");
     }
     assert!(!found.iter().any(|k| k == "Secret"), "{found:?}");
@@ -151,7 +157,14 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
         ("secret", "syncgc-webhook-tls"),
     ] {
         kubectl(
-            &["delete", kind, name, "-n", "syncgc-system", "--ignore-not-found"],
+            &[
+                "delete",
+                kind,
+                name,
+                "-n",
+                "syncgc-system",
+                "--ignore-not-found",
+            ],
             None,
         );
     }
@@ -302,7 +315,10 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     .unwrap();
     forbidden(
         "create a Secret",
-        secrets.create(&Default::default(), &other_secret).await.map(drop),
+        secrets
+            .create(&Default::default(), &other_secret)
+            .await
+            .map(drop),
     );
     forbidden(
         "update another Secret",
@@ -316,7 +332,10 @@ async fn syncgc_runs_with_the_manifests_service_account() {
         serde_json::from_value(json!({ "metadata": { "name": "syncgc-other" } })).unwrap();
     forbidden(
         "create a webhook configuration",
-        configurations.create(&Default::default(), &other).await.map(drop),
+        configurations
+            .create(&Default::default(), &other)
+            .await
+            .map(drop),
     );
     forbidden(
         "update another webhook configuration",

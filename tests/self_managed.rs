@@ -147,7 +147,9 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
     for replica in &replicas {
         verified(replica.webhook, &bundle)
             .await
-            .unwrap_or_else(|err| panic!("{} serves no certificate of the CA: {err}", replica.name));
+            .unwrap_or_else(|err| {
+                panic!("{} serves no certificate of the CA: {err}", replica.name)
+            });
     }
 
     // Before 1.28 the rules come from discovery and leave out Events and Leases.
@@ -157,8 +159,17 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
         for rule in rules.as_array().unwrap() {
             let groups = &rule["apiGroups"];
             assert!(!groups.as_array().unwrap().contains(&json!("*")), "{rules}");
-            assert!(!groups.as_array().unwrap().contains(&json!("coordination.k8s.io")), "{rules}");
-            assert!(!groups.as_array().unwrap().contains(&json!("events.k8s.io")), "{rules}");
+            assert!(
+                !groups
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!("coordination.k8s.io")),
+                "{rules}"
+            );
+            assert!(
+                !groups.as_array().unwrap().contains(&json!("events.k8s.io")),
+                "{rules}"
+            );
             if groups == &json!([""]) {
                 let resources = rule["resources"].as_array().unwrap();
                 assert!(resources.contains(&json!("configmaps")), "{rules}");
@@ -171,12 +182,22 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("ca.crt"), &bundle).unwrap();
     let printed = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args(["webhook-config", "--webhook-url", &url, "--webhook-config-name", &name])
+        .args([
+            "webhook-config",
+            "--webhook-url",
+            &url,
+            "--webhook-config-name",
+            &name,
+        ])
         .args(["--kubeconfig", &support::kubeconfig_path(), "--ca-file"])
         .arg(dir.path().join("ca.crt"))
         .output()
         .unwrap();
-    assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
     let printed: Value = serde_json::from_slice(&printed.stdout).unwrap();
     assert_eq!(
         printed["webhooks"],
@@ -188,29 +209,47 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
     let api = ns.api::<ConfigMap>();
     let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
-    assert_eq!(owner.labels().get(ARMED_LABEL).map(String::as_str), Some("true"));
+    assert_eq!(
+        owner.labels().get(ARMED_LABEL).map(String::as_str),
+        Some("true")
+    );
 
     // Replicas that agree write nothing more.
     let version = configurations.get(&name).await.unwrap().resource_version();
     let writes = |replicas: &[Syncgc]| -> f64 {
-        replicas.iter().map(|r| r.metric("syncgc_managed_writes_total")).sum()
+        replicas
+            .iter()
+            .map(|r| r.metric("syncgc_managed_writes_total"))
+            .sum()
     };
     let before = writes(&replicas);
     tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(configurations.get(&name).await.unwrap().resource_version(), version);
+    assert_eq!(
+        configurations.get(&name).await.unwrap().resource_version(),
+        version
+    );
     assert_eq!(writes(&replicas), before, "writes while nothing changed");
 
     // A CA bundle blanked by hand is put back.
-    let blank = json!([{ "op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": "" }]);
+    let blank =
+        json!([{ "op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": "" }]);
     configurations
-        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(blank).unwrap()))
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(blank).unwrap()),
+        )
         .await
         .unwrap();
     let started = Instant::now();
-    eventually("the configuration is put back", Duration::from_secs(30), || async {
-        let restored = configurations.get(&name).await.ok()?;
-        (ca_bundles(&restored) == [bundle.clone(), bundle.clone()]).then_some(())
-    })
+    eventually(
+        "the configuration is put back",
+        Duration::from_secs(30),
+        || async {
+            let restored = configurations.get(&name).await.ok()?;
+            (ca_bundles(&restored) == [bundle.clone(), bundle.clone()]).then_some(())
+        },
+    )
     .await;
     println!("put back after {:?}", started.elapsed());
 
@@ -273,7 +312,10 @@ async fn a_rotation_under_load_arms_every_create() {
     let changes = |change: &str| {
         let (_, body) = syncgc.get("/metrics").unwrap();
         body.lines()
-            .filter(|l| l.starts_with("syncgc_managed_writes_total{") && l.contains(&format!("change=\"{change}\"")))
+            .filter(|l| {
+                l.starts_with("syncgc_managed_writes_total{")
+                    && l.contains(&format!("change=\"{change}\""))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
@@ -283,8 +325,14 @@ async fn a_rotation_under_load_arms_every_create() {
         changes("serving-issued")
     );
     assert!(changes("ca-renewed") >= 1.0, "the CA was not renewed");
-    assert!(changes("serving-issued") >= 2.0, "serving certificates were not renewed");
-    assert_ne!(secret_entry(&client, &secret, "ca.crt").await.unwrap(), first_ca);
+    assert!(
+        changes("serving-issued") >= 2.0,
+        "serving certificates were not renewed"
+    );
+    assert_ne!(
+        secret_entry(&client, &secret, "ca.crt").await.unwrap(),
+        first_ca
+    );
     assert!(
         syncgc.metric("syncgc_webhook_requests_total") >= f64::from(created),
         "every create reached the webhook"

@@ -129,7 +129,10 @@ impl Builder {
             }
         }
         let first = self.pending.is_none();
-        if first || !changes.added.is_empty() || !changes.removed.is_empty() || changes.failed_changed
+        if first
+            || !changes.added.is_empty()
+            || !changes.removed.is_empty()
+            || changes.failed_changed
         {
             self.collector.discovered();
         }

@@ -384,7 +384,11 @@ mod tests {
         let mut published = stored.ca_bundle.clone();
         let before = stored.tls_cert.clone();
         assert_eq!(
-            settle(&mut stored, &mut published, at(8) + time::Duration::seconds(1)),
+            settle(
+                &mut stored,
+                &mut published,
+                at(8) + time::Duration::seconds(1)
+            ),
             [Change::ServingIssued]
         );
         assert_ne!(stored.tls_cert, before);

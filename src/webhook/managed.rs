@@ -26,7 +26,7 @@ use crate::metrics::{Condition, Metrics, Readiness};
 /// Where the CA bundle to publish comes from.
 pub enum CaSource {
     /// The Secret syncgc keeps (`--tls-secret`); its certificate is served.
-    Secret(Keeper),
+    Secret(Box<Keeper>),
     /// A file someone else keeps (`--webhook-ca-file`, for example cert-manager's `ca.crt`).
     File(PathBuf),
 }
@@ -70,7 +70,10 @@ pub enum ManageError {
 
 impl ManageError {
     fn is_conflict(&self) -> bool {
-        matches!(self, Self::Conflict(_) | Self::Secret(SecretError::Conflict(_)))
+        matches!(
+            self,
+            Self::Conflict(_) | Self::Secret(SecretError::Conflict(_))
+        )
     }
 }
 
@@ -88,8 +91,9 @@ impl Managed {
     /// The interval between rounds: short enough to renew within the renewal margin.
     fn interval(&self) -> Duration {
         match &self.ca {
-            CaSource::Secret(keeper) => (keeper.validity.renew_before / 4)
-                .clamp(MIN_INTERVAL, ROUND_INTERVAL),
+            CaSource::Secret(keeper) => {
+                (keeper.validity.renew_before / 4).clamp(MIN_INTERVAL, ROUND_INTERVAL)
+            }
             CaSource::File(_) => ROUND_INTERVAL,
         }
     }
@@ -145,12 +149,15 @@ impl Managed {
         let existing = self.cluster.get_whole(&api, name).await?;
         let ca_bundle = match &self.ca {
             CaSource::Secret(keeper) => {
-                let (contents, changes) = keeper.round(&self.cluster, &published(existing.as_ref())).await?;
+                let (contents, changes) = keeper
+                    .round(&self.cluster, &published(existing.as_ref()))
+                    .await?;
                 for change in &changes {
                     tracing::info!(secret = %format!("{}/{}", keeper.namespace, keeper.name), change = change.as_str(), "certificate Secret written");
                     self.count("secret", change.as_str());
                 }
-                let origin = |key: &str| format!("Secret {}/{} {key}", keeper.namespace, keeper.name);
+                let origin =
+                    |key: &str| format!("Secret {}/{} {key}", keeper.namespace, keeper.name);
                 let reload = self.cert.set(
                     contents.tls_cert.as_bytes(),
                     contents.tls_key.as_bytes(),
@@ -159,10 +166,15 @@ impl Managed {
                 )?;
                 if reload == super::tls::Reload::Reloaded {
                     tracing::info!("serving the certificate of the Secret");
-                    self.metrics.certificate_reloads.with_label_values(&["reloaded"]).inc();
+                    self.metrics
+                        .certificate_reloads
+                        .with_label_values(&["reloaded"])
+                        .inc();
                 }
                 if let Some(not_after) = contents.serving_not_after() {
-                    self.metrics.certificate_expiry.set(not_after.unix_timestamp());
+                    self.metrics
+                        .certificate_expiry
+                        .set(not_after.unix_timestamp());
                 }
                 contents.ca_bundle.into_bytes()
             }
@@ -212,13 +224,20 @@ impl Managed {
                 Written::Updated
             }
         };
-        let what = if written == Written::Created { "created" } else { "updated" };
+        let what = if written == Written::Created {
+            "created"
+        } else {
+            "updated"
+        };
         tracing::info!(configuration = %name, %server, what, "webhook configuration written");
         self.count("mutatingwebhookconfiguration", what);
         Ok(written)
     }
 
-    fn write(&self, result: Result<MutatingWebhookConfiguration, ApiError>) -> Result<(), ManageError> {
+    fn write(
+        &self,
+        result: Result<MutatingWebhookConfiguration, ApiError>,
+    ) -> Result<(), ManageError> {
         match result {
             Ok(_) => Ok(()),
             Err(err) if err.status() == Some(409) => {
@@ -243,7 +262,12 @@ fn published(configuration: Option<&MutatingWebhookConfiguration>) -> Vec<u8> {
         .and_then(|c| c.webhooks.as_ref())
         .into_iter()
         .flatten()
-        .map(|hook| hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()));
+        .map(|hook| {
+            hook.client_config
+                .ca_bundle
+                .as_ref()
+                .map(|b| b.0.as_slice())
+        });
     match bundles.next() {
         Some(Some(first)) if bundles.all(|b| b == Some(first)) => first.to_vec(),
         _ => Vec::new(),

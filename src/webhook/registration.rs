@@ -116,7 +116,9 @@ impl std::str::FromStr for WebhookClient {
         if s.starts_with("https://") {
             return match s.parse::<http::Uri>() {
                 Ok(uri) if uri.host().is_some_and(|h| !h.is_empty()) => Ok(Self::Url(s.to_owned())),
-                _ => Err(format!("{s:?} is not a URL such as https://127.0.0.1:8443/mutate")),
+                _ => Err(format!(
+                    "{s:?} is not a URL such as https://127.0.0.1:8443/mutate"
+                )),
             };
         }
         match s.split_once('/') {
@@ -297,7 +299,10 @@ impl Registration {
         };
         let (object_selector, delete_condition) = match self.unarmed_delete {
             UnarmedDelete::Allow => (armed, None),
-            UnarmedDelete::Deny => (LabelSelector::default(), Some(("opted-in", DELETE_CONDITION))),
+            UnarmedDelete::Deny => (
+                LabelSelector::default(),
+                Some(("opted-in", DELETE_CONDITION)),
+            ),
         };
         // Before 1.28 nothing filters CREATE and UPDATE but the rules.
         let arm_scope = if self.server.match_conditions() {
@@ -641,7 +646,10 @@ mod tests {
     #[test]
     fn the_webhook_is_reached_by_url_or_service_with_matching_names() {
         let url: WebhookClient = "https://127.0.0.1:9443/mutate".parse().unwrap();
-        assert_eq!(url.subject_alt_names().ips, ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]);
+        assert_eq!(
+            url.subject_alt_names().ips,
+            ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
         let host: WebhookClient = "https://syncgc.example.com/mutate".parse().unwrap();
         assert_eq!(host.subject_alt_names().dns, ["syncgc.example.com"]);
         let service: WebhookClient = "syncgc-system/syncgc-webhook".parse().unwrap();

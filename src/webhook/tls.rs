@@ -185,7 +185,11 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-fn certified_key(cert_origin: &str, key_origin: &str, pair: &Pair) -> Result<CertifiedKey, TlsError> {
+fn certified_key(
+    cert_origin: &str,
+    key_origin: &str,
+    pair: &Pair,
+) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(&pair.cert)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| TlsError::Pem {
