@@ -781,6 +781,17 @@ fn test(path: PointerBuf, value: &str) -> PatchOperation {
 // The leader Lease's calls, kept together at the end of the file.
 use kube::api::PostParams;
 
+/// A typed object [`Cluster`] reads and writes whole.
+pub trait Whole:
+    kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
+{
+}
+
+impl<K> Whole for K where
+    K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
+{
+}
+
 /// Objects syncgc reads and writes whole, each by name: its leader Lease (`get`, `create`,
 /// `update`), and with `--manage-webhook` its MutatingWebhookConfiguration and the Secret of its
 /// serving certificate. A replacement carries the resourceVersion the object was read with, so
@@ -799,23 +810,17 @@ impl Cluster {
     }
 
     /// The object `name` of `api`, if it exists.
-    pub async fn get_whole<K>(&self, api: &Api<K>, name: &str) -> Result<Option<K>, ApiError>
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-    {
+    pub async fn get_whole<K: Whole>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+    ) -> Result<Option<K>, ApiError> {
         let target = Self::whole(api, name);
         self.call(Verb::Get, &target, api.get_opt(name)).await
     }
 
     /// Creates `object` (named by its metadata) with `api`.
-    pub async fn create_whole<K>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError>
-    where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + Serialize
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
+    pub async fn create_whole<K: Whole>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError> {
         let name = object.meta().name.as_deref().unwrap_or_default();
         let target = Self::whole(api, name);
         self.call(
@@ -827,14 +832,7 @@ impl Cluster {
     }
 
     /// Replaces the object named by `object`'s metadata with `object`.
-    pub async fn replace_whole<K>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError>
-    where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + Serialize
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
+    pub async fn replace_whole<K: Whole>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError> {
         let name = object.meta().name.as_deref().unwrap_or_default();
         let target = Self::whole(api, name);
         self.call(

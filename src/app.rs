@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Cluster, RateLimiter};
 use crate::cli::{LeaderElectionArgs, RunArgs};
+use crate::duration::Backoff;
 use crate::gc::decide::Timeouts;
 use crate::gc::{self, GcConfig};
 use crate::graph::Graph;
@@ -256,7 +257,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Keeps `syncgc_apiserver_connected` true to whether the apiserver answers, checking more often
 /// (with exponential backoff) while it does not.
 async fn watch_apiserver(client: &kube::Client, metrics: &Metrics) {
-    let mut backoff = Duration::from_millis(250);
+    let mut backoff = Backoff::new(Duration::from_millis(250), MAX_BACKOFF);
     let mut connected = false;
     loop {
         match api::server_version(client).await {
@@ -265,16 +266,20 @@ async fn watch_apiserver(client: &kube::Client, metrics: &Metrics) {
                     tracing::info!(%version, "connected to kube-apiserver");
                 }
                 connected = true;
-                backoff = Duration::from_millis(250);
+                backoff.reset();
             }
             Err(err) => {
-                tracing::warn!(%err, retry_in = ?backoff, "kube-apiserver does not answer");
+                tracing::warn!(%err, retry_in = ?backoff.peek(), "kube-apiserver does not answer");
                 connected = false;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
         metrics.apiserver_connected.set(i64::from(connected));
-        tokio::time::sleep(if connected { PROBE_INTERVAL } else { backoff }).await;
+        tokio::time::sleep(if connected {
+            PROBE_INTERVAL
+        } else {
+            backoff.failed()
+        })
+        .await;
     }
 }
 

@@ -44,9 +44,54 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     Ok(total)
 }
 
+/// A wait that doubles after each failure, from `first` up to `max`, and starts over after a
+/// success.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub const fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            max,
+            next: first,
+        }
+    }
+
+    /// The wait after one more failure.
+    pub fn failed(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(self.max);
+        wait
+    }
+
+    /// The wait the next failure will get.
+    pub fn peek(&self) -> Duration {
+        self.next
+    }
+
+    /// A success: the next failure waits `first` again.
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_starts_over() {
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
+        let waits: Vec<u64> = (0..5).map(|_| backoff.failed().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 5, 5]);
+        backoff.reset();
+        assert_eq!(backoff.failed(), Duration::from_secs(1));
+    }
 
     #[test]
     fn parses_go_durations() {

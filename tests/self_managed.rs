@@ -306,8 +306,8 @@ async fn a_rotation_under_load_arms_every_create() {
             "create {created} was not armed by the webhook"
         );
         created += 1;
-        // Steady rather than flat out: the namespace's objects are cleaned up one by one.
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        // Steady rather than flat out: every object is collected at the end.
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let changes = |change: &str| {
         let (_, body) = syncgc.get("/metrics").unwrap();
@@ -337,6 +337,19 @@ async fn a_rotation_under_load_arms_every_create() {
         syncgc.metric("syncgc_webhook_requests_total") >= f64::from(created),
         "every create reached the webhook"
     );
+    // Collected while syncgc runs, so that nothing opted in is left to the next tests.
+    api.delete_collection(&DeleteParams::background(), &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "every object is collected",
+        Duration::from_secs(120),
+        || async {
+            let left = api.list_metadata(&Default::default()).await.ok()?;
+            left.items.is_empty().then_some(())
+        },
+    )
+    .await;
     for replica in &mut replicas {
         replica.kill();
     }

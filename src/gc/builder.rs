@@ -15,6 +15,8 @@ use tokio::sync::{mpsc, watch as signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::duration::Backoff;
+
 use super::Collector;
 use super::barrier::DISCOVERY_SOURCES;
 use super::discovery::{self, Aliases, Found};
@@ -219,13 +221,13 @@ async fn discover(
     found: mpsc::Sender<(Found, u64)>,
     shutdown: CancellationToken,
 ) {
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
     loop {
         let covering = collector.progress.discovery_starts();
         let wait =
             match discovery::discover(&collector.cluster.client, &collector.config.ignored).await {
                 Ok(answer) => {
-                    backoff = Duration::from_millis(500);
+                    backoff.reset();
                     if found.send((answer, covering)).await.is_err() {
                         return;
                     }
@@ -233,9 +235,8 @@ async fn discover(
                 }
                 Err(err) => {
                     collector.metrics.discovery_errors.inc();
-                    tracing::warn!(%err, retry_in = ?backoff, "discovering the served resources");
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    let wait = backoff.failed();
+                    tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
                     wait
                 }
             };

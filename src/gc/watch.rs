@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use super::discovery::{Aliases, Resource};
+use crate::duration::Backoff;
 use crate::graph::{Coordinates, Flags, Observed, OwnerLink, ResourceId, Uid};
 use crate::metrics::Metrics;
 use crate::names::{
@@ -179,7 +180,7 @@ impl Reflector<'_> {
     }
 
     async fn run(&self, feed: &mut Feed) -> Result<(), Closed> {
-        let mut backoff = BACKOFF.0;
+        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         let mut listed_once = false;
         let mut failures = 0u32;
         loop {
@@ -210,7 +211,7 @@ impl Reflector<'_> {
                     }
                 };
                 feed.state(WatchState::Watching).await?;
-                backoff = BACKOFF.0;
+                backoff.reset();
                 match self.follow(feed, stream, &mut version).await? {
                     Ok(Ended::Resume) => {}
                     Ok(Ended::Expired) => break,
@@ -290,13 +291,13 @@ impl Reflector<'_> {
         feed: &mut Feed,
         what: &str,
         err: &kube::Error,
-        backoff: &mut Duration,
+        backoff: &mut Backoff,
     ) -> Result<(), Closed> {
         self.metrics.watch_errors.inc();
-        tracing::warn!(resource = %self.name, %err, retry_in = ?*backoff, "{what} failed; retrying with backoff");
+        let wait = backoff.failed();
+        tracing::warn!(resource = %self.name, %err, retry_in = ?wait, "{what} failed; retrying with backoff");
         feed.state(WatchState::Failing).await?;
-        tokio::time::sleep(*backoff).await;
-        *backoff = (*backoff * 2).min(BACKOFF.1);
+        tokio::time::sleep(wait).await;
         Ok(())
     }
 }

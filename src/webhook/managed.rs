@@ -20,6 +20,7 @@ use super::certificate::{self, Keeper, SecretError};
 use super::registration::{Registration, Scope, ServerVersion};
 use super::tls::ReloadingCert;
 use crate::api::{self, ApiError, Cluster};
+use crate::duration::Backoff;
 use crate::gc::Collector;
 use crate::metrics::{Condition, Metrics, Readiness};
 
@@ -104,11 +105,11 @@ impl Managed {
         self.readiness
             .fail(Condition::Webhook, "the webhook is not registered yet");
         let mut discoveries = self.collector.discoveries();
-        let mut backoff = MIN_INTERVAL;
+        let mut backoff = Backoff::new(MIN_INTERVAL, MAX_BACKOFF);
         loop {
             let wait = match self.round().await {
                 Ok(written) => {
-                    backoff = MIN_INTERVAL;
+                    backoff.reset();
                     if written == Written::Waiting {
                         self.readiness.fail(
                             Condition::Webhook,
@@ -124,10 +125,9 @@ impl Managed {
                     MIN_INTERVAL
                 }
                 Err(err) => {
-                    tracing::warn!(%err, retry_in = ?backoff, "managing the webhook");
+                    let wait = backoff.failed();
+                    tracing::warn!(%err, retry_in = ?wait, "managing the webhook");
                     self.readiness.fail(Condition::Webhook, err.to_string());
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     wait
                 }
             };
