@@ -131,7 +131,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         graph: graph.clone(),
         policy: Policy { unarmed_delete },
         metrics: metrics.clone(),
-        cluster: webhook_cluster,
+        cluster: webhook_cluster.clone(),
         body_timeout: Duration::from_secs(10),
     });
     let webhook_listener = TcpListener::bind(webhook_addr)
@@ -211,7 +211,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         (None, Some(leading_tx))
     };
     let managed = managed_client.map(|reached| {
-        let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
         let ca = match tls_secret {
             Some(secret) => CaSource::Secret(Box::new(Keeper::new(
                 &webhook_cluster,

@@ -163,14 +163,8 @@ pub struct RunArgs {
 }
 
 fn secret_name(text: &str) -> Result<(String, String), String> {
-    match text.split_once('/') {
-        Some((namespace, name))
-            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
-        {
-            Ok((namespace.to_owned(), name.to_owned()))
-        }
-        _ => Err(format!("{text:?} is not a Secret as NAMESPACE/NAME")),
-    }
+    crate::webhook::registration::namespaced_name(text)
+        .ok_or_else(|| format!("{text:?} is not a Secret as NAMESPACE/NAME"))
 }
 
 /// The certificates of `--tls-secret`.
@@ -408,13 +402,7 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
                 let mut registration = webhook.registration(client, unarmed_delete, version);
                 if !version.match_conditions() {
                     let found = crate::gc::discovery::discover(&cluster, &[]).await?;
-                    registration.scope = Scope::discovered(
-                        found
-                            .resources
-                            .iter()
-                            .map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
-                        found.failed.iter().map(String::as_str),
-                    );
+                    registration.scope = Scope::of_discovery(&found.resources, &found.failed);
                     tracing::warn!(
                         %version,
                         "before 1.28 the rules list the API groups the cluster serves now: apply this again when a new group comes (syncgc run --manage-webhook does it by itself)"

@@ -311,14 +311,10 @@ async fn a_rotation_under_load_arms_every_create() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let changes = |change: &str| {
-        let (_, body) = syncgc.get("/metrics").unwrap();
-        body.lines()
-            .filter(|l| {
-                l.starts_with("syncgc_managed_writes_total{")
-                    && l.contains(&format!("change=\"{change}\""))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
+        syncgc.metric_where(
+            "syncgc_managed_writes_total",
+            &format!("change=\"{change}\""),
+        )
     };
     println!(
         "{created} creates; CA renewed {} times, serving certificates issued {} times",

@@ -51,13 +51,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     let server = plane.server().await?;
     // What `syncgc run --manage-webhook` registers: before 1.28, rules from discovery.
     let found = syncgc::gc::discovery::discover(&plane.client, &[]).await?;
-    let scope = Scope::discovered(
-        found
-            .resources
-            .iter()
-            .map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
-        found.failed.iter().map(String::as_str),
-    );
+    let scope = Scope::of_discovery(&found.resources, &found.failed);
     let registration = |unarmed_delete| -> Result<MutatingWebhookConfiguration> {
         Ok(Registration {
             name: NAME.into(),

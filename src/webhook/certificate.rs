@@ -145,8 +145,8 @@ pub fn next(
         .first()
         .and_then(|ca| Authority::from_pem(&ca.pem, &stored.ca_key).ok());
     let (Some(mut current), Some(mut authority)) = (bundle.first().cloned(), authority) else {
-        let authority = Authority::generate(now, later(now, validity.ca))?;
         let ca_not_after = later(now, validity.ca);
+        let authority = Authority::generate(now, ca_not_after)?;
         let (tls_cert, tls_key) =
             authority.issue(sans, now, later(now, validity.cert).min(ca_not_after))?;
         let contents = Contents {
@@ -237,7 +237,8 @@ impl Keeper {
         }
     }
 
-    fn secret(&self) -> String {
+    /// `NAMESPACE/NAME`, for messages.
+    pub fn secret(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 

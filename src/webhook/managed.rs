@@ -153,11 +153,10 @@ impl Managed {
                     .round(&self.cluster, &published(existing.as_ref()))
                     .await?;
                 for change in &changes {
-                    tracing::info!(secret = %format!("{}/{}", keeper.namespace, keeper.name), change = change.as_str(), "certificate Secret written");
+                    tracing::info!(secret = %keeper.secret(), change = change.as_str(), "certificate Secret written");
                     self.count("secret", change.as_str());
                 }
-                let origin =
-                    |key: &str| format!("Secret {}/{} {key}", keeper.namespace, keeper.name);
+                let origin = |key: &str| format!("Secret {} {key}", keeper.secret());
                 let reload = self.cert.set(
                     contents.tls_cert.as_bytes(),
                     contents.tls_key.as_bytes(),
@@ -189,11 +188,9 @@ impl Managed {
             return Ok(Written::Waiting);
         } else {
             let resources = self.collector.resources();
-            Scope::discovered(
-                resources
-                    .served()
-                    .map(|(_, r)| (r.api.group.as_str(), r.api.plural.as_str())),
-                resources.failed_groups().iter().map(String::as_str),
+            Scope::of_discovery(
+                resources.served().map(|(_, r)| r),
+                resources.failed_groups(),
             )
         };
         let desired = Registration {

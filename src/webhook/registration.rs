@@ -121,20 +121,20 @@ impl std::str::FromStr for WebhookClient {
                 )),
             };
         }
-        match s.split_once('/') {
-            Some((namespace, name))
-                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
-            {
-                Ok(Self::Service {
-                    namespace: namespace.to_owned(),
-                    name: name.to_owned(),
-                })
-            }
-            _ => Err(format!(
+        match namespaced_name(s) {
+            Some((namespace, name)) => Ok(Self::Service { namespace, name }),
+            None => Err(format!(
                 "{s:?} is neither an https:// URL nor a Service as NAMESPACE/NAME"
             )),
         }
     }
+}
+
+/// `NAMESPACE/NAME`, both non-empty, split.
+pub fn namespaced_name(text: &str) -> Option<(String, String)> {
+    let (namespace, name) = text.split_once('/')?;
+    (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
+        .then(|| (namespace.to_owned(), name.to_owned()))
 }
 
 /// Resources that can be opted in no more than they can be collected meaningfully, yet are
@@ -184,6 +184,19 @@ impl Scope {
             groups.insert(group.to_owned(), None);
         }
         Self::Discovered(groups)
+    }
+
+    /// The scope of what discovery found: its served `resources` and its `failed` groups.
+    pub fn of_discovery<'a>(
+        resources: impl IntoIterator<Item = &'a crate::gc::discovery::Resource>,
+        failed: &'a BTreeSet<String>,
+    ) -> Self {
+        Self::discovered(
+            resources
+                .into_iter()
+                .map(|r| (r.api.group.as_str(), r.api.plural.as_str())),
+            failed.iter().map(String::as_str),
+        )
     }
 
     fn rules(&self, operations: &[&str]) -> Vec<RuleWithOperations> {

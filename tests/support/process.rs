@@ -213,10 +213,15 @@ impl Syncgc {
 
     /// The value of an unlabelled metric, or the sum of a labelled one's series.
     pub fn metric(&self, name: &str) -> f64 {
+        self.metric_where(name, "")
+    }
+
+    /// The sum of the series of `name` whose line contains `label` (as `change="created"`).
+    pub fn metric_where(&self, name: &str, label: &str) -> f64 {
         let (_, body) = self.get("/metrics").expect("metrics");
         body.lines()
             .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter(|l| l[name.len()..].starts_with([' ', '{']))
+            .filter(|l| l[name.len()..].starts_with([' ', '{']) && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
