@@ -379,13 +379,20 @@ impl Collector {
     async fn read(&self, scope: &Scope) -> Round {
         let started = Instant::now();
         self.metrics.barrier_rounds.inc();
-        let reads: Vec<(Resource, bool, bool)> = {
+        // Discovery as of the round's start: the resources read are those it had taken in, so
+        // a discovery asked for earlier and taken in during the read does not vouch for it.
+        let unsettled = self.settled();
+        let (reads, known): (Vec<(Resource, bool, bool)>, HashSet<String>) = {
             let resources = self.resources();
+            let known = resources
+                .served()
+                .map(|(_, r)| discovery::resource_name(&r.api))
+                .collect();
             let sources: Vec<ResourceId> = DISCOVERY_SOURCES
                 .iter()
                 .filter_map(|name| resources.by_name(name))
                 .collect();
-            resources
+            let reads = resources
                 .served()
                 .filter(|(_, r)| r.watched)
                 .filter_map(|(id, r)| {
@@ -393,10 +400,13 @@ impl Collector {
                     let source = sources.contains(&id);
                     (referrers || source).then(|| (r.clone(), referrers, source))
                 })
-                .collect()
+                .collect();
+            (reads, known)
         };
         let results: Vec<Result<Found, Hold>> = futures::stream::iter(reads)
-            .map(|(resource, referrers, source)| self.read_one(scope, resource, referrers, source))
+            .map(|(resource, referrers, source)| {
+                self.read_one(scope, resource, referrers, source, &known)
+            })
             .buffer_unordered(READS_AT_ONCE)
             .collect()
             .await;
@@ -418,6 +428,7 @@ impl Collector {
                 Err(hold) => round.unsure = round.unsure.take().or(Some(hold)),
             }
         }
+        round.unsure = round.unsure.or(unsettled);
         if round.unsure.is_none() {
             round.unsure = self.established(unknown_crds).await;
         }
@@ -427,13 +438,14 @@ impl Collector {
 
     /// Reads `resource` in `scope`: the references to owners the graph does not show alive
     /// (when `referrers`), and whether the graph has seen every object (when it is a
-    /// discovery `source`).
+    /// discovery `source`; a CRD is known when it names one of the `known` resources).
     async fn read_one(
         &self,
         scope: &Scope,
         resource: Resource,
         referrers: bool,
         source: bool,
+        known: &HashSet<String>,
     ) -> Result<Found, Hold> {
         let name = discovery::resource_name(&resource.api);
         let collection = Target::collection(
@@ -456,7 +468,7 @@ impl Collector {
                         };
                         if source && found.unseen.is_none() {
                             found.note_source(&graph, &name, &observed);
-                            if name == CRDS && self.resources().by_name(&observed.name).is_none() {
+                            if name == CRDS && !known.contains(&observed.name) {
                                 found
                                     .unknown_crds
                                     .push((resource.clone(), observed.name.clone()));
