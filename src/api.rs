@@ -11,9 +11,9 @@ use json_patch::{
 };
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, OwnerReference};
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams,
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams,
     Preconditions, PropagationPolicy,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -276,6 +276,11 @@ impl Target {
             uid: String::new(),
         }
     }
+
+    /// The URL path of the collection `self` is in.
+    pub fn resource_url(&self) -> String {
+        DynamicObject::url_path(&self.resource, self.namespace.as_deref())
+    }
 }
 
 impl std::fmt::Display for Target {
@@ -306,6 +311,32 @@ pub enum Changed {
 
 /// How many objects a page of a list holds.
 pub const LIST_PAGE: u32 = 500;
+
+/// A page of a list: its items read as `T` (for instance only the fields a caller needs), and
+/// where the next page starts.
+#[derive(Debug, serde::Deserialize)]
+#[serde(bound = "T: DeserializeOwned")]
+pub struct Page<T> {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default = "Vec::new")]
+    pub items: Vec<T>,
+}
+
+/// Sends the list `request` and reads its answer as a [`Page`]: the body is read once into
+/// one buffer and parsed from it (a list from the watch cache is every object at once).
+pub async fn read_list<T: DeserializeOwned>(
+    client: &Client,
+    request: http::Request<Vec<u8>>,
+) -> Result<Page<T>, kube::Error> {
+    use futures::AsyncReadExt;
+    let mut body = client.request_stream(request).await?;
+    let mut bytes = Vec::new();
+    body.read_to_end(&mut bytes)
+        .await
+        .map_err(kube::Error::ReadEvents)?;
+    serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)
+}
 
 /// Attempts at a read-modify-write before giving up on a busy object.
 const ATTEMPTS: usize = 5;
@@ -391,16 +422,19 @@ impl Cluster {
     /// Every object of `collection` (see [`Target::collection`]), read consistently (from
     /// etcd, not the apiserver's watch cache), metadata only, a page at a time; each page's
     /// objects go to `each`.
-    pub async fn list_metadata(
+    pub async fn list_metadata<T: DeserializeOwned>(
         &self,
         collection: &Target,
-        mut each: impl FnMut(&[PartialObjectMeta<DynamicObject>]),
+        mut each: impl FnMut(&[T]),
     ) -> Result<(), ApiError> {
-        let api = self.api(collection);
+        let request = kube::core::Request::new(collection.resource_url());
         let mut params = ListParams::default().limit(LIST_PAGE);
         loop {
-            let page = self
-                .call(Verb::List, collection, api.list_metadata(&params))
+            let request = request.list_metadata(&params).map_err(kube::Error::BuildRequest);
+            let page: Page<T> = self
+                .call(Verb::List, collection, async {
+                    read_list(&self.client, request?).await
+                })
                 .await?;
             each(&page.items);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {

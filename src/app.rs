@@ -49,6 +49,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         burst,
         ignored_resources,
         rediscovery_interval,
+        initial_list,
         release_barrier,
         leader_election: election_args,
         debug_graph,
@@ -162,6 +163,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             workers: usize::from(workers),
             ignored: ignored_resources,
             rediscovery: rediscovery_interval,
+            initial_list,
             barrier: release_barrier,
         },
     ));

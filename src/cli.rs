@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::certs::{DevCerts, SubjectAltNames};
+use crate::gc::watch::InitialList;
 use crate::graph::Mode;
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::{
@@ -123,6 +124,11 @@ pub struct RunArgs {
     /// or APIService change asks sooner.
     #[arg(long, env = "SYNCGC_REDISCOVERY_INTERVAL", default_value = "20s", value_parser = duration)]
     pub rediscovery_interval: Duration,
+    /// Where each watch's first list is read: `watch-cache` (the apiserver's watch cache, all
+    /// at once, as informers and kube-controller-manager do; the watch then brings the graph up
+    /// to date) or `etcd` (consistent, a page at a time: slower to become ready, the same graph).
+    #[arg(long, env = "SYNCGC_INITIAL_LIST", value_enum, default_value_t = InitialList::WatchCache)]
+    pub initial_list: InitialList,
     /// Before an owner goes, confirm with a fresh read of its namespace (or of the cluster, for
     /// a cluster-scoped owner) that nothing refers to it any more. Turning it off only serves
     /// to measure what it costs: an owner may then go while a dependent the watches have not

@@ -13,11 +13,13 @@
 //! 4. the release barrier's cost per release ([`barrier`]);
 //! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
 //! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
-//! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects.
+//! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects;
+//! 8. time to ready and memory per object as the cluster grows to 100,000 objects, against
+//!    kube-controller-manager's GC ([`scale`]).
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `barrier`, `webhook`, `writes`, `memory`).
+//! `sync`, `barrier`, `webhook`, `writes`, `memory`, `scale`).
 
 mod bare;
 mod barrier;
@@ -26,6 +28,7 @@ mod graph;
 mod load;
 mod plane;
 mod report;
+mod scale;
 mod tree;
 mod writes;
 
@@ -54,8 +57,8 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 7] = [
-    "graph", "cascade", "sync", "barrier", "webhook", "writes", "memory",
+const PHASES: [&str; 8] = [
+    "graph", "cascade", "sync", "barrier", "webhook", "writes", "memory", "scale",
 ];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
@@ -81,6 +84,8 @@ struct Settings {
     writes: usize,
     writers: usize,
     writes_rounds: usize,
+    /// ConfigMaps the scale phase grows to.
+    scale: usize,
     out: PathBuf,
 }
 
@@ -126,6 +131,7 @@ impl Settings {
             writes: env_or("SYNCGC_BENCH_WRITES", 4000)?,
             writers: env_or("SYNCGC_BENCH_WRITERS", 32)?,
             writes_rounds: env_or("SYNCGC_BENCH_WRITES_ROUNDS", 3)?,
+            scale: env_or("SYNCGC_BENCH_SCALE_N", 100_000)?,
             out: env_or(
                 "SYNCGC_BENCH_OUT",
                 PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),
@@ -212,6 +218,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("memory") {
         memory_phase(settings, plane, report).await?;
+    }
+    if settings.runs("scale") {
+        scale::phase(settings, plane, report).await?;
     }
     Ok(())
 }

@@ -104,7 +104,7 @@ impl Plane {
         if self.kcm == Some(kcm) {
             return Ok(());
         }
-        let log = self.cluster_dir.join("logs/kube-controller-manager.log");
+        let log = self.kcm_log();
         let status = Command::new(self.root.join("hack/cluster.sh"))
             .args(["kcm", if kcm.gc { "gc" } else { "nogc" }])
             .env("SYNCGC_KCM_QPS", kcm.qps.to_string())
@@ -125,6 +125,46 @@ impl Plane {
         }
         self.kcm = Some(kcm);
         Ok(())
+    }
+
+    /// Restarts kube-controller-manager in `kcm`'s mode and limits (even when it runs so
+    /// already); with its garbage collector, how long from its start (its first log line)
+    /// until its monitors synced, by its log's clock.
+    pub async fn restart_kcm(&mut self, kcm: Kcm) -> Result<Option<Duration>> {
+        let status = Command::new(self.root.join("hack/cluster.sh"))
+            .args(["kcm", "none"])
+            .stderr(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "hack/cluster.sh kcm none failed");
+        self.kcm = None;
+        self.kcm(kcm).await?;
+        if !kcm.gc {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(self.kcm_log())?;
+        let text = &text[text.rfind(STARTED).context("no start in the log")?..];
+        let started = text
+            .lines()
+            .next()
+            .and_then(klog_time)
+            .context("no time on the start line")?;
+        let synced = text
+            .lines()
+            .find(|l| l.contains(MONITORS_SYNCED))
+            .and_then(klog_time)
+            .context("no time on the synced line")?;
+        Ok(Some(synced.saturating_sub(started)))
+    }
+
+    /// kube-controller-manager's resident memory, in bytes.
+    pub fn kcm_rss(&self) -> Result<u64> {
+        let pid = std::fs::read_to_string(self.cluster_dir.join("pids/kube-controller-manager.pid"))
+            .context("kube-controller-manager is not running")?;
+        rss(pid.trim().parse()?)
+    }
+
+    fn kcm_log(&self) -> PathBuf {
+        self.cluster_dir.join("logs/kube-controller-manager.log")
     }
 
     /// Starts `syncgc run` with `args` besides its addresses, certificates and kubeconfig, and
@@ -163,7 +203,7 @@ impl Plane {
             if Instant::now() > deadline {
                 bail!("syncgc run did not become ready in a minute");
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(syncgc)
     }
@@ -274,6 +314,18 @@ fn synced_since_start(log: &Path) -> bool {
         let start = text.rfind(STARTED).unwrap_or(0);
         text[start..].contains(MONITORS_SYNCED)
     })
+}
+
+/// The time of day of a klog line (`I1123 00:47:33.123456 …`), as a duration since midnight.
+fn klog_time(line: &str) -> Option<Duration> {
+    let time = line.split_whitespace().nth(1)?;
+    let mut parts = time.split(':');
+    let (h, m, s): (u64, u64, f64) = (
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+    );
+    Some(Duration::from_secs(h * 3600 + m * 60) + Duration::from_secs_f64(s))
 }
 
 /// A plain-HTTP GET: the status and the body.

@@ -30,13 +30,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::events::EventType;
 use tokio::sync::Notify;
 
 use super::Collector;
 use super::collector::lock;
 use super::discovery::{self, Resource};
+use super::meta;
 use super::watch;
 use crate::api::Target;
 use crate::graph::{Coordinates, Flags, Graph, Observed, ResourceId, Uid, Work};
@@ -458,7 +458,7 @@ impl Collector {
             .cluster
             .list_metadata(
                 &collection,
-                |page: &[PartialObjectMeta<DynamicObject>]| {
+                |page: &[meta::Item]| {
                     let graph = self.graph_read();
                     for object in page {
                         let Some(observed) =

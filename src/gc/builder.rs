@@ -79,7 +79,9 @@ pub async fn run(
                             let _ = synced.send(true);
                         }
                     }
-                    GraphEvent::Apply(id, _) | GraphEvent::Delete(id, _) => {
+                    GraphEvent::Apply(id, _)
+                    | GraphEvent::Page(id, _)
+                    | GraphEvent::Delete(id, _) => {
                         if builder.sources.contains(id) {
                             tracing::debug!("a CRD or APIService changed: discovering again");
                             builder.collector.progress.ask_discovery();
@@ -203,6 +205,7 @@ impl Builder {
             self.collector.cluster.client.clone(),
             id,
             resource,
+            self.collector.config.initial_list,
             self.aliases.clone(),
             self.events.clone(),
             self.collector.metrics.clone(),

@@ -20,7 +20,8 @@ use super::barrier::{Barrier, Progress};
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
 use super::discovery::Resources;
 use super::queue::WorkQueue;
-use super::watch::{GraphEvent, WatchState, flags_of};
+use super::meta::flags_of;
+use super::watch::{GraphEvent, WatchState};
 use crate::api::{ApiError, Changed, Cluster, Marks, Target};
 use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
 use crate::metrics::Metrics;
@@ -138,6 +139,10 @@ impl Collector {
             let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
             match event {
                 GraphEvent::Apply(id, observed) => graph.apply(id, observed),
+                GraphEvent::Page(id, page) => page
+                    .into_iter()
+                    .flat_map(|observed| graph.apply(id, observed))
+                    .collect(),
                 GraphEvent::Delete(_, uid) => {
                     lock(&self.deleted).remove(&uid);
                     graph.delete(uid)

@@ -6,7 +6,8 @@
 //! Its parts, as the upstream collector's:
 //!
 //! - [`discovery`]: which resources to watch (per GroupResource, partial failures tolerated).
-//! - [`watch`]: one metadata-only watch per resource.
+//! - [`watch`]: one metadata-only watch per resource, reading [`meta`]: the metadata the
+//!   collector needs and nothing else.
 //! - [`builder`]: the graph builder, the graph's one writer: discovery, the watches, and the
 //!   work their events bring up; rediscovers at once when CRDs or APIServices change.
 //! - [`queue`]: the deduplicating, delaying, backing-off work queue.
@@ -28,6 +29,7 @@ pub mod collector;
 pub mod debug;
 pub mod decide;
 pub mod discovery;
+pub mod meta;
 pub mod queue;
 pub mod synchronous;
 pub mod watch;
@@ -52,6 +54,8 @@ pub struct GcConfig {
     pub ignored: Vec<String>,
     /// How often the served resources are discovered again when nothing asks sooner.
     pub rediscovery: Duration,
+    /// Where each watch's first list is read.
+    pub initial_list: watch::InitialList,
     /// Whether owners pass the release barrier before they go (see [`barrier`]).
     pub barrier: bool,
 }

@@ -7,26 +7,22 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{
-    ApiResource, DynamicObject, ListParams, PartialObjectMeta, WatchEvent, WatchParams,
-};
-use kube::{Api, Client};
+use kube::Client;
+use kube::api::{ApiResource, ListParams, WatchEvent, WatchParams};
 use tokio::sync::mpsc;
 
 use super::discovery::{Aliases, Resource};
+use super::meta::{Item, Meta};
 use crate::duration::Backoff;
-use crate::graph::{Coordinates, Flags, Observed, OwnerLink, ResourceId, Uid};
+use crate::graph::{Coordinates, Observed, OwnerLink, ResourceId, Uid};
 use crate::metrics::Metrics;
-use crate::names::{
-    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
-    SYNCHRONOUS_FINALIZER,
-};
 
 /// What a watch tells the graph's writer.
 #[derive(Debug)]
 pub enum GraphEvent {
     Apply(ResourceId, Observed),
+    /// Objects of a list, applied together.
+    Page(ResourceId, Vec<Observed>),
     Delete(ResourceId, Uid),
     /// A (re)list is complete: these are all the objects of the resource.
     Listed(ResourceId, HashSet<Uid>),
@@ -40,55 +36,40 @@ pub enum GraphEvent {
 
 /// What the graph keeps of an object's metadata; `None` for an object without a uid. The
 /// coordinates its references name are taken through `aliases`.
-pub fn observe(resource: &ApiResource, meta: &ObjectMeta, aliases: &Aliases) -> Option<Observed> {
+pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option<Observed> {
     let uid = Uid::parse(meta.uid.as_deref()?);
-    let name = meta.name.clone().unwrap_or_default();
     Some(Observed {
         uid,
-        coordinates: Coordinates::in_group(&resource.group, &resource.kind, &name),
+        coordinates: Coordinates::in_group(&resource.group, &resource.kind, &meta.name),
         namespace: meta.namespace.clone(),
         resource_version: meta
             .resource_version
             .as_deref()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
-        name,
+        name: meta.name.clone(),
         owners: meta
             .owner_references
             .iter()
-            .flatten()
             .map(|r| OwnerLink {
-                uid: Uid::parse(&r.uid),
+                uid: r.uid(),
                 coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
                 block_owner_deletion: r.block_owner_deletion == Some(true),
             })
             .collect(),
-        flags: flags_of(meta),
+        flags: meta.flags(),
         deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     })
 }
 
-/// The state the graph keeps of an object, read from its metadata.
-pub fn flags_of(meta: &ObjectMeta) -> Flags {
-    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
-    let has = |f: &str| finalizers.iter().any(|x| x == f);
-    let opted_in = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(SYNCHRONOUS_ANNOTATION))
-        .is_some_and(|v| v == "true");
-    let labelled = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(ARMED_LABEL))
-        .is_some_and(|v| v == "true");
-    Flags::empty()
-        .with(Flags::LABELLED, labelled)
-        .with(Flags::DELETING, meta.deletion_timestamp.is_some())
-        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
-        .with(Flags::OPTED_IN, opted_in)
-        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
-        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
+/// Where a watch's first list is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum InitialList {
+    /// The apiserver's watch cache (`resourceVersion=0`), every object in one answer.
+    #[default]
+    WatchCache,
+    /// etcd, consistently, a page at a time.
+    Etcd,
 }
 
 /// How a watch stands, as the release barrier needs to know (see [`super::barrier`]).
@@ -104,6 +85,9 @@ pub enum WatchState {
 
 /// The first and the longest wait before a failed request is tried again.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+
+/// How many listed objects the graph takes in at a time.
+const BATCH: usize = 1000;
 
 /// The receiving end is gone: the watch ends.
 struct Closed;
@@ -138,6 +122,7 @@ pub async fn watch(
     client: Client,
     id: ResourceId,
     resource: Resource,
+    initial_list: InitialList,
     aliases: Arc<RwLock<Aliases>>,
     events: mpsc::Sender<GraphEvent>,
     metrics: Metrics,
@@ -148,9 +133,11 @@ pub async fn watch(
         state: None,
     };
     let reflector = Reflector {
-        api: Api::all_with(client, &resource.api),
+        request: kube::core::Request::new(crate::api::Target::collection(&resource.api, None).resource_url()),
+        client,
         name: super::discovery::resource_name(&resource.api),
         resource: &resource,
+        initial_list,
         aliases,
         metrics,
     };
@@ -158,9 +145,12 @@ pub async fn watch(
 }
 
 struct Reflector<'a> {
-    api: Api<DynamicObject>,
+    client: Client,
+    /// Requests for the resource in every namespace.
+    request: kube::core::Request,
     name: String,
     resource: &'a Resource,
+    initial_list: InitialList,
     aliases: Arc<RwLock<Aliases>>,
     metrics: Metrics,
 }
@@ -174,7 +164,7 @@ enum Ended {
 }
 
 impl Reflector<'_> {
-    fn observe(&self, meta: &ObjectMeta) -> Option<Observed> {
+    fn observe(&self, meta: &Meta) -> Option<Observed> {
         let aliases = self.aliases.read().unwrap_or_else(|e| e.into_inner());
         observe(&self.resource.api, meta, &aliases)
     }
@@ -183,9 +173,12 @@ impl Reflector<'_> {
         let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         let mut listed_once = false;
         let mut failures = 0u32;
+        // As informers do: the first list is served from the apiserver's watch cache (unless
+        // asked otherwise); a list after the watch's resourceVersion expired is read from etcd.
+        let mut from_cache = self.initial_list == InitialList::WatchCache;
         loop {
             feed.state(WatchState::Listing).await?;
-            let mut version = match self.list(feed).await? {
+            let mut version = match self.list(feed, from_cache).await? {
                 Ok(version) => version,
                 Err(err) => {
                     failures += 1;
@@ -200,9 +193,15 @@ impl Reflector<'_> {
                 tracing::debug!(resource = %self.name, "listed");
             }
             listed_once = true;
+            from_cache = false;
             loop {
-                let params = WatchParams::default();
-                let stream = match self.api.watch_metadata(&params, &version).await {
+                let request = self
+                    .request
+                    .watch_metadata(&WatchParams::default(), &version)
+                    .map_err(kube::Error::BuildRequest);
+                let stream = match async { self.client.request_events::<Item>(request?).await }
+                    .await
+                {
                     Ok(stream) => stream,
                     Err(err) if is_expired(&err) => break,
                     Err(err) => {
@@ -221,21 +220,41 @@ impl Reflector<'_> {
         }
     }
 
-    /// Lists every object (consistently, a page at a time), sending each, then the listed
-    /// set; returns the list's resourceVersion.
-    async fn list(&self, feed: &Feed) -> Result<Result<String, kube::Error>, Closed> {
+    /// Lists every object — `from_cache`, all at once from the apiserver's watch cache
+    /// (`resourceVersion=0`), else consistently from etcd a page at a time — sending them in
+    /// batches, then the listed set; returns the list's resourceVersion.
+    async fn list(
+        &self,
+        feed: &Feed,
+        from_cache: bool,
+    ) -> Result<Result<String, kube::Error>, Closed> {
         let mut listed = HashSet::new();
-        let mut params = ListParams::default().limit(crate::api::LIST_PAGE);
+        let mut params = if from_cache {
+            ListParams {
+                resource_version: Some("0".to_owned()),
+                ..ListParams::default()
+            }
+        } else {
+            ListParams::default().limit(crate::api::LIST_PAGE)
+        };
         loop {
-            let page = match self.api.list_metadata(&params).await {
+            let page = match self.request.list_metadata(&params) {
+                Ok(request) => crate::api::read_list::<Item>(&self.client, request).await,
+                Err(err) => Err(kube::Error::BuildRequest(err)),
+            };
+            let page = match page {
                 Ok(page) => page,
                 Err(err) => return Ok(Err(err)),
             };
-            for object in &page.items {
-                if let Some(observed) = self.observe(&object.metadata) {
-                    listed.insert(observed.uid);
-                    feed.send(GraphEvent::Apply(feed.id, observed)).await?;
-                }
+            for batch in page.items.chunks(BATCH) {
+                let observed: Vec<Observed> = batch
+                    .iter()
+                    .filter_map(|object| self.observe(&object.metadata))
+                    .inspect(|o| {
+                        listed.insert(o.uid);
+                    })
+                    .collect();
+                feed.send(GraphEvent::Page(feed.id, observed)).await?;
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -252,7 +271,7 @@ impl Reflector<'_> {
     async fn follow(
         &self,
         feed: &Feed,
-        stream: impl futures::Stream<Item = kube::Result<WatchEvent<PartialObjectMeta<DynamicObject>>>>,
+        stream: impl futures::Stream<Item = kube::Result<WatchEvent<Item>>>,
         version: &mut String,
     ) -> Result<Result<Ended, kube::Error>, Closed> {
         let mut stream = std::pin::pin!(stream);
@@ -302,7 +321,7 @@ impl Reflector<'_> {
     }
 }
 
-fn remember(version: &mut String, meta: &ObjectMeta) {
+fn remember(version: &mut String, meta: &Meta) {
     if let Some(v) = &meta.resource_version {
         version.clone_from(v);
     }

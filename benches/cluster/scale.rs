@@ -1,0 +1,210 @@
+//! Scale: how long a collector is blind after it starts, and what each object costs it in
+//! memory, as the cluster grows to N ConfigMaps (`SYNCGC_BENCH_SCALE_N`, 100,000 by default;
+//! one in ten owns the next nine, as in the graph phase). At each size, in the same run:
+//!
+//! - kube-controller-manager restarted with its garbage collector: the time from its start
+//!   until it logs "all resource monitors have synced" (it collects from then on), and its
+//!   resident memory; restarted without it: its resident memory. The difference is what its
+//!   garbage collector holds.
+//! - `syncgc run --mode standalone` started (kube-controller-manager without its GC): the time
+//!   from its start until `/readyz` answers 200, and its resident memory then; the same with no
+//!   object of the namespace yet is the baseline the objects add to.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+use crate::Settings;
+use crate::plane::{Kcm, Plane};
+use crate::report::{Goal, Report, round};
+
+/// Resident memory moves for a while after a start (Go's collector, freed list buffers): it is
+/// read this long after the collector is ready.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// One size's measurements.
+struct Point {
+    objects: usize,
+    native_ready: Duration,
+    native_bytes: f64,
+    syncgc_ready: Duration,
+    syncgc_bytes: f64,
+}
+
+pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    let n = settings.scale;
+    let sizes: Vec<usize> = [n / 10, n / 4, n / 2, n]
+        .into_iter()
+        .filter(|s| *s > 0)
+        .collect();
+    eprintln!("scale: {sizes:?} ConfigMaps");
+    let namespace = plane.namespace("bench-scale", &[]).await?;
+    let syncgc_baseline = syncgc_start(plane, settings).await?.1;
+    let mut points = Vec::new();
+    let (mut created, mut owners) = (0, HashMap::new());
+    for &size in &sizes {
+        create(plane, &namespace, created..size, &mut owners, settings.concurrency).await?;
+        created = size;
+        let (native_ready, with_gc) = kcm_start(plane, settings, true).await?;
+        let (_, without_gc) = kcm_start(plane, settings, false).await?;
+        let (syncgc_ready, syncgc_rss) = syncgc_start(plane, settings).await?;
+        let point = Point {
+            objects: size,
+            native_ready,
+            native_bytes: with_gc.saturating_sub(without_gc) as f64 / size as f64,
+            syncgc_ready,
+            syncgc_bytes: syncgc_rss.saturating_sub(syncgc_baseline) as f64 / size as f64,
+        };
+        eprintln!(
+            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s; bytes per object native {:.0}, syncgc {:.0}",
+            point.native_ready.as_secs_f64(),
+            point.syncgc_ready.as_secs_f64(),
+            point.native_bytes,
+            point.syncgc_bytes
+        );
+        points.push(point);
+    }
+    plane.drop_namespace(&namespace).await?;
+
+    let table = report.table(
+        format!(
+            "Scale: ConfigMaps in one namespace (one in ten owns the next nine), each collector \
+             started with them in etcd; ready = from its start until it collects \
+             (kube-controller-manager: \"all resource monitors have synced\"; syncgc standalone: \
+             `/readyz` 200); bytes per object = resident memory {}s after, kube-controller-manager \
+             with its GC − without, syncgc − syncgc started before the objects ({:.1} MiB)",
+            SETTLE.as_secs(),
+            syncgc_baseline as f64 / f64::from(1 << 20)
+        ),
+        vec![
+            "objects",
+            "native ready s",
+            "syncgc ready s",
+            "ready syncgc ÷ native",
+            "native B/object",
+            "syncgc B/object",
+            "B/object syncgc ÷ native",
+        ],
+    );
+    for p in &points {
+        table.rows.push(vec![
+            p.objects.to_string(),
+            round(p.native_ready.as_secs_f64()),
+            round(p.syncgc_ready.as_secs_f64()),
+            round(p.syncgc_ready.as_secs_f64() / p.native_ready.as_secs_f64()),
+            format!("{:.0}", p.native_bytes),
+            format!("{:.0}", p.syncgc_bytes),
+            round(p.syncgc_bytes / p.native_bytes),
+        ]);
+    }
+    let last = points.last().context("no size measured")?;
+    report.target(
+        format!("scale, {} objects: time to ready syncgc ÷ native", last.objects),
+        last.syncgc_ready.as_secs_f64() / last.native_ready.as_secs_f64(),
+        Goal::AtMost(0.5),
+        "×",
+    );
+    report.target(
+        format!(
+            "scale, {} objects: memory per object syncgc ÷ native",
+            last.objects
+        ),
+        last.syncgc_bytes / last.native_bytes,
+        Goal::AtMost(0.5),
+        "×",
+    );
+    Ok(())
+}
+
+/// Creates ConfigMaps `from..to` in `namespace`: every tenth an owner (its uid kept in
+/// `owners`), the nine after it its dependents; owners first.
+async fn create(
+    plane: &Plane,
+    namespace: &str,
+    range: std::ops::Range<usize>,
+    owners: &mut HashMap<usize, String>,
+    concurrency: usize,
+) -> Result<()> {
+    eprintln!("scale: creating ConfigMaps {range:?}");
+    let api: Api<ConfigMap> = Api::namespaced(plane.client.clone(), namespace);
+    let make = |objects: Vec<ConfigMap>| {
+        futures::stream::iter(objects)
+            .map(|object| {
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &object).await }
+            })
+            .buffer_unordered(concurrency)
+            .collect::<Vec<_>>()
+    };
+    let new_owners = range.clone().filter(|i| i % 10 == 0);
+    for created in make(new_owners.map(|i| config_map(i, None)).collect()).await {
+        let created = created?;
+        let name = created.metadata.name.unwrap_or_default();
+        let i = name.trim_start_matches("cm-").parse()?;
+        owners.insert(i, created.metadata.uid.unwrap_or_default());
+    }
+    let dependents = range.filter(|i| i % 10 != 0).map(|i| {
+        let owner = i - i % 10;
+        config_map(i, Some((name_of(owner), owners[&owner].clone())))
+    });
+    for created in make(dependents.collect()).await {
+        created?;
+    }
+    Ok(())
+}
+
+fn name_of(i: usize) -> String {
+    format!("cm-{i}")
+}
+
+fn config_map(i: usize, owner: Option<(String, String)>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name_of(i)),
+            owner_references: owner.map(|(name, uid)| {
+                vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    name,
+                    uid,
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]
+            }),
+            ..Default::default()
+        },
+        data: Some([("k".to_owned(), "v".to_owned())].into()),
+        ..Default::default()
+    }
+}
+
+/// Restarts kube-controller-manager with or without its GC; with it, how long until its
+/// monitors synced; and its resident memory [`SETTLE`] after.
+async fn kcm_start(plane: &mut Plane, settings: &Settings, gc: bool) -> Result<(Duration, u64)> {
+    let ready = plane
+        .restart_kcm(Kcm::unthrottled(gc, settings.concurrency as u32))
+        .await?;
+    tokio::time::sleep(SETTLE).await;
+    Ok((ready.unwrap_or_default(), plane.kcm_rss()?))
+}
+
+/// Starts syncgc standalone (kube-controller-manager without its GC): how long until ready, and
+/// its resident memory [`SETTLE`] after.
+async fn syncgc_start(plane: &mut Plane, settings: &Settings) -> Result<(Duration, u64)> {
+    plane
+        .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
+        .await?;
+    let started = Instant::now();
+    let syncgc = plane
+        .syncgc(&["--mode".to_owned(), "standalone".to_owned()])
+        .await?;
+    let ready = started.elapsed();
+    tokio::time::sleep(SETTLE).await;
+    Ok((ready, syncgc.rss()?))
+}

@@ -1,0 +1,251 @@
+//! The metadata the collector reads from lists and watch events, and nothing else: name,
+//! namespace, uid, resourceVersion, deletionTimestamp, ownerReferences, finalizers, and of the
+//! labels and annotations only syncgc's own (`syncgc.io/…`). Everything else an object's
+//! metadata carries — managedFields above all, and annotations such as
+//! `kubectl.kubernetes.io/last-applied-configuration` — is skipped as it is parsed, never
+//! allocated: a list of 100,000 objects costs what the graph keeps of them.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Time};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use crate::graph::{Flags, Uid};
+use crate::names::{
+    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
+    SYNCHRONOUS_FINALIZER,
+};
+
+/// The prefix of the labels and annotations that are kept.
+const OWN: &str = "syncgc.io/";
+
+/// An object of a metadata list or watch event (`PartialObjectMetadata`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Item {
+    #[serde(default)]
+    pub metadata: Meta,
+}
+
+/// A page of a metadata list (`PartialObjectMetadataList`).
+#[derive(Debug, Default, Deserialize)]
+pub struct List {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default)]
+    pub items: Vec<Item>,
+}
+
+/// An object's metadata, as far as the collector needs it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Meta {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub deletion_timestamp: Option<Time>,
+    #[serde(deserialize_with = "own")]
+    pub labels: Own,
+    #[serde(deserialize_with = "own")]
+    pub annotations: Own,
+    #[serde(deserialize_with = "null_is_empty")]
+    pub owner_references: Vec<Reference>,
+    #[serde(deserialize_with = "null_is_empty")]
+    pub finalizers: Vec<String>,
+}
+
+/// An ownerReference.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Reference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// The `syncgc.io/` entries of a label or annotation map.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Own(Vec<(String, String)>);
+
+impl Own {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Meta {
+    /// The flags the graph keeps.
+    pub fn flags(&self) -> Flags {
+        flags(
+            self.finalizers.iter().map(String::as_str),
+            self.annotations.get(SYNCHRONOUS_ANNOTATION),
+            self.labels.get(ARMED_LABEL),
+            self.deletion_timestamp.is_some(),
+        )
+    }
+}
+
+/// The flags of an object read in full (a GET).
+pub fn flags_of(meta: &ObjectMeta) -> Flags {
+    let own = |map: &Option<std::collections::BTreeMap<String, String>>, key: &str| {
+        map.as_ref().and_then(|m| m.get(key)).cloned()
+    };
+    flags(
+        meta.finalizers.iter().flatten().map(String::as_str),
+        own(&meta.annotations, SYNCHRONOUS_ANNOTATION).as_deref(),
+        own(&meta.labels, ARMED_LABEL).as_deref(),
+        meta.deletion_timestamp.is_some(),
+    )
+}
+
+/// The graph's flags from an object's finalizers, opt-in annotation, armed label and whether
+/// it is being deleted.
+fn flags<'a>(
+    finalizers: impl Iterator<Item = &'a str> + Clone,
+    opt_in: Option<&str>,
+    armed_label: Option<&str>,
+    deleting: bool,
+) -> Flags {
+    let has = |f: &str| finalizers.clone().any(|x| x == f);
+    Flags::empty()
+        .with(Flags::LABELLED, armed_label == Some("true"))
+        .with(Flags::DELETING, deleting)
+        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
+        .with(Flags::OPTED_IN, opt_in == Some("true"))
+        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
+        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
+}
+
+fn null_is_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Reads a map of strings (or null), keeping the `syncgc.io/` entries.
+fn own<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Own, D::Error> {
+    struct Entries;
+
+    impl<'de> Visitor<'de> for Entries {
+        type Value = Own;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of strings")
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Own, E> {
+            Ok(Own::default())
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Own, E> {
+            Ok(Own::default())
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Own, D::Error> {
+            deserializer.deserialize_map(self)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Own, A::Error> {
+            let mut kept = Vec::new();
+            while let Some(Key(key)) = map.next_key()? {
+                match key {
+                    Some(key) => kept.push((key, map.next_value()?)),
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Own(kept))
+        }
+    }
+
+    deserializer.deserialize_option(Entries)
+}
+
+/// A map key, kept (`Some`) only when it is one of syncgc's.
+struct Key(Option<String>);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+
+        impl Visitor<'_> for Text {
+            type Value = Key;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(Key(key.starts_with(OWN).then(|| key.to_owned())))
+            }
+        }
+
+        deserializer.deserialize_str(Text)
+    }
+}
+
+impl Reference {
+    pub fn uid(&self) -> Uid {
+        Uid::parse(&self.uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn what_the_collector_does_not_need_is_skipped_and_the_rest_read_as_in_full() {
+        let metadata = json!({
+            "name": "cm", "namespace": "ns", "uid": "6c0b3a56-0b1b-4e0e-9a43-5b1bb4a7e3a1",
+            "resourceVersion": "42", "deletionTimestamp": "2026-11-23T10:00:00Z",
+            "labels": { "app": "x", ARMED_LABEL: "true" },
+            "annotations": { SYNCHRONOUS_ANNOTATION: "true",
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}" },
+            "ownerReferences": [{ "apiVersion": "v1", "kind": "ConfigMap", "name": "o",
+                "uid": "1", "blockOwnerDeletion": true, "controller": true }],
+            "finalizers": [SYNCHRONOUS_FINALIZER, FOREGROUND_FINALIZER],
+            "managedFields": [{ "manager": "kubectl", "fieldsV1": { "f:data": { ".": {} } } }],
+            "generation": 3,
+        });
+        let meta: Meta = serde_json::from_value(metadata.clone()).unwrap();
+        let full: ObjectMeta = serde_json::from_value(metadata).unwrap();
+        assert_eq!(meta.flags(), flags_of(&full));
+        assert_eq!(
+            meta.flags().names(),
+            ["deleting", "armed", "opted-in", "foreground", "labelled"]
+        );
+        assert_eq!(
+            meta.labels,
+            Own(vec![(ARMED_LABEL.into(), "true".into())]),
+            "only syncgc's labels are kept"
+        );
+        assert_eq!(meta.annotations.get(SYNCHRONOUS_ANNOTATION), Some("true"));
+        assert_eq!(meta.owner_references[0].block_owner_deletion, Some(true));
+        assert_eq!(meta.resource_version.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn nulls_and_absences_are_empty() {
+        let meta: Meta = serde_json::from_value(json!({ "name": "a", "labels": null,
+            "annotations": null, "ownerReferences": null, "finalizers": null }))
+        .unwrap();
+        assert_eq!(meta.flags(), Flags::empty());
+        let list: List = serde_json::from_str(
+            r#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"7"},"items":[{"metadata":{}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(list.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(list.items[0].metadata, Meta::default());
+    }
+}
