@@ -19,7 +19,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Config, Resource};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -319,8 +319,17 @@ pub const LIST_PAGE: u32 = 500;
 pub struct Page<T> {
     #[serde(default)]
     pub metadata: ListMeta,
-    #[serde(default = "Vec::new")]
+    #[serde(default = "Vec::new", deserialize_with = "null_is_empty")]
     pub items: Vec<T>,
+}
+
+/// A list that is `null` (as an empty list's `items` is) or absent is empty.
+pub fn null_is_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// Sends the list `request` and reads its answer as a [`Page`]: the body is read once into

@@ -81,6 +81,11 @@ async fn a_start_from_the_watch_cache_builds_the_graph_a_consistent_start_builds
                     &format!("syncgc-initial-list-{initial_list}-{}", std::process::id()),
                     &["--initial-list", initial_list],
                 );
+                assert_eq!(
+                    syncgc.metric("syncgc_watch_errors_total"),
+                    0.0,
+                    "every list and watch succeeded (empty lists too)"
+                );
                 uids.iter()
                     .map(|uid| {
                         let (status, body) = syncgc

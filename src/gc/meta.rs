@@ -7,10 +7,11 @@
 
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
+use crate::api::null_is_empty;
 use crate::graph::{Flags, Uid};
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
@@ -25,15 +26,6 @@ const OWN: &str = "syncgc.io/";
 pub struct Item {
     #[serde(default)]
     pub metadata: Meta,
-}
-
-/// A page of a metadata list (`PartialObjectMetadataList`).
-#[derive(Debug, Default, Deserialize)]
-pub struct List {
-    #[serde(default)]
-    pub metadata: ListMeta,
-    #[serde(default)]
-    pub items: Vec<Item>,
 }
 
 /// An object's metadata, as far as the collector needs it.
@@ -120,14 +112,6 @@ fn flags<'a>(
         .with(Flags::OPTED_IN, opt_in == Some("true"))
         .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
         .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
-}
-
-fn null_is_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// Reads a map of strings (or null), keeping the `syncgc.io/` entries.
@@ -241,11 +225,14 @@ mod tests {
             "annotations": null, "ownerReferences": null, "finalizers": null }))
         .unwrap();
         assert_eq!(meta.flags(), Flags::empty());
-        let list: List = serde_json::from_str(
+        let list: crate::api::Page<Item> = serde_json::from_str(
             r#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"7"},"items":[{"metadata":{}}]}"#,
         )
         .unwrap();
         assert_eq!(list.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(list.items[0].metadata, Meta::default());
+        let empty: crate::api::Page<Item> =
+            serde_json::from_str(r#"{"metadata":{},"items":null}"#).unwrap();
+        assert!(empty.items.is_empty(), "an empty list's items are null");
     }
 }
