@@ -13,18 +13,20 @@ use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, OwnerReference};
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams,
-    Preconditions, PropagationPolicy,
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+    PropagationPolicy,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Config, Resource};
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::gc::meta::{Item, Meta};
+use crate::gc::proto::{self, ListDecoder};
 use crate::metrics::Metrics;
 use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
 
@@ -323,6 +325,101 @@ pub struct Page<T> {
     pub items: Vec<T>,
 }
 
+/// A metadata list being read: in protobuf, decoded a chunk at a time as it arrives; in JSON
+/// (servers that cannot encode it in protobuf), at once.
+pub struct MetaList {
+    body: kube::client::Body,
+    decoder: Option<ListDecoder>,
+    json: Option<Vec<u8>>,
+}
+
+impl MetaList {
+    /// Sends the metadata list `request`, asking for protobuf.
+    pub async fn send(
+        client: &Client,
+        mut request: http::Request<Vec<u8>>,
+    ) -> Result<Self, kube::Error> {
+        request.headers_mut().insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_static(proto::ACCEPT),
+        );
+        let response = client.send(request.map(kube::client::Body::from)).await?;
+        let status = response.status();
+        let protobuf = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(proto::CONTENT_TYPE));
+        let body = response.into_body();
+        if status.is_client_error() || status.is_server_error() {
+            let bytes = http_body_util::BodyExt::collect(body).await?.to_bytes();
+            let status =
+                serde_json::from_slice::<kube::core::Status>(&bytes).unwrap_or_else(|_| {
+                    let text = String::from_utf8_lossy(&bytes);
+                    kube::core::Status::failure(text.trim(), "Failed to parse error data")
+                        .with_code(status.as_u16())
+                });
+            return Err(kube::Error::Api(status.boxed()));
+        }
+        Ok(Self {
+            body,
+            decoder: protobuf.then(ListDecoder::default),
+            json: (!protobuf).then(Vec::new),
+        })
+    }
+
+    /// The next objects, `None` once the list is read.
+    pub async fn next(&mut self) -> Result<Option<Vec<Meta>>, kube::Error> {
+        loop {
+            let Some(frame) = http_body_util::BodyExt::frame(&mut self.body).await else {
+                return Ok(None);
+            };
+            let Ok(data) = frame?.into_data() else {
+                continue;
+            };
+            match (&mut self.decoder, &mut self.json) {
+                (Some(decoder), _) => {
+                    let objects = decoder
+                        .feed(&data)
+                        .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))?;
+                    if !objects.is_empty() {
+                        return Ok(Some(objects));
+                    }
+                }
+                (None, Some(json)) => json.extend_from_slice(&data),
+                (None, None) => return Ok(None),
+            }
+        }
+    }
+
+    /// Reads what is left; the list's resourceVersion and continue token, and in JSON its
+    /// objects.
+    pub async fn finish(mut self) -> Result<(proto::ListMeta, Vec<Meta>), kube::Error> {
+        while self.decoder.is_some() && self.next().await?.is_some() {}
+        match (self.decoder, self.json) {
+            (Some(decoder), _) => decoder
+                .finish()
+                .map(|list| (list, Vec::new()))
+                .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e))),
+            (None, json) => {
+                let mut json = json.unwrap_or_default();
+                while let Some(frame) = http_body_util::BodyExt::frame(&mut self.body).await {
+                    if let Ok(data) = frame?.into_data() {
+                        json.extend_from_slice(&data);
+                    }
+                }
+                let page: Page<Item> =
+                    serde_json::from_slice(&json).map_err(kube::Error::SerdeError)?;
+                let list = proto::ListMeta {
+                    resource_version: page.metadata.resource_version,
+                    continue_: page.metadata.continue_.filter(|c| !c.is_empty()),
+                };
+                Ok((list, page.items.into_iter().map(|i| i.metadata).collect()))
+            }
+        }
+    }
+}
+
 /// A list that is `null` (as an empty list's `items` is) or absent is empty.
 pub fn null_is_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
 where
@@ -330,21 +427,6 @@ where
     T: serde::Deserialize<'de>,
 {
     Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-/// Sends the list `request` and reads its answer as a [`Page`]: the body is read once into
-/// one buffer and parsed from it (a list from the watch cache is every object at once).
-pub async fn read_list<T: DeserializeOwned>(
-    client: &Client,
-    request: http::Request<Vec<u8>>,
-) -> Result<Page<T>, kube::Error> {
-    use futures::AsyncReadExt;
-    let mut body = client.request_stream(request).await?;
-    let mut bytes = Vec::new();
-    body.read_to_end(&mut bytes)
-        .await
-        .map_err(kube::Error::ReadEvents)?;
-    serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)
 }
 
 /// Attempts at a read-modify-write before giving up on a busy object.
@@ -431,22 +513,29 @@ impl Cluster {
     /// Every object of `collection` (see [`Target::collection`]), read consistently (from
     /// etcd, not the apiserver's watch cache), metadata only, a page at a time; each page's
     /// objects go to `each`.
-    pub async fn list_metadata<T: DeserializeOwned>(
+    pub async fn list_metadata(
         &self,
         collection: &Target,
-        mut each: impl FnMut(&[T]),
+        mut each: impl FnMut(Vec<Meta>),
     ) -> Result<(), ApiError> {
         let request = kube::core::Request::new(collection.resource_url());
         let mut params = ListParams::default().limit(LIST_PAGE);
         loop {
-            let request = request.list_metadata(&params).map_err(kube::Error::BuildRequest);
-            let page: Page<T> = self
+            let request = request
+                .list_metadata(&params)
+                .map_err(kube::Error::BuildRequest);
+            let list = self
                 .call(Verb::List, collection, async {
-                    read_list(&self.client, request?).await
+                    let mut list = MetaList::send(&self.client, request?).await?;
+                    while let Some(objects) = list.next().await? {
+                        each(objects);
+                    }
+                    let (list, objects) = list.finish().await?;
+                    each(objects);
+                    Ok(list)
                 })
                 .await?;
-            each(&page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            match list.continue_ {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(()),
             }

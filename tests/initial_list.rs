@@ -25,14 +25,23 @@ async fn a_start_from_the_watch_cache_builds_the_graph_a_consistent_start_builds
     // ClusterRole) and the namespace as owners, an object being deleted that a finalizer
     // holds, an armed owner: the state of none of them changes while the collectors start.
     let root = create(&configmaps, &config_map("root", vec![])).await;
-    let middle = create(&configmaps, &config_map("middle", vec![owner_ref(&root, true)])).await;
+    let middle = create(
+        &configmaps,
+        &config_map("middle", vec![owner_ref(&root, true)]),
+    )
+    .await;
     for i in 0..20 {
         let mut secret: Secret = serde_json::from_value(json!({ "metadata": {
             "name": format!("leaf-{i}"),
             "ownerReferences": [owner_ref(&middle, i % 2 == 0)] } }))
         .unwrap();
         if i == 0 {
-            secret.metadata.owner_references.as_mut().unwrap().push(owner_ref(&root, false));
+            secret
+                .metadata
+                .owner_references
+                .as_mut()
+                .unwrap()
+                .push(owner_ref(&root, false));
         }
         create(&secrets, &secret).await;
     }
@@ -102,7 +111,10 @@ async fn a_start_from_the_watch_cache_builds_the_graph_a_consistent_start_builds
     };
     let from_cache = graph("watch-cache").await;
     let from_etcd = graph("etcd").await;
-    let middle_view = &from_etcd[uids.iter().position(|u| Some(u) == middle.uid().as_ref()).unwrap()];
+    let middle_view = &from_etcd[uids
+        .iter()
+        .position(|u| Some(u) == middle.uid().as_ref())
+        .unwrap()];
     assert!(
         middle_view.len() >= 23,
         "the graph around `middle` holds it, its owner and its 20 dependents: {middle_view:?}"
@@ -112,7 +124,10 @@ async fn a_start_from_the_watch_cache_builds_the_graph_a_consistent_start_builds
     }
 
     clear_finalizers(&configmaps, "held").await;
-    roles.delete(&ns.name, &DeleteParams::background()).await.unwrap();
+    roles
+        .delete(&ns.name, &DeleteParams::background())
+        .await
+        .unwrap();
 }
 
 /// `/debug/graph`'s answer as a set of lines, one per node and per edge, so that the order in

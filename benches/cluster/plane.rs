@@ -142,7 +142,8 @@ impl Plane {
             return Ok(None);
         }
         let text = std::fs::read_to_string(self.kcm_log())?;
-        let text = &text[text.rfind(STARTED).context("no start in the log")?..];
+        let start = text.rfind(STARTED).context("no start in the log")?;
+        let text = &text[text[..start].rfind('\n').map_or(0, |i| i + 1)..];
         let started = text
             .lines()
             .next()
@@ -158,8 +159,9 @@ impl Plane {
 
     /// kube-controller-manager's resident memory, in bytes.
     pub fn kcm_rss(&self) -> Result<u64> {
-        let pid = std::fs::read_to_string(self.cluster_dir.join("pids/kube-controller-manager.pid"))
-            .context("kube-controller-manager is not running")?;
+        let pid =
+            std::fs::read_to_string(self.cluster_dir.join("pids/kube-controller-manager.pid"))
+                .context("kube-controller-manager is not running")?;
         rss(pid.trim().parse()?)
     }
 

@@ -49,7 +49,14 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     let mut points = Vec::new();
     let (mut created, mut owners) = (0, HashMap::new());
     for &size in &sizes {
-        create(plane, &namespace, created..size, &mut owners, settings.concurrency).await?;
+        create(
+            plane,
+            &namespace,
+            created..size,
+            &mut owners,
+            settings.concurrency,
+        )
+        .await?;
         created = size;
         let (native_ready, with_gc) = kcm_start(plane, settings, true).await?;
         let (_, without_gc) = kcm_start(plane, settings, false).await?;
@@ -105,7 +112,10 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     }
     let last = points.last().context("no size measured")?;
     report.target(
-        format!("scale, {} objects: time to ready syncgc ÷ native", last.objects),
+        format!(
+            "scale, {} objects: time to ready syncgc ÷ native",
+            last.objects
+        ),
         last.syncgc_ready.as_secs_f64() / last.native_ready.as_secs_f64(),
         Goal::AtMost(0.5),
         "×",

@@ -456,48 +456,43 @@ impl Collector {
         let mut found = Found::default();
         let result = self
             .cluster
-            .list_metadata(
-                &collection,
-                |page: &[meta::Item]| {
-                    let graph = self.graph_read();
-                    for object in page {
-                        let Some(observed) =
-                            watch::observe(&resource.api, &object.metadata, &aliases)
-                        else {
-                            continue;
-                        };
-                        if source && found.unseen.is_none() {
-                            found.note_source(&graph, &name, &observed);
-                            if name == CRDS && !known.contains(&observed.name) {
-                                found
-                                    .unknown_crds
-                                    .push((resource.clone(), observed.name.clone()));
-                            }
-                        }
-                        if !referrers {
-                            continue;
-                        }
-                        for link in &observed.owners {
-                            let alive = graph
-                                .node(link.uid)
-                                .is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING));
-                            if !alive {
-                                found.references.push((
-                                    link.uid,
-                                    Referrer {
-                                        uid: observed.uid,
-                                        resource: name.clone(),
-                                        namespace: observed.namespace.clone(),
-                                        name: observed.name.clone(),
-                                        coordinates: link.coordinates,
-                                        blocking: link.block_owner_deletion,
-                                    },
-                                ));
-                            }
+            .list_metadata(&collection, |page: Vec<meta::Meta>| {
+                let graph = self.graph_read();
+                for object in &page {
+                    let Some(observed) = watch::observe(&resource.api, object, &aliases) else {
+                        continue;
+                    };
+                    if source && found.unseen.is_none() {
+                        found.note_source(&graph, &name, &observed);
+                        if name == CRDS && !known.contains(&observed.name) {
+                            found
+                                .unknown_crds
+                                .push((resource.clone(), observed.name.clone()));
                         }
                     }
-                },
-            )
+                    if !referrers {
+                        continue;
+                    }
+                    for link in &observed.owners {
+                        let alive = graph
+                            .node(link.uid)
+                            .is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING));
+                        if !alive {
+                            found.references.push((
+                                link.uid,
+                                Referrer {
+                                    uid: observed.uid,
+                                    resource: name.clone(),
+                                    namespace: observed.namespace.clone(),
+                                    name: observed.name.clone(),
+                                    coordinates: link.coordinates,
+                                    blocking: link.block_owner_deletion,
+                                },
+                            ));
+                        }
+                    }
+                }
+            })
             .await;
         self.metrics.barrier_reads.inc();
         match result {

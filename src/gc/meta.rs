@@ -63,6 +63,13 @@ pub struct Reference {
 pub struct Own(Vec<(String, String)>);
 
 impl Own {
+    /// Keeps `key` when it is one of syncgc's.
+    pub fn keep(&mut self, key: &str, value: &str) {
+        if key.starts_with(OWN) {
+            self.0.push((key.to_owned(), value.to_owned()));
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
             .iter()

@@ -30,6 +30,7 @@ pub mod debug;
 pub mod decide;
 pub mod discovery;
 pub mod meta;
+pub mod proto;
 pub mod queue;
 pub mod synchronous;
 pub mod watch;

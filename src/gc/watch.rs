@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::discovery::{Aliases, Resource};
 use super::meta::{Item, Meta};
+use crate::api::MetaList;
 use crate::duration::Backoff;
 use crate::graph::{Coordinates, Observed, OwnerLink, ResourceId, Uid};
 use crate::metrics::Metrics;
@@ -133,7 +134,9 @@ pub async fn watch(
         state: None,
     };
     let reflector = Reflector {
-        request: kube::core::Request::new(crate::api::Target::collection(&resource.api, None).resource_url()),
+        request: kube::core::Request::new(
+            crate::api::Target::collection(&resource.api, None).resource_url(),
+        ),
         client,
         name: super::discovery::resource_name(&resource.api),
         resource: &resource,
@@ -199,16 +202,15 @@ impl Reflector<'_> {
                     .request
                     .watch_metadata(&WatchParams::default(), &version)
                     .map_err(kube::Error::BuildRequest);
-                let stream = match async { self.client.request_events::<Item>(request?).await }
-                    .await
-                {
-                    Ok(stream) => stream,
-                    Err(err) if is_expired(&err) => break,
-                    Err(err) => {
-                        self.failed(feed, "watching", &err, &mut backoff).await?;
-                        continue;
-                    }
-                };
+                let stream =
+                    match async { self.client.request_events::<Item>(request?).await }.await {
+                        Ok(stream) => stream,
+                        Err(err) if is_expired(&err) => break,
+                        Err(err) => {
+                            self.failed(feed, "watching", &err, &mut backoff).await?;
+                            continue;
+                        }
+                    };
                 feed.state(WatchState::Watching).await?;
                 backoff.reset();
                 match self.follow(feed, stream, &mut version).await? {
@@ -238,33 +240,55 @@ impl Reflector<'_> {
             ListParams::default().limit(crate::api::LIST_PAGE)
         };
         loop {
-            let page = match self.request.list_metadata(&params) {
-                Ok(request) => crate::api::read_list::<Item>(&self.client, request).await,
-                Err(err) => Err(kube::Error::BuildRequest(err)),
+            let request = match self.request.list_metadata(&params) {
+                Ok(request) => request,
+                Err(err) => return Ok(Err(kube::Error::BuildRequest(err))),
             };
-            let page = match page {
-                Ok(page) => page,
+            let mut list = match MetaList::send(&self.client, request).await {
+                Ok(list) => list,
                 Err(err) => return Ok(Err(err)),
             };
-            for batch in page.items.chunks(BATCH) {
-                let observed: Vec<Observed> = batch
-                    .iter()
-                    .filter_map(|object| self.observe(&object.metadata))
-                    .inspect(|o| {
-                        listed.insert(o.uid);
-                    })
-                    .collect();
-                feed.send(GraphEvent::Page(feed.id, observed)).await?;
+            loop {
+                match list.next().await {
+                    Ok(Some(objects)) => self.take_in(feed, &objects, &mut listed).await?,
+                    Ok(None) => break,
+                    Err(err) => return Ok(Err(err)),
+                }
             }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            let (list, objects) = match list.finish().await {
+                Ok(finished) => finished,
+                Err(err) => return Ok(Err(err)),
+            };
+            self.take_in(feed, &objects, &mut listed).await?;
+            match list.continue_ {
                 Some(token) => params = params.continue_token(&token),
                 None => {
-                    let version = page.metadata.resource_version.unwrap_or_default();
+                    let version = list.resource_version.unwrap_or_default();
                     feed.send(GraphEvent::Listed(feed.id, listed)).await?;
                     return Ok(Ok(version));
                 }
             }
         }
+    }
+
+    /// Sends listed objects to the graph, in batches, noting their uids in `listed`.
+    async fn take_in(
+        &self,
+        feed: &Feed,
+        objects: &[Meta],
+        listed: &mut HashSet<Uid>,
+    ) -> Result<(), Closed> {
+        for batch in objects.chunks(BATCH) {
+            let observed: Vec<Observed> = batch
+                .iter()
+                .filter_map(|meta| self.observe(meta))
+                .inspect(|o| {
+                    listed.insert(o.uid);
+                })
+                .collect();
+            feed.send(GraphEvent::Page(feed.id, observed)).await?;
+        }
+        Ok(())
     }
 
     /// Sends a watch's events until it ends, keeping `version` at the last one seen.
