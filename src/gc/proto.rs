@@ -187,6 +187,23 @@ enum State {
     List(usize),
 }
 
+/// The header of a length-delimited field at the start of `buf`: its number, the header's
+/// length and the value's; `None` while incomplete; `unexpected` when it is not
+/// length-delimited.
+fn header(buf: &[u8], unexpected: &'static str) -> Result<Option<(u64, usize, usize)>, Malformed> {
+    let Some((key, key_len)) = varint(buf) else {
+        return Ok(None);
+    };
+    if key & 7 != 2 {
+        return Err(Malformed(unexpected));
+    }
+    let Some((len, len_len)) = varint(&buf[key_len..]) else {
+        return Ok(None);
+    };
+    let len = usize::try_from(len).map_err(|_| Malformed("length"))?;
+    Ok(Some((key >> 3, key_len + len_len, len)))
+}
+
 /// The list's own metadata.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ListMeta {
@@ -232,21 +249,15 @@ impl ListDecoder {
                     self.state = State::Envelope;
                 }
                 State::Envelope => {
-                    let Some((key, key_len)) = varint(rest) else {
+                    let Some((field, head, len)) = header(rest, "unexpected envelope field")?
+                    else {
                         break;
                     };
-                    if key & 7 != 2 {
-                        return Err(Malformed("unexpected envelope field"));
-                    }
-                    let Some((len, len_len)) = varint(&rest[key_len..]) else {
-                        break;
-                    };
-                    let len = usize::try_from(len).map_err(|_| Malformed("length"))?;
-                    if key >> 3 == 2 {
-                        at += key_len + len_len;
+                    if field == 2 {
+                        at += head;
                         self.state = State::List(len);
-                    } else if rest.len() >= key_len + len_len + len {
-                        at += key_len + len_len + len;
+                    } else if rest.len() >= head + len {
+                        at += head + len;
                     } else {
                         break;
                     }
@@ -254,25 +265,18 @@ impl ListDecoder {
                 State::List(0) => self.state = State::Envelope,
                 State::List(left) => {
                     // One whole field of the list at a time.
-                    let Some((key, key_len)) = varint(rest) else {
+                    let Some((field, head, len)) = header(rest, "unexpected list field")? else {
                         break;
                     };
-                    if key & 7 != 2 {
-                        return Err(Malformed("unexpected list field"));
-                    }
-                    let Some((len, len_len)) = varint(&rest[key_len..]) else {
-                        break;
-                    };
-                    let len = usize::try_from(len).map_err(|_| Malformed("length"))?;
-                    let whole = key_len + len_len + len;
+                    let whole = head + len;
                     if whole > left {
                         return Err(Malformed("an item longer than the list"));
                     }
                     if rest.len() < whole {
                         break;
                     }
-                    let body = &rest[key_len + len_len..whole];
-                    match key >> 3 {
+                    let body = &rest[head..whole];
+                    match field {
                         1 => self.list = list_meta(body)?,
                         2 => {
                             let mut item = fields(body);
