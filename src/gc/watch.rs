@@ -15,7 +15,7 @@ use super::discovery::{Aliases, Resource};
 use super::meta::{Item, Meta};
 use crate::api::MetaList;
 use crate::duration::Backoff;
-use crate::graph::{Coordinates, Observed, OwnerLink, ResourceId, Uid};
+use crate::graph::{Coordinates, Observed, OwnerLink, ResourceId, Uid, UidHash};
 use crate::metrics::Metrics;
 
 /// What a watch tells the graph's writer.
@@ -26,7 +26,7 @@ pub enum GraphEvent {
     Page(ResourceId, Vec<Observed>),
     Delete(ResourceId, Uid),
     /// A (re)list is complete: these are all the objects of the resource.
-    Listed(ResourceId, HashSet<Uid>),
+    Listed(ResourceId, HashSet<Uid, UidHash>),
     /// The first list failed; the watch keeps retrying.
     ListFailed(ResourceId),
     /// The resource is no longer served (its watch has stopped).
@@ -230,7 +230,7 @@ impl Reflector<'_> {
         feed: &Feed,
         from_cache: bool,
     ) -> Result<Result<String, kube::Error>, Closed> {
-        let mut listed = HashSet::new();
+        let mut listed = HashSet::default();
         let mut params = if from_cache {
             ListParams {
                 resource_version: Some("0".to_owned()),
@@ -276,7 +276,7 @@ impl Reflector<'_> {
         &self,
         feed: &Feed,
         objects: &[Meta],
-        listed: &mut HashSet<Uid>,
+        listed: &mut HashSet<Uid, UidHash>,
     ) -> Result<(), Closed> {
         for batch in objects.chunks(BATCH) {
             let observed: Vec<Observed> = batch

@@ -12,7 +12,7 @@ use std::num::NonZeroU16;
 use std::ops::Deref;
 use std::sync::Arc;
 
-pub use uid::Uid;
+pub use uid::{Uid, UidHash};
 
 /// Which deletions syncgc carries out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -336,11 +336,11 @@ impl Work {
 #[derive(Debug, Default)]
 pub struct Graph {
     mode: Mode,
-    nodes: HashMap<Uid, Node>,
+    nodes: HashMap<Uid, Node, UidHash>,
     namespaces: HashSet<Arc<String>>,
     /// When each observed object being deleted got its deletionTimestamp (seconds since the
     /// epoch); only those, so nodes stay small.
-    deleted_at: HashMap<Uid, i64>,
+    deleted_at: HashMap<Uid, i64, UidHash>,
 }
 
 impl Graph {
@@ -538,7 +538,7 @@ impl Graph {
     }
 
     /// A relist of `resource` is complete: objects of it that were not listed are gone.
-    pub fn reset(&mut self, resource: ResourceId, listed: &HashSet<Uid>) -> Vec<Work> {
+    pub fn reset(&mut self, resource: ResourceId, listed: &HashSet<Uid, UidHash>) -> Vec<Work> {
         self.of_resource(resource)
             .into_iter()
             .filter(|uid| !listed.contains(uid))
@@ -833,7 +833,7 @@ mod tests {
         g.apply(CM, object(1, &[], WAITING));
         g.apply(CM, object(2, &[1], Flags::empty()));
         g.apply(ResourceId::new(1), object(3, &[], Flags::empty()));
-        let work = g.reset(CM, &HashSet::from([uid(1)]));
+        let work = g.reset(CM, &[uid(1)].into_iter().collect());
         assert_eq!(work, [Work::SyncOwner(uid(1))]);
         assert!(g.node(uid(2)).is_none());
         assert!(g.node(uid(3)).is_some(), "other resources are left alone");

@@ -18,11 +18,7 @@ impl Uid {
     }
 
     pub fn parse(text: &str) -> Self {
-        let hex: String = text.chars().filter(|c| *c != '-').collect();
-        if text.len() == 36
-            && hex.len() == 32
-            && let Ok(value) = u128::from_str_radix(&hex, 16)
-        {
+        if let Some(value) = uuid(text) {
             return Self::from_u128(value);
         }
         // FNV-1a, 128 bits: not a UUID, but still an identity.
@@ -34,6 +30,52 @@ impl Uid {
         Self::from_u128(hash)
     }
 }
+
+/// The value of a UUID in its canonical form (8-4-4-4-12 hex digits), read without allocating.
+fn uuid(text: &str) -> Option<u128> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 {
+        return None;
+    }
+    let mut value = 0u128;
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if *byte != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let digit = (*byte as char).to_digit(16)?;
+        value = (value << 4) | u128::from(digit);
+    }
+    Some(value)
+}
+
+/// Hashes a [`Uid`] for the graph's maps: a UUID is random already (and anything else was
+/// hashed into one), so mixing its two halves is enough; much cheaper than SipHash for the
+/// several lookups each applied object makes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UidHasher(u64);
+
+impl std::hash::Hasher for UidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for keys other than a `Uid`: FNV-1a.
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x100000001b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e3779b97f4a7c15);
+    }
+}
+
+/// Builds [`UidHasher`]s.
+pub type UidHash = std::hash::BuildHasherDefault<UidHasher>;
 
 impl fmt::Display for Uid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -64,6 +106,23 @@ mod tests {
     fn uuids_round_trip() {
         let text = "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4";
         assert_eq!(Uid::parse(text).to_string(), text);
+    }
+
+    #[test]
+    fn what_is_not_a_canonical_uuid_is_hashed() {
+        let uuid = "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4";
+        for other in [
+            "0c9a8d74x9cb7-44dd-b98e-09fd62def2f4",
+            "0c9a8d74-9cb7-44dd-b98e-09fd62def2fg",
+            "0c9a8d749cb744ddb98e09fd62def2f4",
+        ] {
+            assert_ne!(Uid::parse(other), Uid::parse(uuid));
+            assert_eq!(Uid::parse(other), Uid::parse(other));
+        }
+        assert_eq!(
+            Uid::parse("0C9A8D74-9CB7-44DD-B98E-09FD62DEF2F4"),
+            Uid::parse(uuid)
+        );
     }
 
     #[test]
