@@ -392,32 +392,27 @@ impl MetaList {
         }
     }
 
-    /// Reads what is left; the list's resourceVersion and continue token, and in JSON its
-    /// objects.
-    pub async fn finish(mut self) -> Result<(proto::ListMeta, Vec<Meta>), kube::Error> {
-        while self.decoder.is_some() && self.next().await?.is_some() {}
+    /// Once [`MetaList::next`] has said the list is read: its resourceVersion and continue
+    /// token, and in JSON its objects.
+    pub fn finish(self) -> Result<(proto::ListMeta, Vec<Meta>), kube::Error> {
         match (self.decoder, self.json) {
             (Some(decoder), _) => decoder
                 .finish()
                 .map(|list| (list, Vec::new()))
                 .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e))),
-            (None, json) => {
-                let mut json = json.unwrap_or_default();
-                while let Some(frame) = http_body_util::BodyExt::frame(&mut self.body).await {
-                    if let Ok(data) = frame?.into_data() {
-                        json.extend_from_slice(&data);
-                    }
-                }
-                let page: Page<Item> =
-                    serde_json::from_slice(&json).map_err(kube::Error::SerdeError)?;
-                let list = proto::ListMeta {
-                    resource_version: page.metadata.resource_version,
-                    continue_: page.metadata.continue_.filter(|c| !c.is_empty()),
-                };
-                Ok((list, page.items.into_iter().map(|i| i.metadata).collect()))
-            }
+            (None, json) => json_list(&json.unwrap_or_default()).map_err(kube::Error::SerdeError),
         }
     }
+}
+
+/// A metadata list in JSON: its resourceVersion and continue token, and its objects.
+fn json_list(json: &[u8]) -> Result<(proto::ListMeta, Vec<Meta>), serde_json::Error> {
+    let page: Page<Item> = serde_json::from_slice(json)?;
+    let list = proto::ListMeta {
+        resource_version: page.metadata.resource_version,
+        continue_: page.metadata.continue_.filter(|c| !c.is_empty()),
+    };
+    Ok((list, page.items.into_iter().map(|i| i.metadata).collect()))
 }
 
 /// A list that is `null` (as an empty list's `items` is) or absent is empty.
@@ -530,7 +525,7 @@ impl Cluster {
                     while let Some(objects) = list.next().await? {
                         each(objects);
                     }
-                    let (list, objects) = list.finish().await?;
+                    let (list, objects) = list.finish()?;
                     each(objects);
                     Ok(list)
                 })
@@ -973,5 +968,30 @@ impl Cluster {
             api.replace(name, &PostParams::default(), object),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_metadata_list_reads_as_the_protobuf_one() {
+        let (list, objects) = json_list(
+            br#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"7","continue":""},
+                "items":[{"metadata":{"name":"a","uid":"u"}},{"metadata":{}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(list.resource_version.as_deref(), Some("7"));
+        assert_eq!(
+            list.continue_, None,
+            "an empty continue token ends the list"
+        );
+        assert_eq!(objects.len(), 2);
+        assert_eq!(objects[0].name, "a");
+        let (list, objects) =
+            json_list(br#"{"metadata":{"continue":"next"},"items":null}"#).unwrap();
+        assert!(objects.is_empty(), "an empty list's items are null");
+        assert_eq!(list.continue_.as_deref(), Some("next"));
     }
 }

@@ -255,7 +255,7 @@ impl Reflector<'_> {
                     Err(err) => return Ok(Err(err)),
                 }
             }
-            let (list, objects) = match list.finish().await {
+            let (list, objects) = match list.finish() {
                 Ok(finished) => finished,
                 Err(err) => return Ok(Err(err)),
             };
