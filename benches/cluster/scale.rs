@@ -2,6 +2,8 @@
 //! memory, as the cluster grows to N ConfigMaps (`SYNCGC_BENCH_SCALE_N`, 100,000 by default;
 //! one in ten owns the next nine, as in the graph phase). At each size, in the same run:
 //!
+//! Each collector is started three times at each size, and the medians reported.
+//!
 //! - kube-controller-manager restarted with its garbage collector: the time from its start
 //!   until it logs "all resource monitors have synced" (it collects from then on), and its
 //!   resident memory; restarted without it: its resident memory. The difference is what its
@@ -28,6 +30,39 @@ use crate::report::{Goal, Report, round};
 /// read this long after the collector is ready.
 const SETTLE: Duration = Duration::from_secs(5);
 
+/// How many times each collector is started at each size: the medians are reported (the time
+/// to ready and, above all, Go's resident memory vary from one start to the next).
+const STARTS: usize = 3;
+
+/// A collector started for a measurement.
+#[derive(Debug, Clone, Copy)]
+enum Start {
+    /// kube-controller-manager, with or without its GC.
+    Native { gc: bool },
+    /// syncgc standalone.
+    Syncgc,
+}
+
+/// The medians of [`STARTS`] starts' time to ready and resident memory, each start alone.
+async fn median_start(
+    plane: &mut Plane,
+    settings: &Settings,
+    start: Start,
+) -> Result<(Duration, u64)> {
+    let (mut times, mut bytes) = (Vec::new(), Vec::new());
+    for _ in 0..STARTS {
+        let (time, rss) = match start {
+            Start::Native { gc } => kcm_start(plane, settings, gc).await?,
+            Start::Syncgc => syncgc_start(plane, settings).await?,
+        };
+        times.push(time);
+        bytes.push(rss);
+    }
+    times.sort();
+    bytes.sort();
+    Ok((times[STARTS / 2], bytes[STARTS / 2]))
+}
+
 /// One size's measurements.
 struct Point {
     objects: usize,
@@ -45,7 +80,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         .collect();
     eprintln!("scale: {sizes:?} ConfigMaps");
     let namespace = plane.namespace("bench-scale", &[]).await?;
-    let syncgc_baseline = syncgc_start(plane, settings).await?.1;
+    let syncgc_baseline = median_start(plane, settings, Start::Syncgc).await?.1;
     let mut points = Vec::new();
     let (mut created, mut owners) = (0, HashMap::new());
     for &size in &sizes {
@@ -58,9 +93,10 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         )
         .await?;
         created = size;
-        let (native_ready, with_gc) = kcm_start(plane, settings, true).await?;
-        let (_, without_gc) = kcm_start(plane, settings, false).await?;
-        let (syncgc_ready, syncgc_rss) = syncgc_start(plane, settings).await?;
+        let (native_ready, with_gc) =
+            median_start(plane, settings, Start::Native { gc: true }).await?;
+        let (_, without_gc) = median_start(plane, settings, Start::Native { gc: false }).await?;
+        let (syncgc_ready, syncgc_rss) = median_start(plane, settings, Start::Syncgc).await?;
         let point = Point {
             objects: size,
             native_ready,
@@ -85,7 +121,8 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
              started with them in etcd; ready = from its start until it collects \
              (kube-controller-manager: \"all resource monitors have synced\"; syncgc standalone: \
              `/readyz` 200); bytes per object = resident memory {}s after, kube-controller-manager \
-             with its GC − without, syncgc − syncgc started before the objects ({:.1} MiB)",
+             with its GC − without, syncgc − syncgc started before the objects ({:.1} MiB); \
+             medians of {STARTS} starts each",
             SETTLE.as_secs(),
             syncgc_baseline as f64 / f64::from(1 << 20)
         ),
