@@ -252,6 +252,29 @@ impl Plane {
         Ok(created.metadata.name.unwrap_or_default())
     }
 
+    /// Waits until no namespace is being deleted (their objects would count in measurements of
+    /// the whole cluster).
+    pub async fn settle_namespaces(&self) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let terminating = api
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .filter(|ns| ns.metadata.deletion_timestamp.is_some())
+                .count();
+            if terminating == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{terminating} namespaces still being deleted after 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     /// Deletes a namespace without waiting for it to go.
     pub async fn drop_namespace(&self, name: &str) -> Result<()> {
         let api: Api<Namespace> = Api::all(self.client.clone());

@@ -79,6 +79,8 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         .filter(|s| *s > 0)
         .collect();
     eprintln!("scale: {sizes:?} ConfigMaps");
+    // The objects of earlier phases' namespaces must be gone before the baseline is taken.
+    plane.settle_namespaces().await?;
     let namespace = plane.namespace("bench-scale", &[]).await?;
     let syncgc_baseline = median_start(plane, settings, Start::Syncgc).await?.1;
     let mut points = Vec::new();
