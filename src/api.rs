@@ -314,23 +314,24 @@ pub enum Changed {
 /// How many objects a page of a list holds.
 pub const LIST_PAGE: u32 = 500;
 
-/// A page of a list: its items read as `T` (for instance only the fields a caller needs), and
-/// where the next page starts.
-#[derive(Debug, serde::Deserialize)]
-#[serde(bound = "T: DeserializeOwned")]
-pub struct Page<T> {
+/// A metadata list in JSON, as far as the collector reads it.
+#[derive(Debug, Deserialize)]
+struct JsonList {
     #[serde(default)]
-    pub metadata: ListMeta,
-    #[serde(default = "Vec::new", deserialize_with = "null_is_empty")]
-    pub items: Vec<T>,
+    metadata: ListMeta,
+    #[serde(default, deserialize_with = "null_is_empty")]
+    items: Vec<Item>,
 }
 
 /// A metadata list being read: in protobuf, decoded a chunk at a time as it arrives; in JSON
-/// (servers that cannot encode it in protobuf), at once.
+/// (servers that cannot encode it in protobuf), at once when it has all arrived.
 pub struct MetaList {
     body: kube::client::Body,
     decoder: Option<ListDecoder>,
+    /// A JSON answer so far.
     json: Option<Vec<u8>>,
+    /// A JSON answer's list metadata, once read.
+    json_list: Option<proto::ListMeta>,
 }
 
 impl MetaList {
@@ -365,6 +366,7 @@ impl MetaList {
             body,
             decoder: protobuf.then(ListDecoder::default),
             json: (!protobuf).then(Vec::new),
+            json_list: None,
         })
     }
 
@@ -372,42 +374,46 @@ impl MetaList {
     pub async fn next(&mut self) -> Result<Option<Vec<Meta>>, kube::Error> {
         loop {
             let Some(frame) = http_body_util::BodyExt::frame(&mut self.body).await else {
-                return Ok(None);
+                let Some(json) = self.json.take() else {
+                    return Ok(None);
+                };
+                let (list, objects) = json_list(&json).map_err(kube::Error::SerdeError)?;
+                self.json_list = Some(list);
+                return Ok(Some(objects));
             };
             let Ok(data) = frame?.into_data() else {
                 continue;
             };
-            match (&mut self.decoder, &mut self.json) {
-                (Some(decoder), _) => {
-                    let objects = decoder
-                        .feed(&data)
-                        .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))?;
-                    if !objects.is_empty() {
-                        return Ok(Some(objects));
-                    }
+            if let Some(json) = &mut self.json {
+                json.extend_from_slice(&data);
+            } else if let Some(decoder) = &mut self.decoder {
+                let objects = decoder
+                    .feed(&data)
+                    .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e)))?;
+                if !objects.is_empty() {
+                    return Ok(Some(objects));
                 }
-                (None, Some(json)) => json.extend_from_slice(&data),
-                (None, None) => return Ok(None),
             }
         }
     }
 
     /// Once [`MetaList::next`] has said the list is read: its resourceVersion and continue
-    /// token, and in JSON its objects.
-    pub fn finish(self) -> Result<(proto::ListMeta, Vec<Meta>), kube::Error> {
-        match (self.decoder, self.json) {
-            (Some(decoder), _) => decoder
-                .finish()
-                .map(|list| (list, Vec::new()))
-                .map_err(|e| kube::Error::ReadEvents(std::io::Error::other(e))),
-            (None, json) => json_list(&json.unwrap_or_default()).map_err(kube::Error::SerdeError),
+    /// token.
+    pub fn finish(self) -> Result<proto::ListMeta, kube::Error> {
+        let malformed = |e| kube::Error::ReadEvents(std::io::Error::other(e));
+        match (self.decoder, self.json_list) {
+            (Some(decoder), _) => decoder.finish().map_err(malformed),
+            (None, Some(list)) => Ok(list),
+            (None, None) => Err(malformed(proto::Malformed(
+                "the list was not read to its end",
+            ))),
         }
     }
 }
 
 /// A metadata list in JSON: its resourceVersion and continue token, and its objects.
 fn json_list(json: &[u8]) -> Result<(proto::ListMeta, Vec<Meta>), serde_json::Error> {
-    let page: Page<Item> = serde_json::from_slice(json)?;
+    let page: JsonList = serde_json::from_slice(json)?;
     let list = proto::ListMeta {
         resource_version: page.metadata.resource_version,
         continue_: page.metadata.continue_.filter(|c| !c.is_empty()),
@@ -525,9 +531,7 @@ impl Cluster {
                     while let Some(objects) = list.next().await? {
                         each(objects);
                     }
-                    let (list, objects) = list.finish()?;
-                    each(objects);
-                    Ok(list)
+                    list.finish()
                 })
                 .await?;
             match list.continue_ {

@@ -5,6 +5,7 @@
 //! `kubectl.kubernetes.io/last-applied-configuration` — is skipped as it is parsed, never
 //! allocated: a list of 100,000 objects costs what the graph keeps of them.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -92,13 +93,13 @@ impl Meta {
 
 /// The flags of an object read in full (a GET).
 pub fn flags_of(meta: &ObjectMeta) -> Flags {
-    let own = |map: &Option<std::collections::BTreeMap<String, String>>, key: &str| {
-        map.as_ref().and_then(|m| m.get(key)).cloned()
-    };
+    fn get<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+        map.as_ref()?.get(key).map(String::as_str)
+    }
     flags(
         meta.finalizers.iter().flatten().map(String::as_str),
-        own(&meta.annotations, SYNCHRONOUS_ANNOTATION).as_deref(),
-        own(&meta.labels, ARMED_LABEL).as_deref(),
+        get(&meta.annotations, SYNCHRONOUS_ANNOTATION),
+        get(&meta.labels, ARMED_LABEL),
         meta.deletion_timestamp.is_some(),
     )
 }

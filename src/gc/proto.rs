@@ -24,7 +24,7 @@ const MAGIC: &[u8] = b"k8s\0";
 /// A malformed answer.
 #[derive(Debug, thiserror::Error)]
 #[error("decoding a protobuf metadata list: {0}")]
-pub struct Malformed(&'static str);
+pub struct Malformed(pub &'static str);
 
 /// A field's value.
 enum Value<'a> {

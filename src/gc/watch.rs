@@ -255,11 +255,10 @@ impl Reflector<'_> {
                     Err(err) => return Ok(Err(err)),
                 }
             }
-            let (list, objects) = match list.finish() {
-                Ok(finished) => finished,
+            let list = match list.finish() {
+                Ok(list) => list,
                 Err(err) => return Ok(Err(err)),
             };
-            self.take_in(feed, &objects, &mut listed).await?;
             match list.continue_ {
                 Some(token) => params = params.continue_token(&token),
                 None => {
@@ -279,13 +278,16 @@ impl Reflector<'_> {
         listed: &mut HashSet<Uid, UidHash>,
     ) -> Result<(), Closed> {
         for batch in objects.chunks(BATCH) {
-            let observed: Vec<Observed> = batch
-                .iter()
-                .filter_map(|meta| self.observe(meta))
-                .inspect(|o| {
-                    listed.insert(o.uid);
-                })
-                .collect();
+            let observed: Vec<Observed> = {
+                let aliases = self.aliases.read().unwrap_or_else(|e| e.into_inner());
+                batch
+                    .iter()
+                    .filter_map(|meta| observe(&self.resource.api, meta, &aliases))
+                    .inspect(|o| {
+                        listed.insert(o.uid);
+                    })
+                    .collect()
+            };
             feed.send(GraphEvent::Page(feed.id, observed)).await?;
         }
         Ok(())
