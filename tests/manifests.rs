@@ -297,10 +297,6 @@ async fn syncgc_runs_with_the_manifests_service_account() {
         .await
         .unwrap();
     let as_syncgc = Api::<ConfigMap>::namespaced(syncgc::api::client(config).unwrap(), &ns.name);
-    let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
-        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{what}: {status:?}"),
-        other => panic!("syncgc's account may {what}: {other:?}"),
-    };
     forbidden(
         "create objects",
         as_syncgc
@@ -313,37 +309,11 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     let other_secret: Secret = serde_json::from_value(json!({
         "metadata": { "name": "syncgc-other" }, "data": { "k": "dg==" } }))
     .unwrap();
-    forbidden(
-        "create a Secret",
-        secrets
-            .create(&Default::default(), &other_secret)
-            .await
-            .map(drop),
-    );
-    forbidden(
-        "update another Secret",
-        secrets
-            .replace("syncgc-other", &Default::default(), &other_secret)
-            .await
-            .map(drop),
-    );
+    neither_created_nor_replaced(&secrets, &other_secret, "Secret").await;
     let configurations = Api::<MutatingWebhookConfiguration>::all(as_syncgc_client);
     let other: MutatingWebhookConfiguration =
         serde_json::from_value(json!({ "metadata": { "name": "syncgc-other" } })).unwrap();
-    forbidden(
-        "create a webhook configuration",
-        configurations
-            .create(&Default::default(), &other)
-            .await
-            .map(drop),
-    );
-    forbidden(
-        "update another webhook configuration",
-        configurations
-            .replace("syncgc-other", &Default::default(), &other)
-            .await
-            .map(drop),
-    );
+    neither_created_nor_replaced(&configurations, &other, "webhook configuration").await;
     // Its own: filled in, and the Secret's CA is what the configuration publishes.
     let own = configurations.get("syncgc").await.unwrap();
     let (namespace, secret_name) = secret.split_once('/').unwrap();
@@ -356,4 +326,31 @@ async fn syncgc_runs_with_the_manifests_service_account() {
         assert_eq!(webhook.client_config.ca_bundle.as_ref(), Some(&ca));
     }
     drop(syncgc);
+}
+
+/// `result` is the apiserver's 403: syncgc's account may not `what`.
+fn forbidden(what: &str, result: Result<(), kube::Error>) {
+    match result {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{what}: {status:?}"),
+        other => panic!("syncgc's account may {what}: {other:?}"),
+    }
+}
+
+/// syncgc's account may neither create `object` (a `what`) nor replace it, its name being
+/// another than the one it manages.
+async fn neither_created_nor_replaced<K>(api: &Api<K>, object: &K, what: &str)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = object.name_any();
+    forbidden(
+        &format!("create a {what}"),
+        api.create(&Default::default(), object).await.map(drop),
+    );
+    forbidden(
+        &format!("update another {what}"),
+        api.replace(&name, &Default::default(), object)
+            .await
+            .map(drop),
+    );
 }
