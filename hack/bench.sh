@@ -6,8 +6,10 @@
 #   hack/bench.sh [PHASE]...     graph cascade sync barrier webhook writes memory scale (default: all)
 # Environment (defaults in brackets): SYNCGC_BENCH_SIZES [1000,5000] N of the unthrottled cascades,
 # SYNCGC_BENCH_THROTTLED_SIZE [1000] N at kube-controller-manager's default limits,
-# SYNCGC_BENCH_CONCURRENCY [16] workers and requests in flight, SYNCGC_BENCH_CONNECTIONS [8] of the
-# webhook load, SYNCGC_BENCH_WATCHED [10000] objects for the memory reading,
+# SYNCGC_BENCH_CONCURRENCY [16] workers and requests in flight, SYNCGC_BENCH_REPEATS [3] runs of
+# each unthrottled case of syncgc and of the loop (the median is reported),
+# SYNCGC_BENCH_CONNECTIONS [8] of the webhook load, SYNCGC_BENCH_WATCHED [10000] objects for the
+# memory reading,
 # SYNCGC_BENCH_BARRIER_TRIALS [100] releases with and without the release barrier,
 # SYNCGC_BENCH_WRITES [4000] ConfigMaps per round of the writes phase, SYNCGC_BENCH_WRITERS [32]
 # requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind, SYNCGC_BENCH_SCALE_N

@@ -699,19 +699,27 @@ impl Cluster {
 
     /// Removes `finalizer` from `target` with a JSON patch whose `test` ops check the uid and
     /// that the finalizer is still where it was read, so no other finalizer is ever removed;
-    /// retries when the list changed in between.
+    /// retries when the list changed in between. The first try is at index `at`, where a
+    /// watch last saw it, without a read; later ones read where it is.
     pub async fn remove_finalizer(
         &self,
         target: &Target,
         finalizer: &str,
+        mut at: Option<usize>,
     ) -> Result<Changed, ApiError> {
         for _ in 0..ATTEMPTS {
-            let Some(meta) = self.get_metadata(target).await? else {
-                return Ok(Changed::AlreadySo);
-            };
-            let finalizers = meta.finalizers.unwrap_or_default();
-            let Some(index) = finalizers.iter().position(|f| f == finalizer) else {
-                return Ok(Changed::AlreadySo);
+            let index = match at.take() {
+                Some(index) => index,
+                None => {
+                    let Some(meta) = self.get_metadata(target).await? else {
+                        return Ok(Changed::AlreadySo);
+                    };
+                    let finalizers = meta.finalizers.unwrap_or_default();
+                    let Some(index) = finalizers.iter().position(|f| f == finalizer) else {
+                        return Ok(Changed::AlreadySo);
+                    };
+                    index
+                }
             };
             let path = PointerBuf::from_tokens(["metadata", "finalizers", &index.to_string()]);
             let patch = JsonPatch(vec![

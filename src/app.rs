@@ -32,7 +32,16 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the serving certificate files are checked for changes.
 const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// Builds a single-threaded runtime.
+pub type RuntimeBuilder = fn() -> std::io::Result<tokio::runtime::Runtime>;
+
+/// Runs syncgc until SIGTERM or SIGINT. The garbage collector (discovery, watches, graph
+/// builder, workers, release barrier, and its client's connections) runs on a runtime and a
+/// thread of its own, built by `collector_runtime`: its tasks hand work to each other many
+/// times per object (a watch event to the builder, the builder to a worker, a worker to its
+/// request), and on one thread none of those hand-overs wakes another thread. The webhook and
+/// the metrics keep the multi-threaded runtime.
+pub async fn run(args: RunArgs, collector_runtime: RuntimeBuilder) -> anyhow::Result<()> {
     let RunArgs {
         kubeconfig,
         metrics_addr,
@@ -98,11 +107,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let metrics = Metrics::new().context("registering metrics")?;
     let readiness = Readiness::default();
-    let client = api::client(api::config(kubeconfig.as_deref()).await?)?;
+    let config = api::config(kubeconfig.as_deref()).await?;
+    let client = api::client(config.clone())?;
     // The webhook answers within the apiserver's timeout: its calls are not rate-limited.
     let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
+    let collector_runtime = collector_runtime().context("starting the collector's runtime")?;
+    // Built in the collector's runtime, so that the client's tasks run there.
+    let gc_client = {
+        let _in = collector_runtime.enter();
+        api::client(config)?
+    };
     let limiter = Arc::new(RateLimiter::new(qps, burst));
-    let gc_cluster = Cluster::new(client.clone(), Some(limiter), API_TIMEOUT, metrics.clone());
+    let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone());
 
     // From the Secret syncgc keeps (set by the managing rounds), or from files.
     let cert = if tls_secret.is_some() {
@@ -234,14 +250,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         tokio::spawn(managed.run(shutdown.clone()))
     });
-    let collector = tokio::spawn(gc::run(gc, readiness.clone(), leading, shutdown.clone()));
+    let collector = {
+        let run = gc::run(gc, readiness.clone(), leading, shutdown.clone());
+        std::thread::Builder::new()
+            .name("collector".into())
+            .spawn(move || collector_runtime.block_on(run))
+            .context("starting the collector's thread")?
+    };
 
     tokio::select! {
         () = shutdown.cancelled() => {}
         () = watch_apiserver(&client, &metrics) => {}
     }
     readiness.set(false);
-    collector.await.context("garbage collector task")?;
+    tokio::task::spawn_blocking(move || collector.join())
+        .await
+        .context("garbage collector thread")?
+        .map_err(|_| anyhow::anyhow!("the garbage collector panicked"))?;
     if let Some(election) = election {
         election.await.context("leader election task")?;
     }

@@ -330,14 +330,16 @@ pub struct CertsArgs {
 }
 
 /// Parses the command line, sets up logging and runs the subcommand.
-pub async fn main() -> ExitCode {
+/// The command line. `collector_runtime` builds the single-threaded runtime the garbage
+/// collector of `syncgc run` runs on.
+pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
     let Cli {
         log_format,
         command,
     } = Cli::parse();
     init_logging(log_format);
     let result = match command {
-        Command::Run(args) => crate::app::run(*args).await,
+        Command::Run(args) => crate::app::run(*args, collector_runtime).await,
         Command::Certs(args) => certs(args),
         Command::WebhookConfig(args) => webhook_config(args).await,
         Command::Explain(ExplainArgs {

@@ -19,12 +19,21 @@ fn main() -> ExitCode {
         .on_thread_park(release_freed_memory)
         .build();
     match runtime {
-        Ok(runtime) => runtime.block_on(syncgc::cli::main()),
+        Ok(runtime) => runtime.block_on(syncgc::cli::main(collector_runtime)),
         Err(err) => {
             eprintln!("error: starting the async runtime: {err}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The garbage collector's runtime: one thread (see `syncgc::app`), handing freed memory back
+/// as the others do.
+fn collector_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(release_freed_memory)
+        .build()
 }
 
 /// Keeps the kernel from backing the heap with 2 MiB pages (transparent huge pages): each would

@@ -39,3 +39,10 @@ async fn no_owner_goes_before_a_dependent_created_an_instant_before_its_delete()
     let load = support::TestNamespace::new(&ns.client, "barrier-load").await;
     barrier::trials(&ns, &load, Wait::Synchronous, 200).await;
 }
+
+#[tokio::test]
+async fn no_owner_goes_before_a_dependent_below_its_middle_created_an_instant_before_its_delete() {
+    let ns = namespace("barrier-trees").await;
+    barrier::a_dependent_below_an_intermediate_owner_holds_the_top(&ns, Wait::Synchronous, 40)
+        .await;
+}

@@ -50,3 +50,9 @@ async fn no_foreground_owner_goes_before_a_dependent_created_an_instant_before_i
     let load = TestNamespace::new(&ns.client, "barrier-load").await;
     barrier::trials(&ns, &load, Wait::Foreground, 200).await;
 }
+
+#[tokio::test]
+async fn no_owner_goes_before_a_dependent_below_its_middle_created_an_instant_before_its_delete() {
+    let ns = namespace("barrier-trees").await;
+    barrier::a_dependent_below_an_intermediate_owner_holds_the_top(&ns, Wait::Foreground, 40).await;
+}

@@ -8,7 +8,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use syncgc::graph::{Coordinates, Flags, Graph, Mode, Observed, OwnerLink, ResourceId, Uid};
+use syncgc::graph::{
+    Coordinates, FinalizerPlaces, Flags, Graph, Mode, Observed, OwnerLink, ResourceId, Uid,
+};
 
 /// syncgc's allocator (mimalloc), counting the bytes allocated and not yet freed. The bare
 /// webhook server runs with it too, so that it stands for the same stack as syncgc.
@@ -61,6 +63,7 @@ fn object(n: u128, owner: Option<u128>) -> Observed {
             .into_iter()
             .collect(),
         flags: Flags::empty(),
+        places: FinalizerPlaces::default(),
         deleted_at: None,
     }
 }

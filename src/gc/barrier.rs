@@ -19,10 +19,19 @@
 //! conversion webhook that is down, say, holds the owners in the namespaces where objects of
 //! that kind are stored, until it answers again or their deadlines pass.
 //!
+//! An owner the collector deleted on behalf of another owner that still waits (an intermediate
+//! owner of a tree) goes without a round of its own: the owner it was deleted for does not go
+//! before a round finds nothing that refers to any member of its tree, so what the watches
+//! have not delivered still holds the top of the tree, and a tree costs one round, not one per
+//! intermediate owner (each released, as upstream does, when the graph shows its own
+//! dependents gone).
+//!
 //! The reads are shared: one round per scope at a time, and a round serves every owner that
-//! reached the barrier before it began. An owner the barrier holds is looked at again within
-//! [`RECHECK`], at once when a watch recovers or discovery catches up; its deadline
-//! still bounds the wait.
+//! reached the barrier before it began. An owner that finds no such round waits for one
+//! without keeping a worker: the worker that reads the round queues every owner it serves when
+//! it ends, and reads the next at once while owners wait for it. An owner the barrier holds is
+//! looked at again within [`RECHECK`], at once when a watch recovers or discovery catches up;
+//! its deadline still bounds the wait.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +52,8 @@ use crate::graph::{Coordinates, Flags, Graph, Observed, ResourceId, Uid, Work};
 
 /// How soon an owner held by the barrier is looked at again at the latest.
 pub const RECHECK: Duration = Duration::from_secs(1);
+/// How often a resting scope looks whether work is still queued.
+const REST_STEP: Duration = Duration::from_millis(5);
 /// How many resources a round reads at once.
 const READS_AT_ONCE: usize = 8;
 /// The resources whose objects say what is served.
@@ -220,8 +231,38 @@ pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hol
         .map(holding)
 }
 
-/// A scope's last round; locked while a round is read, so that one runs at a time.
-type Slot = tokio::sync::Mutex<Option<Arc<Round>>>;
+/// A scope's rounds: the last one read, whether one is being read, the owners waiting for a
+/// round that begins after they arrived, and when the next may begin.
+#[derive(Debug, Default)]
+struct Rounds {
+    last: Option<Arc<Round>>,
+    reading: bool,
+    waiting: HashSet<Uid>,
+    rested: Option<Rested>,
+}
+
+/// When a scope has rested after a round. Rounds of a scope are shared by the owners that
+/// arrive while it rests: the intermediate owners of a large tree, say, arrive one after
+/// another as their own dependents go, and a round for each would keep the apiserver reading
+/// the scope while the collector's deletions wait for it.
+#[derive(Debug, Clone, Copy)]
+struct Rested {
+    /// As long as the round took: rounds take at most half the time.
+    at_least: Instant,
+    /// While work is queued (more owners are likely to arrive), up to four times as long.
+    at_most: Instant,
+}
+
+impl Rested {
+    fn after(round: &Round) -> Self {
+        let now = Instant::now();
+        let took = now.duration_since(round.started);
+        Self {
+            at_least: now + took,
+            at_most: now + 4 * took,
+        }
+    }
+}
 
 /// The dependents deleted on behalf of a waiting owner.
 #[derive(Debug)]
@@ -230,11 +271,17 @@ struct Tree {
     since: Instant,
 }
 
-/// The barrier's state: rounds by scope, trees, and the owners it holds.
+/// The barrier's state: rounds by scope, when the owners at it arrived, trees (and for each
+/// member, an owner whose tree it is in), and the owners it holds.
 #[derive(Debug)]
 pub struct Barrier {
     enabled: bool,
-    rounds: Mutex<HashMap<Scope, Arc<Slot>>>,
+    rounds: Mutex<HashMap<Scope, Rounds>>,
+    deleted_for: Mutex<HashMap<Uid, Uid>>,
+    /// When each owner at the barrier arrived, by whether only blocking references keep it
+    /// (foreground deletion) or any does (syncgc's finalizer): since then, every look at it
+    /// found the graph showing no dependent that keeps it.
+    arrived: Mutex<HashMap<(Uid, bool), Instant>>,
     trees: Mutex<HashMap<Uid, Tree>>,
     held: Mutex<HashMap<Uid, Hold>>,
 }
@@ -244,6 +291,8 @@ impl Barrier {
         Self {
             enabled,
             rounds: Mutex::default(),
+            deleted_for: Mutex::default(),
+            arrived: Mutex::default(),
             trees: Mutex::default(),
             held: Mutex::default(),
         }
@@ -255,7 +304,9 @@ impl Barrier {
             return;
         }
         let mut trees = lock(&self.trees);
+        let mut deleted_for = lock(&self.deleted_for);
         for owner in owners {
+            deleted_for.insert(dependent, owner);
             trees
                 .entry(owner)
                 .or_insert_with(|| Tree {
@@ -264,6 +315,15 @@ impl Barrier {
                 })
                 .members
                 .insert(dependent);
+        }
+    }
+
+    /// The graph shows `owner` a dependent that keeps it (one with `blockOwnerDeletion`,
+    /// when `blocking_only`): it is not at the barrier; when it comes back, it needs a round
+    /// that begins after that.
+    pub fn kept(&self, owner: Uid, blocking_only: bool) {
+        if self.enabled {
+            lock(&self.arrived).remove(&(owner, blocking_only));
         }
     }
 
@@ -292,42 +352,61 @@ impl Barrier {
                 .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
         };
         lock(&self.held).retain(|uid, _| waiting(uid));
-        lock(&self.trees).retain(|uid, tree| waiting(uid) || tree.since.elapsed() < keep);
-        lock(&self.rounds).retain(|_, slot| Arc::strong_count(slot) > 1);
+        lock(&self.arrived).retain(|(uid, _), _| waiting(uid));
+        let mut trees = lock(&self.trees);
+        trees.retain(|uid, tree| waiting(uid) || tree.since.elapsed() < keep);
+        lock(&self.deleted_for).retain(|_, owner| trees.contains_key(owner));
+        lock(&self.rounds).retain(|_, rounds| rounds.reading || !rounds.waiting.is_empty());
     }
 }
 
 impl Collector {
-    /// The release barrier for the owner `uid` (see the module's documentation): `None` when
-    /// it may go; else why not, which is counted, said in an Event when it changes, and looked
-    /// at again within [`RECHECK`]. The owner's finalizer is removed only after `None`.
-    pub(super) async fn barrier(
+    /// The release barrier for the owner `uid` (see the module's documentation): whether it
+    /// may go. When not, it is queued again: by the round it waits for, or, when the barrier
+    /// holds it (which is counted, and said in an Event when the reason changes), within
+    /// [`RECHECK`]. The owner's finalizer is removed only after `true`.
+    pub(super) async fn passes_barrier(
         &self,
         uid: Uid,
         target: &Target,
         blocking_only: bool,
-    ) -> Option<Hold> {
+    ) -> bool {
         if !self.barrier.enabled {
-            return None;
+            return true;
         }
-        let arrived = Instant::now();
+        if self.in_waiting_tree(uid) {
+            tracing::debug!(owner = %target, "passes with the tree it was deleted for");
+            return true;
+        }
+        let arrived = *lock(&self.barrier.arrived)
+            .entry((uid, blocking_only))
+            .or_insert_with(Instant::now);
         let scope = Scope::of(target.namespace.as_deref());
-        let slot = lock(&self.barrier.rounds)
-            .entry(scope.clone())
-            .or_default()
-            .clone();
+        // A round that began after the owner arrived; else it waits for one, reading it when
+        // none is being read.
         let round = {
-            let mut last = slot.lock().await;
-            match &*last {
-                Some(round) if round.started >= arrived => round.clone(),
+            let mut rounds = lock(&self.barrier.rounds);
+            let rounds = rounds.entry(scope.clone()).or_default();
+            match &rounds.last {
+                Some(round) if round.started >= arrived => Ok(round.clone()),
                 _ => {
-                    let round = Arc::new(self.read(&scope).await);
-                    *last = Some(round.clone());
-                    round
+                    rounds.waiting.insert(uid);
+                    Err(!std::mem::replace(&mut rounds.reading, true))
                 }
             }
         };
-        let coordinates = self.graph_read().node(uid).map(|n| n.coordinates)?;
+        let round = match round {
+            Ok(round) => round,
+            Err(read) => {
+                if read {
+                    self.read_rounds(&scope).await;
+                }
+                return false;
+            }
+        };
+        let Some(coordinates) = self.graph_read().node(uid).map(|n| n.coordinates) else {
+            return false;
+        };
         let owner = Owner {
             uid,
             coordinates,
@@ -335,10 +414,11 @@ impl Collector {
             blocking_only,
         };
         let hold = check(&round, owner, &self.barrier.tree(uid)).or_else(|| self.settled());
+        lock(&self.barrier.arrived).remove(&(uid, blocking_only));
         let Some(hold) = hold else {
             tracing::debug!(owner = %target, "passed the release barrier");
             lock(&self.barrier.held).remove(&uid);
-            return None;
+            return true;
         };
         let before = lock(&self.barrier.held).insert(uid, hold.clone());
         self.metrics
@@ -354,7 +434,70 @@ impl Collector {
             self.event(target, EventType::Normal, BARRIER_REASON, note)
                 .await;
         }
-        Some(hold)
+        false
+    }
+
+    /// Reads rounds of `scope` while owners wait for one, queueing after each the owners it
+    /// serves (those that arrived before it began, or left the barrier meanwhile).
+    async fn read_rounds(&self, scope: &Scope) {
+        loop {
+            let rested = lock(&self.barrier.rounds)
+                .get(scope)
+                .and_then(|rounds| rounds.rested);
+            if let Some(rested) = rested {
+                self.rest(rested).await;
+            }
+            let round = Arc::new(self.read(scope).await);
+            let (served, more) = {
+                let mut all = lock(&self.barrier.rounds);
+                let rounds = all.entry(scope.clone()).or_default();
+                rounds.rested = Some(Rested::after(&round));
+                let arrived = lock(&self.barrier.arrived);
+                let served: Vec<Uid> = rounds
+                    .waiting
+                    .iter()
+                    .copied()
+                    .filter(|uid| {
+                        [false, true].iter().all(|blocking_only| {
+                            arrived
+                                .get(&(*uid, *blocking_only))
+                                .is_none_or(|at| *at <= round.started)
+                        })
+                    })
+                    .collect();
+                for uid in &served {
+                    rounds.waiting.remove(uid);
+                }
+                rounds.reading = !rounds.waiting.is_empty();
+                rounds.last = Some(round);
+                (served, rounds.reading)
+            };
+            for uid in served {
+                self.enqueue_first(Work::SyncOwner(uid));
+            }
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// Whether `uid` was deleted on behalf of an owner that still waits: that owner does not
+    /// go before a round finds nothing that refers to any member of its tree.
+    fn in_waiting_tree(&self, uid: Uid) -> bool {
+        let Some(owner) = lock(&self.barrier.deleted_for).get(&uid).copied() else {
+            return false;
+        };
+        self.graph_read()
+            .node(owner)
+            .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
+    }
+
+    /// Waits until the scope has `rested` (see [`Rested`]).
+    async fn rest(&self, rested: Rested) {
+        tokio::time::sleep_until(rested.at_least.into()).await;
+        while !self.queue.idle() && Instant::now() < rested.at_most {
+            tokio::time::sleep(REST_STEP).await;
+        }
     }
 
     /// The part of condition 1 kept in memory: discovery has taken in what asked for it.

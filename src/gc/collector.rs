@@ -19,7 +19,7 @@ use super::absent::{self, AbsentOwners};
 use super::barrier::{Barrier, Progress};
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
 use super::discovery::Resources;
-use super::meta::flags_of;
+use super::meta::{finalizer_flag, flags_of};
 use super::queue::WorkQueue;
 use super::watch::{GraphEvent, WatchState};
 use crate::api::{ApiError, Changed, Cluster, Marks, Target};
@@ -115,11 +115,21 @@ impl Collector {
     }
 
     pub(super) fn enqueue(&self, work: Work) {
+        self.count_add(work);
+        self.queue.add(work);
+    }
+
+    /// Queues `work` ahead of the work [`Collector::enqueue`] queued.
+    pub(super) fn enqueue_first(&self, work: Work) {
+        self.count_add(work);
+        self.queue.add_first(work);
+    }
+
+    fn count_add(&self, work: Work) {
         self.metrics
             .queue_adds
             .with_label_values(&[work.name()])
             .inc();
-        self.queue.add(work);
     }
 
     fn note_deleted(&self, uid: Uid) {
@@ -133,11 +143,12 @@ impl Collector {
     }
 
     /// Applies one watch event to the graph and queues the work it brings up (the graph
-    /// builder's one call).
+    /// builder's one call). An owner waiting for its dependents that has none left goes ahead
+    /// of the work queued before: its release may be what the rest of its tree waits for.
     pub(super) fn apply(&self, event: GraphEvent) {
-        let work = {
+        let (work, first) = {
             let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
-            match event {
+            let work: Vec<Work> = match event {
                 GraphEvent::Apply(id, observed) => graph.apply(id, observed),
                 GraphEvent::Page(id, page) => page
                     .into_iter()
@@ -157,10 +168,24 @@ impl Collector {
                     Vec::new()
                 }
                 GraphEvent::ListFailed(_) => Vec::new(),
-            }
+            };
+            let first: Vec<bool> = work
+                .iter()
+                .map(|work| match work {
+                    Work::SyncOwner(uid) => {
+                        graph.node(*uid).is_some_and(|n| n.dependents.is_empty())
+                    }
+                    _ => false,
+                })
+                .collect();
+            (work, first)
         };
-        for work in work {
-            self.enqueue(work);
+        for (work, first) in work.into_iter().zip(first) {
+            if first {
+                self.enqueue_first(work);
+            } else {
+                self.enqueue(work);
+            }
         }
     }
 
@@ -334,23 +359,32 @@ impl Collector {
             .valid_dependents(uid)
             .filter(|(.., link)| link.block_owner_deletion)
             .count();
-        if !decide::foreground_done(blocking) || self.barrier(uid, target, true).await.is_some() {
+        if !decide::foreground_done(blocking) {
+            self.barrier.kept(uid, true);
+            return Ok(());
+        }
+        if !self.passes_barrier(uid, target, true).await {
             return Ok(());
         }
         tracing::debug!(owner = %target, "no blocking dependent left: removing foregroundDeletion");
-        self.finish(target, FOREGROUND_FINALIZER).await
+        self.finish(uid, target, FOREGROUND_FINALIZER).await
     }
 
-    /// Removes a finalizer whose work is done, counting it.
+    /// Removes a finalizer whose work is done from the object `uid`, counting it.
     pub(super) async fn finish(
         &self,
+        uid: Uid,
         target: &Target,
         finalizer: &'static str,
     ) -> Result<(), ApiError> {
+        let at = self
+            .graph_read()
+            .node(uid)
+            .and_then(|n| n.places.of_finalizer(finalizer_flag(finalizer)));
         let changed = self
             .act(
                 "remove_finalizer",
-                self.cluster.remove_finalizer(target, finalizer),
+                self.cluster.remove_finalizer(target, finalizer, at),
             )
             .await?;
         if changed == Changed::Yes {
@@ -693,7 +727,7 @@ impl Collector {
             .await;
         results.into_iter().collect::<Result<(), _>>()?;
         tracing::debug!(owner = %target, "dependents orphaned: removing orphan");
-        self.finish(&target, ORPHAN_FINALIZER).await
+        self.finish(uid, &target, ORPHAN_FINALIZER).await
     }
 
     /// An opted-in object found without the finalizer (created while the webhook was away).

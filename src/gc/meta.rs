@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::api::null_is_empty;
-use crate::graph::{Flags, Uid};
+use crate::graph::{FinalizerPlaces, Flags, Uid};
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
     SYNCHRONOUS_FINALIZER,
@@ -89,6 +89,21 @@ impl Meta {
             self.deletion_timestamp.is_some(),
         )
     }
+
+    /// Where the finalizers the collector removes stand in its list.
+    pub fn places(&self) -> FinalizerPlaces {
+        FinalizerPlaces::of(self.finalizers.iter().map(|f| finalizer_flag(f)))
+    }
+}
+
+/// The flag that stands for the finalizer `finalizer` (empty for the finalizers of others).
+pub fn finalizer_flag(finalizer: &str) -> Flags {
+    match finalizer {
+        SYNCHRONOUS_FINALIZER => Flags::ARMED,
+        FOREGROUND_FINALIZER => Flags::FOREGROUND,
+        ORPHAN_FINALIZER => Flags::ORPHAN,
+        _ => Flags::empty(),
+    }
 }
 
 /// The flags of an object read in full (a GET).
@@ -107,19 +122,17 @@ pub fn flags_of(meta: &ObjectMeta) -> Flags {
 /// The graph's flags from an object's finalizers, opt-in annotation, armed label and whether
 /// it is being deleted.
 fn flags<'a>(
-    finalizers: impl Iterator<Item = &'a str> + Clone,
+    finalizers: impl Iterator<Item = &'a str>,
     opt_in: Option<&str>,
     armed_label: Option<&str>,
     deleting: bool,
 ) -> Flags {
-    let has = |f: &str| finalizers.clone().any(|x| x == f);
-    Flags::empty()
+    finalizers
+        .map(finalizer_flag)
+        .fold(Flags::empty(), |flags, f| flags.with(f, true))
         .with(Flags::LABELLED, armed_label == Some("true"))
         .with(Flags::DELETING, deleting)
-        .with(Flags::ARMED, has(SYNCHRONOUS_FINALIZER))
         .with(Flags::OPTED_IN, opt_in == Some("true"))
-        .with(Flags::FOREGROUND, has(FOREGROUND_FINALIZER))
-        .with(Flags::ORPHAN, has(ORPHAN_FINALIZER))
 }
 
 /// Reads a map of strings (or null), keeping the `syncgc.io/` entries.
@@ -233,5 +246,26 @@ mod tests {
             "annotations": null, "ownerReferences": null, "finalizers": null }))
         .unwrap();
         assert_eq!(meta.flags(), Flags::empty());
+    }
+
+    #[test]
+    fn the_collector_s_finalizers_are_found_in_the_first_three_places() {
+        let meta: Meta = serde_json::from_value(json!({ "name": "a",
+            "finalizers": ["example.com/x", FOREGROUND_FINALIZER, SYNCHRONOUS_FINALIZER, ORPHAN_FINALIZER] }))
+        .unwrap();
+        let places = meta.places();
+        assert_eq!(places.of_finalizer(Flags::FOREGROUND), Some(1));
+        assert_eq!(places.of_finalizer(Flags::ARMED), Some(2));
+        assert_eq!(
+            places.of_finalizer(Flags::ORPHAN),
+            None,
+            "fourth: read first"
+        );
+        assert_eq!(places.of_finalizer(Flags::DELETING), None);
+        let first: Meta =
+            serde_json::from_value(json!({ "name": "a", "finalizers": [ORPHAN_FINALIZER] }))
+                .unwrap();
+        assert_eq!(first.places().of_finalizer(Flags::ORPHAN), Some(0));
+        assert_eq!(first.places().of_finalizer(Flags::FOREGROUND), None);
     }
 }

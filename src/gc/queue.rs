@@ -14,11 +14,13 @@ const BASE_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 struct State<T> {
+    /// Handed out before `ready`, in the order they came.
+    first: VecDeque<T>,
     ready: VecDeque<T>,
     queued: HashSet<T>,
     processing: HashSet<T>,
-    /// Items added while processing: back in the queue when done.
-    dirty: HashSet<T>,
+    /// Items added while processing: back in the queue when done (ahead, when added so).
+    dirty: HashMap<T, bool>,
     delayed: BTreeSet<(Instant, T)>,
     failures: HashMap<T, u32>,
     shut_down: bool,
@@ -33,10 +35,11 @@ impl<T: Clone + Eq + Hash + Ord> Default for WorkQueue<T> {
     fn default() -> Self {
         Self {
             state: Mutex::new(State {
+                first: VecDeque::new(),
                 ready: VecDeque::new(),
                 queued: HashSet::new(),
                 processing: HashSet::new(),
-                dirty: HashSet::new(),
+                dirty: HashMap::new(),
                 delayed: BTreeSet::new(),
                 failures: HashMap::new(),
                 shut_down: false,
@@ -55,11 +58,31 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
     pub fn add(&self, item: T) {
         let mut state = self.state();
         if state.processing.contains(&item) {
-            state.dirty.insert(item);
+            state.dirty.entry(item).or_insert(false);
             return;
         }
         if state.queued.insert(item.clone()) {
             state.ready.push_back(item);
+            drop(state);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Queues `item` ahead of the items [`WorkQueue::add`] queued (moving it there if it is
+    /// one of them), behind those queued this way before it.
+    pub fn add_first(&self, item: T) {
+        let mut state = self.state();
+        if state.processing.contains(&item) {
+            state.dirty.insert(item, true);
+            return;
+        }
+        if !state.queued.insert(item.clone()) {
+            if let Some(at) = state.ready.iter().position(|queued| *queued == item) {
+                state.ready.remove(at);
+                state.first.push_back(item);
+            }
+        } else {
+            state.first.push_back(item);
             drop(state);
             self.notify.notify_one();
         }
@@ -109,8 +132,15 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
     pub fn done(&self, item: &T) {
         let mut state = self.state();
         state.processing.remove(item);
-        if state.dirty.remove(item) && state.queued.insert(item.clone()) {
-            state.ready.push_back(item.clone());
+        let Some(first) = state.dirty.remove(item) else {
+            return;
+        };
+        if state.queued.insert(item.clone()) {
+            if first {
+                state.first.push_back(item.clone());
+            } else {
+                state.ready.push_back(item.clone());
+            }
             drop(state);
             self.notify.notify_one();
         }
@@ -133,15 +163,15 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
                     state.delayed.remove(&first);
                     let item = first.1;
                     if state.processing.contains(&item) {
-                        state.dirty.insert(item);
+                        state.dirty.entry(item).or_insert(false);
                     } else if state.queued.insert(item.clone()) {
                         state.ready.push_back(item);
                     }
                 }
-                if let Some(item) = state.ready.pop_front() {
+                if let Some(item) = state.first.pop_front().or_else(|| state.ready.pop_front()) {
                     state.queued.remove(&item);
                     state.processing.insert(item.clone());
-                    if !state.ready.is_empty() {
+                    if !state.ready.is_empty() || !state.first.is_empty() {
                         self.notify.notify_one();
                     }
                     return Some(item);
@@ -163,11 +193,17 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
     /// Items waiting now or later.
     pub fn len(&self) -> usize {
         let state = self.state();
-        state.ready.len() + state.delayed.len()
+        state.first.len() + state.ready.len() + state.delayed.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether no item waits to be handed out now.
+    pub fn idle(&self) -> bool {
+        let state = self.state();
+        state.first.is_empty() && state.ready.is_empty()
     }
 
     /// Wakes every waiting worker with `None`.
@@ -189,6 +225,40 @@ mod tests {
         }
         assert_eq!(q.len(), 3);
         for expected in [1, 2, 3] {
+            let item = q.next().await.unwrap();
+            assert_eq!(item, expected);
+            q.done(&item);
+        }
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_item_added_first_overtakes_those_waiting() {
+        let q = WorkQueue::default();
+        for i in [1, 2, 3] {
+            q.add(i);
+        }
+        q.add_first(9);
+        q.add_first(8);
+        q.add_first(2);
+        for expected in [9, 8, 2, 1, 3] {
+            let item = q.next().await.unwrap();
+            assert_eq!(item, expected);
+            q.done(&item);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_item_added_first_while_queued_or_processing_goes_ahead() {
+        let q = WorkQueue::default();
+        for i in [1, 2, 3, 4] {
+            q.add(i);
+        }
+        let item = q.next().await.unwrap();
+        q.add_first(1);
+        q.add_first(3);
+        q.done(&item);
+        for expected in [3, 1, 2, 4] {
             let item = q.next().await.unwrap();
             assert_eq!(item, expected);
             q.done(&item);

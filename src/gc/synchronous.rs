@@ -51,9 +51,13 @@ impl Collector {
         let now = Timestamp::now();
         let observed = object.data["status"]["observedGeneration"].as_i64();
         let until_deadline = deadline.duration_since(now).unsigned_abs();
-        match decide::release(now, deadline, left, meta.generation, observed) {
+        let release = decide::release(now, deadline, left, meta.generation, observed);
+        if release != Release::Now {
+            self.barrier.kept(uid, false);
+        }
+        match release {
             Release::Now => {
-                if self.barrier(uid, target, false).await.is_some() {
+                if !self.passes_barrier(uid, target, false).await {
                     return Ok(());
                 }
                 self.release(uid, target, deleted_at, false).await
@@ -160,7 +164,7 @@ impl Collector {
         deleted_at: Timestamp,
         timed_out: bool,
     ) -> Result<(), ApiError> {
-        self.finish(target, SYNCHRONOUS_FINALIZER).await?;
+        self.finish(uid, target, SYNCHRONOUS_FINALIZER).await?;
         lock(&self.deadlines).remove(&uid);
         let waited = Timestamp::now()
             .duration_since(deleted_at)

@@ -59,6 +59,7 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
             })
             .collect(),
         flags: meta.flags(),
+        places: meta.places(),
         deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     })
 }

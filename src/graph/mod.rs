@@ -87,6 +87,7 @@ pub struct Observed {
     pub resource_version: u64,
     pub owners: Vec<OwnerLink>,
     pub flags: Flags,
+    pub places: FinalizerPlaces,
     /// `metadata.deletionTimestamp`, in seconds since the epoch.
     pub deleted_at: Option<i64>,
 }
@@ -131,6 +132,39 @@ impl Flags {
     }
 }
 
+/// Where the finalizers that [`Flags::ARMED`], [`Flags::FOREGROUND`] and [`Flags::ORPHAN`]
+/// stand for are in an object's list, when among its first three: so that the collector can
+/// remove one by its index without reading the object first. Two bits each, the index plus
+/// one; 0 when it is not there, or further down.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FinalizerPlaces(u8);
+
+impl FinalizerPlaces {
+    const FINALIZERS: [Flags; 3] = [Flags::ARMED, Flags::FOREGROUND, Flags::ORPHAN];
+
+    /// The places in a list whose finalizers are `list` (each the flag it stands for, or
+    /// none).
+    pub fn of(list: impl IntoIterator<Item = Flags>) -> Self {
+        let mut places = 0u8;
+        for (index, finalizer) in list.into_iter().take(3).enumerate() {
+            if let Some(slot) = Self::slot(finalizer) {
+                places |= (index as u8 + 1) << (2 * slot);
+            }
+        }
+        Self(places)
+    }
+
+    fn slot(finalizer: Flags) -> Option<usize> {
+        Self::FINALIZERS.iter().position(|f| *f == finalizer)
+    }
+
+    /// The index of the finalizer `finalizer` stands for, when known.
+    pub fn of_finalizer(self, finalizer: Flags) -> Option<usize> {
+        let place = (self.0 >> (2 * Self::slot(finalizer)?)) & 0b11;
+        (place != 0).then(|| usize::from(place) - 1)
+    }
+}
+
 impl Flags {
     /// Opted in, without the finalizer or its label, and not being deleted (created while the
     /// webhook was away, or armed before the label existed): to be armed.
@@ -172,6 +206,7 @@ impl std::ops::BitOr for Flags {
 pub struct Node {
     pub resource: Option<ResourceId>,
     pub flags: Flags,
+    pub places: FinalizerPlaces,
     pub coordinates: Coordinates,
     pub resource_version: u64,
     /// Interned: one allocation per namespace, a thin pointer per node.
@@ -259,6 +294,7 @@ impl Node {
         Self {
             resource: None,
             flags: Flags::VIRTUAL,
+            places: FinalizerPlaces::default(),
             coordinates: Coordinates::default(),
             resource_version: 0,
             namespace: None,
@@ -471,6 +507,7 @@ impl Graph {
             resource_version,
             owners,
             flags,
+            places,
             deleted_at,
         } = object;
         let namespace = self.intern(namespace);
@@ -483,6 +520,7 @@ impl Graph {
         let old_owners = std::mem::replace(&mut node.owners, owners.clone().into());
         node.resource = Some(resource);
         node.flags = flags;
+        node.places = places;
         node.coordinates = coordinates;
         node.resource_version = resource_version;
         node.namespace = namespace;
@@ -629,6 +667,7 @@ mod tests {
             owners: owners.iter().map(|o| link(*o, true)).collect(),
             deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
             flags,
+            places: FinalizerPlaces::default(),
         }
     }
 

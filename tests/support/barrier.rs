@@ -132,14 +132,7 @@ async fn trial(ns: &TestNamespace, gadgets: &ApiResource, wait: Wait, i: usize) 
     let released_early = if i.is_multiple_of(2) {
         let secrets = ns.api::<Secret>();
         create(&secrets, &held_secret(&dependent, reference)).await;
-        wait.delete(ns, &name).await;
-        eventually("the Secret is being deleted", WAIT, || {
-            being_deleted(&secrets, &dependent)
-        })
-        .await;
-        let early = !exists(&configmaps, &name).await;
-        clear_finalizers(&secrets, &dependent).await;
-        early
+        released_early(ns, wait, &name, &secrets, &dependent).await
     } else {
         let api = dynamic(ns, gadgets);
         create_as(
@@ -149,17 +142,68 @@ async fn trial(ns: &TestNamespace, gadgets: &ApiResource, wait: Wait, i: usize) 
                 "ownerReferences": [reference] } }),
         )
         .await;
-        wait.delete(ns, &name).await;
-        eventually("the custom resource is being deleted", WAIT, || {
-            being_deleted(&api, &dependent)
-        })
-        .await;
-        let early = !exists(&configmaps, &name).await;
-        clear_finalizers(&api, &dependent).await;
-        early
+        released_early(ns, wait, &name, &api, &dependent).await
     };
     eventually("the owner goes", WAIT, || gone(&configmaps, &name)).await;
     released_early.then_some(name)
+}
+
+/// Deletes the owner `owner` so that it waits, and waits until its held dependent `name` in
+/// `api` is being deleted: whether the owner was gone by then. Lets the dependent go.
+async fn released_early<K>(
+    ns: &TestNamespace,
+    wait: Wait,
+    owner: &str,
+    api: &Api<K>,
+    name: &str,
+) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait.delete(ns, owner).await;
+    eventually(
+        &format!("the held dependent {name} is being deleted"),
+        WAIT,
+        || being_deleted(api, name),
+    )
+    .await;
+    let early = !exists(&ns.api::<ConfigMap>(), owner).await;
+    clear_finalizers(api, name).await;
+    early
+}
+
+/// `n` trees, 10 at a time, each an owner, a ConfigMap it owns, and a held Secret that
+/// ConfigMap owns, created an instant before the owner's DELETE: whatever the watches had
+/// delivered by then (the intermediate ConfigMap released when the graph shows its own
+/// dependents gone, or gone before the graph saw the Secret), the owner is still there when
+/// the Secret is being deleted, and goes once it is let go.
+pub async fn a_dependent_below_an_intermediate_owner_holds_the_top(
+    ns: &TestNamespace,
+    wait: Wait,
+    n: usize,
+) {
+    let mut early = Vec::new();
+    for batch in (0..n).collect::<Vec<_>>().chunks(10) {
+        let outcomes =
+            futures::future::join_all(batch.iter().map(|i| tree_trial(ns, wait, *i))).await;
+        early.extend(outcomes.into_iter().flatten());
+    }
+    assert!(early.is_empty(), "owners released early: {early:?}");
+}
+
+/// One tree: `Some(name)` of an owner released while the Secret below it existed.
+async fn tree_trial(ns: &TestNamespace, wait: Wait, i: usize) -> Option<String> {
+    let name = format!("top-{i}");
+    let owner = wait.owner(ns, &name).await;
+    let configmaps = ns.api::<ConfigMap>();
+    let middle = config_map(&format!("middle-{i}"), vec![owner_ref(&owner, true)]);
+    let middle = create(&configmaps, &middle).await;
+    let secrets = ns.api::<Secret>();
+    let leaf = format!("leaf-{i}");
+    create(&secrets, &held_secret(&leaf, owner_ref(&middle, true))).await;
+    let early = released_early(ns, wait, &name, &secrets, &leaf).await;
+    eventually("the owner goes", WAIT, || gone(&configmaps, &name)).await;
+    early.then_some(name)
 }
 
 fn held_secret(name: &str, owner: OwnerReference) -> Secret {
