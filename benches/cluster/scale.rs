@@ -116,6 +116,9 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         points.push(point);
     }
     plane.drop_namespace(&namespace).await?;
+    // What runs next on the cluster (a test run, say) finds it without 100,000 objects still
+    // being deleted.
+    plane.settle_namespaces().await?;
 
     let table = report.table(
         format!(
