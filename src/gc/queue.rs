@@ -49,6 +49,30 @@ impl<T: Clone + Eq + Hash + Ord> Default for WorkQueue<T> {
     }
 }
 
+impl<T: Clone + Eq + Hash> State<T> {
+    /// Queues `item` (ahead, when `first`): once done, when it is being processed; moved
+    /// ahead, when it is queued behind. Whether it is newly ready.
+    fn put(&mut self, item: T, first: bool) -> bool {
+        if self.processing.contains(&item) {
+            *self.dirty.entry(item).or_insert(false) |= first;
+            return false;
+        }
+        if self.queued.insert(item.clone()) {
+            if first {
+                self.first.push_back(item);
+            } else {
+                self.ready.push_back(item);
+            }
+            return true;
+        }
+        if first && let Some(at) = self.ready.iter().position(|queued| *queued == item) {
+            self.ready.remove(at);
+            self.first.push_back(item);
+        }
+        false
+    }
+}
+
 impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
     fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -56,33 +80,18 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
 
     /// Queues `item` now, unless it is queued already.
     pub fn add(&self, item: T) {
-        let mut state = self.state();
-        if state.processing.contains(&item) {
-            state.dirty.entry(item).or_insert(false);
-            return;
-        }
-        if state.queued.insert(item.clone()) {
-            state.ready.push_back(item);
-            drop(state);
-            self.notify.notify_one();
-        }
+        self.put(item, false);
     }
 
     /// Queues `item` ahead of the items [`WorkQueue::add`] queued (moving it there if it is
     /// one of them), behind those queued this way before it.
     pub fn add_first(&self, item: T) {
+        self.put(item, true);
+    }
+
+    fn put(&self, item: T, first: bool) {
         let mut state = self.state();
-        if state.processing.contains(&item) {
-            state.dirty.insert(item, true);
-            return;
-        }
-        if !state.queued.insert(item.clone()) {
-            if let Some(at) = state.ready.iter().position(|queued| *queued == item) {
-                state.ready.remove(at);
-                state.first.push_back(item);
-            }
-        } else {
-            state.first.push_back(item);
+        if state.put(item, first) {
             drop(state);
             self.notify.notify_one();
         }
@@ -135,12 +144,7 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
         let Some(first) = state.dirty.remove(item) else {
             return;
         };
-        if state.queued.insert(item.clone()) {
-            if first {
-                state.first.push_back(item.clone());
-            } else {
-                state.ready.push_back(item.clone());
-            }
+        if state.put(item.clone(), first) {
             drop(state);
             self.notify.notify_one();
         }
@@ -161,12 +165,7 @@ impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
                         break;
                     }
                     state.delayed.remove(&first);
-                    let item = first.1;
-                    if state.processing.contains(&item) {
-                        state.dirty.entry(item).or_insert(false);
-                    } else if state.queued.insert(item.clone()) {
-                        state.ready.push_back(item);
-                    }
+                    state.put(first.1, false);
                 }
                 if let Some(item) = state.first.pop_front().or_else(|| state.ready.pop_front()) {
                     state.queued.remove(&item);
