@@ -329,9 +329,8 @@ pub struct CertsArgs {
     pub force: bool,
 }
 
-/// Parses the command line, sets up logging and runs the subcommand.
-/// The command line. `collector_runtime` builds the single-threaded runtime the garbage
-/// collector of `syncgc run` runs on.
+/// Parses the command line, sets up logging and runs the subcommand. `collector_runtime`
+/// builds the single-threaded runtime the garbage collector of `syncgc run` runs on.
 pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
     let Cli {
         log_format,

@@ -48,7 +48,7 @@ use super::discovery::{self, Resource};
 use super::meta;
 use super::watch;
 use crate::api::Target;
-use crate::graph::{Coordinates, Flags, Graph, Observed, ResourceId, Uid, Work};
+use crate::graph::{Coordinates, Flags, Graph, Node, Observed, ResourceId, Uid, Work};
 
 /// How soon an owner held by the barrier is looked at again at the latest.
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -346,11 +346,7 @@ impl Barrier {
     /// is using. Trees are kept for `keep` (the longest an owner can wait), since a member's
     /// tree matters to its owner after the member is gone.
     pub fn forget(&self, graph: &Graph, keep: Duration) {
-        let waiting = |uid: &Uid| {
-            graph
-                .node(*uid)
-                .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
-        };
+        let waiting = |uid: &Uid| graph.node(*uid).is_some_and(Node::waits_for_dependents);
         lock(&self.held).retain(|uid, _| waiting(uid));
         lock(&self.arrived).retain(|(uid, _), _| waiting(uid));
         let mut trees = lock(&self.trees);
@@ -382,27 +378,25 @@ impl Collector {
             .entry((uid, blocking_only))
             .or_insert_with(Instant::now);
         let scope = Scope::of(target.namespace.as_deref());
-        // A round that began after the owner arrived; else it waits for one, reading it when
-        // none is being read.
+        // A round that began after the owner arrived; else it waits for one, and reads it
+        // when none is being read.
         let round = {
-            let mut rounds = lock(&self.barrier.rounds);
-            let rounds = rounds.entry(scope.clone()).or_default();
+            let mut all = lock(&self.barrier.rounds);
+            let rounds = all.entry(scope.clone()).or_default();
             match &rounds.last {
-                Some(round) if round.started >= arrived => Ok(round.clone()),
+                Some(round) if round.started >= arrived => Some(round.clone()),
                 _ => {
                     rounds.waiting.insert(uid);
-                    Err(!std::mem::replace(&mut rounds.reading, true))
+                    if std::mem::replace(&mut rounds.reading, true) {
+                        return false;
+                    }
+                    None
                 }
             }
         };
-        let round = match round {
-            Ok(round) => round,
-            Err(read) => {
-                if read {
-                    self.read_rounds(&scope).await;
-                }
-                return false;
-            }
+        let Some(round) = round else {
+            self.read_rounds(&scope).await;
+            return false;
         };
         let Some(coordinates) = self.graph_read().node(uid).map(|n| n.coordinates) else {
             return false;
@@ -489,7 +483,7 @@ impl Collector {
         };
         self.graph_read()
             .node(owner)
-            .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
+            .is_some_and(Node::waits_for_dependents)
     }
 
     /// Waits until the scope has `rested` (see [`Rested`]).

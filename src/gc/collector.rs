@@ -146,7 +146,7 @@ impl Collector {
     /// builder's one call). An owner waiting for its dependents that has none left goes ahead
     /// of the work queued before: its release may be what the rest of its tree waits for.
     pub(super) fn apply(&self, event: GraphEvent) {
-        let (work, first) = {
+        let work: Vec<(Work, bool)> = {
             let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
             let work: Vec<Work> = match event {
                 GraphEvent::Apply(id, observed) => graph.apply(id, observed),
@@ -169,18 +169,19 @@ impl Collector {
                 }
                 GraphEvent::ListFailed(_) => Vec::new(),
             };
-            let first: Vec<bool> = work
-                .iter()
-                .map(|work| match work {
-                    Work::SyncOwner(uid) => {
-                        graph.node(*uid).is_some_and(|n| n.dependents.is_empty())
-                    }
-                    _ => false,
+            work.into_iter()
+                .map(|work| {
+                    let first = match work {
+                        Work::SyncOwner(uid) => {
+                            graph.node(uid).is_some_and(|n| n.dependents.is_empty())
+                        }
+                        _ => false,
+                    };
+                    (work, first)
                 })
-                .collect();
-            (work, first)
+                .collect()
         };
-        for (work, first) in work.into_iter().zip(first) {
+        for (work, first) in work {
             if first {
                 self.enqueue_first(work);
             } else {
@@ -570,11 +571,7 @@ impl Collector {
                 .node(uid)
                 .into_iter()
                 .flat_map(|n| n.owners.iter())
-                .filter(|link| {
-                    graph
-                        .node(link.uid)
-                        .is_some_and(|o| o.waiting_synchronously() || o.waiting_in_foreground())
-                })
+                .filter(|link| graph.node(link.uid).is_some_and(Node::waits_for_dependents))
                 .map(|link| link.uid)
                 .collect()
         };
@@ -787,7 +784,7 @@ fn dependent_of(graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
     let mut dependent_waits = false;
     for (_, dependent, _) in graph.valid_dependents(uid) {
         has_dependents = true;
-        dependent_waits |= dependent.waiting_in_foreground() || dependent.waiting_synchronously();
+        dependent_waits |= dependent.waits_for_dependents();
     }
     Dependent {
         has_dependents,

@@ -319,6 +319,11 @@ impl Node {
         self.is(Flags::FOREGROUND) && self.is(Flags::DELETING) && !self.is(Flags::VIRTUAL)
     }
 
+    /// Waits for its dependents: synchronously or in foreground deletion.
+    pub fn waits_for_dependents(&self) -> bool {
+        self.waiting_synchronously() || self.waiting_in_foreground()
+    }
+
     /// Seen by a watch: observed now, or seen deleted.
     pub fn seen(&self) -> bool {
         !self.is(Flags::VIRTUAL) || self.is(Flags::GONE)
