@@ -13,6 +13,9 @@ pub const TIMEOUT_ANNOTATION: &str = "syncgc.io/timeout";
 pub const ARMED_LABEL: &str = "syncgc.io/armed";
 /// The deadline of a synchronous deletion (RFC 3339), stored so that a restart keeps it.
 pub const DEADLINE_ANNOTATION: &str = "syncgc.io/deadline";
+/// On a dependent, its wave in its waiting owners' deletion order: an integer, default 0; the
+/// highest wave is deleted first, and each wave is gone before the next starts.
+pub const DELETION_ORDER_ANNOTATION: &str = "syncgc.io/deletion-order";
 
 /// The apiserver's finalizer for foreground cascading deletion.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";

@@ -339,12 +339,14 @@ impl Collector {
     }
 
     /// The dependents of `uid` that are still to be deleted (not being deleted, and not just
-    /// deleted by this collector).
+    /// deleted by this collector) in the wave its deletion order has reached: the highest
+    /// among its dependents still in the graph (see [`decide::in_turn`]).
     pub(super) fn to_delete(&self, uid: Uid) -> Vec<Uid> {
         let graph = self.graph_read();
         graph
             .valid_dependents(uid)
             .filter(|(d, node, _)| !node.is(Flags::DELETING) && !self.recently_deleted(*d))
+            .filter(|(d, ..)| graph.in_turn_of(uid, graph.wave(*d)))
             .map(|(d, ..)| d)
             .collect()
     }
@@ -786,6 +788,17 @@ fn dependent_of(graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
         has_dependents = true;
         dependent_waits |= dependent.waits_for_dependents();
     }
+    let wave = graph.wave(uid);
+    let in_turn = graph
+        .node(uid)
+        .into_iter()
+        .flat_map(|n| n.owners.iter())
+        .filter(|link| {
+            graph
+                .node(link.uid)
+                .is_some_and(|o| o.waiting_synchronously() || o.waiting_in_foreground())
+        })
+        .all(|link| graph.in_turn_of(link.uid, wave));
     Dependent {
         has_dependents,
         dependent_waits,
@@ -794,6 +807,7 @@ fn dependent_of(graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
             flags.contains(Flags::ORPHAN),
             flags.contains(Flags::FOREGROUND),
         ),
+        in_turn,
     }
 }
 

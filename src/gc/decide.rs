@@ -7,6 +7,7 @@ use jiff::{SignedDuration, Timestamp};
 
 pub use crate::api::Propagation;
 use crate::graph::Mode;
+pub use crate::graph::Wave;
 
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,30 @@ pub struct Dependent {
     pub armed: bool,
     /// The policy its own finalizers ask for.
     pub own: Propagation,
+    /// Every owner that waits for it has reached its wave (see [`in_turn`]).
+    pub in_turn: bool,
+}
+
+/// The wave `syncgc.io/deletion-order: value` asks for: wave 0 without it; `Err` (to be
+/// warned about, and taken for wave 0) for a value that is not an integer.
+pub fn wave(value: Option<&str>) -> Result<Wave, String> {
+    match value {
+        None => Ok(Wave::default()),
+        Some(value) => value.trim().parse().map(Wave).map_err(|_| {
+            format!(
+                "{} {value:?} is not an integer; taken for wave 0",
+                crate::names::DELETION_ORDER_ANNOTATION
+            )
+        }),
+    }
+}
+
+/// Whether a dependent in `wave` may be deleted for an owner whose dependents still in the
+/// graph (this one among them, and those being deleted) are in `waves`: no higher wave is
+/// left. Objects without the annotation are all in wave 0, so an owner without an order
+/// deletes every dependent at once, as before.
+pub fn in_turn(wave: Wave, waves: impl IntoIterator<Item = Wave>) -> bool {
+    waves.into_iter().all(|other| other <= wave)
 }
 
 /// What to do with a dependent.
@@ -83,6 +108,9 @@ pub fn attempt_to_delete(mode: Mode, owners: &[OwnerState], dependent: Dependent
         } else {
             Attempt::Keep { drop }
         };
+    }
+    if !dependent.in_turn {
+        return Attempt::Wait;
     }
     if dependent.has_dependents && synchronous {
         return if dependent.armed {
@@ -246,6 +274,7 @@ mod tests {
         dependent_waits: false,
         armed: false,
         own: Propagation::Background,
+        in_turn: true,
     };
     const PARENT: Dependent = Dependent {
         has_dependents: true,
@@ -278,6 +307,55 @@ mod tests {
         assert_eq!(
             both(&[Absent, WaitingSynchronous, WaitingForeground], LEAF),
             delete(Propagation::Background, vec![])
+        );
+    }
+
+    #[test]
+    fn a_dependent_waits_for_its_wave_unless_another_owner_keeps_it() {
+        let later = Dependent {
+            in_turn: false,
+            ..LEAF
+        };
+        assert_eq!(both(&[WaitingSynchronous], later), Attempt::Wait);
+        assert_eq!(
+            attempt_to_delete(Mode::Standalone, &[WaitingForeground], later),
+            Attempt::Wait
+        );
+        let parent = Dependent {
+            in_turn: false,
+            ..PARENT
+        };
+        assert_eq!(
+            both(&[WaitingSynchronous], parent),
+            Attempt::Wait,
+            "not armed before its wave"
+        );
+        // The order is the waiting owners' matter: a solid owner keeps it, and its references
+        // to the others go as before.
+        assert_eq!(
+            both(&[WaitingSynchronous, Solid], later),
+            Attempt::Keep { drop: vec![0] }
+        );
+    }
+
+    #[test]
+    fn waves_go_from_the_highest_and_default_to_zero() {
+        assert_eq!(wave(None), Ok(Wave(0)));
+        assert_eq!(wave(Some("3")), Ok(Wave(3)));
+        assert_eq!(wave(Some(" -2 ")), Ok(Wave(-2)));
+        assert!(wave(Some("first")).unwrap_err().contains("not an integer"));
+        assert!(wave(Some("1.5")).is_err());
+        let left = [Wave(0), Wave(2), Wave(2), Wave(-1)];
+        assert!(in_turn(Wave(2), left));
+        assert!(!in_turn(Wave(0), left));
+        assert!(!in_turn(Wave(-1), left));
+        assert!(
+            in_turn(Wave(0), [Wave(0), Wave(0)]),
+            "no order: all at once"
+        );
+        assert!(
+            in_turn(Wave(-1), [Wave(-1)]),
+            "the last wave, once the others are gone"
         );
     }
 

@@ -17,6 +17,7 @@ use crate::api::MetaList;
 use crate::duration::Backoff;
 use crate::graph::{Coordinates, Observed, OwnerLink, ResourceId, Uid, UidHash};
 use crate::metrics::Metrics;
+use crate::names::DELETION_ORDER_ANNOTATION;
 
 /// What a watch tells the graph's writer.
 #[derive(Debug)]
@@ -60,6 +61,8 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
             .collect(),
         flags: meta.flags(),
         places: meta.places(),
+        wave: super::decide::wave(meta.annotations.get(DELETION_ORDER_ANNOTATION))
+            .unwrap_or_default(),
         deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     })
 }

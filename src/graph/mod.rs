@@ -88,6 +88,8 @@ pub struct Observed {
     pub owners: Vec<OwnerLink>,
     pub flags: Flags,
     pub places: FinalizerPlaces,
+    /// Its wave in its waiting owners' deletion order.
+    pub wave: Wave,
     /// `metadata.deletionTimestamp`, in seconds since the epoch.
     pub deleted_at: Option<i64>,
 }
@@ -131,6 +133,11 @@ impl Flags {
         }
     }
 }
+
+/// A dependent's wave in its waiting owners' deletion order (`syncgc.io/deletion-order`):
+/// the highest wave is deleted first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Wave(pub i32);
 
 /// Where the finalizers that [`Flags::ARMED`], [`Flags::FOREGROUND`] and [`Flags::ORPHAN`]
 /// stand for are in an object's list, when among its first three: so that the collector can
@@ -382,6 +389,8 @@ pub struct Graph {
     /// When each observed object being deleted got its deletionTimestamp (seconds since the
     /// epoch); only those, so nodes stay small.
     deleted_at: HashMap<Uid, i64, UidHash>,
+    /// The wave of each observed object not in wave 0; only those, so nodes stay small.
+    waves: HashMap<Uid, Wave, UidHash>,
 }
 
 impl Graph {
@@ -407,6 +416,21 @@ impl Graph {
 
     /// The dependents of `uid` whose references really reach it (see
     /// [`Node::is_owner_through`]), with their link to it.
+    /// The wave of the observed object `uid` in its waiting owners' deletion order.
+    pub fn wave(&self, uid: Uid) -> Wave {
+        self.waves.get(&uid).copied().unwrap_or_default()
+    }
+
+    /// Whether a dependent in `wave` may be deleted for the owner `owner` (see
+    /// [`crate::gc::decide::in_turn`]).
+    pub fn in_turn_of(&self, owner: Uid, wave: Wave) -> bool {
+        self.waves.is_empty()
+            || crate::gc::decide::in_turn(
+                wave,
+                self.valid_dependents(owner).map(|(d, ..)| self.wave(d)),
+            )
+    }
+
     pub fn valid_dependents(&self, uid: Uid) -> impl Iterator<Item = (Uid, &Node, OwnerLink)> {
         let owner = self.nodes.get(&uid);
         owner
@@ -513,9 +537,15 @@ impl Graph {
             owners,
             flags,
             places,
+            wave,
             deleted_at,
         } = object;
         let namespace = self.intern(namespace);
+        if wave == Wave::default() {
+            self.waves.remove(&uid);
+        } else {
+            self.waves.insert(uid, wave);
+        }
         match deleted_at.filter(|_| flags.contains(Flags::DELETING)) {
             Some(at) => self.deleted_at.insert(uid, at),
             None => self.deleted_at.remove(&uid),
@@ -614,6 +644,7 @@ impl Graph {
         };
         let owners = std::mem::take(&mut node.owners);
         self.deleted_at.remove(&uid);
+        self.waves.remove(&uid);
         if node.dependents.is_empty() {
             self.nodes.remove(&uid);
         } else {
@@ -673,6 +704,7 @@ mod tests {
             deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
             flags,
             places: FinalizerPlaces::default(),
+            wave: Wave::default(),
         }
     }
 
