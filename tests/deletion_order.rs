@@ -1,0 +1,92 @@
+//! Deletion order (`syncgc.io/deletion-order`) against the real apiserver: the dependents of an
+//! armed owner are deleted in waves, the highest first, and a wave starts only when every
+//! object of the one before is gone (cooperative mode, kube-controller-manager's GC running).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::DeleteParams;
+use syncgc::names::DELETION_ORDER_ANNOTATION;
+
+use support::process::{WEBHOOK_LABEL, shared};
+use support::surface::stays;
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, exists, gone,
+    held, opted_in, owner_ref,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn namespace(test: &str) -> TestNamespace {
+    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
+    let client = support::client().await;
+    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+}
+
+/// `cm` in wave `wave`.
+fn in_wave(mut cm: ConfigMap, wave: &str) -> ConfigMap {
+    cm.metadata.annotations =
+        Some([(DELETION_ORDER_ANNOTATION.to_owned(), wave.to_owned())].into());
+    cm
+}
+
+/// Whether `name` exists and is not being deleted.
+async fn untouched(api: &Api<ConfigMap>, name: &str) -> bool {
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .is_some_and(|cm| cm.metadata.deletion_timestamp.is_none())
+}
+
+/// Three waves (2, 1 and the default 0), an object of the first held by a foreign finalizer:
+/// nothing of the second wave is touched while it is held; once it is let go the second wave
+/// goes at once, then the third, then the owner.
+#[tokio::test]
+async fn each_wave_waits_until_the_one_before_is_gone() {
+    let ns = namespace("order-waves").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(held("first-held", reference()), "2")).await;
+    create(&api, &in_wave(config_map("first", reference()), "2")).await;
+    create(&api, &in_wave(config_map("second-a", reference()), "1")).await;
+    create(&api, &in_wave(config_map("second-b", reference()), " 1")).await;
+    create(&api, &config_map("last", reference())).await;
+
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually("the first wave is deleted", WAIT, || async {
+        (being_deleted(&api, "first-held").await.is_some() && !exists(&api, "first").await)
+            .then_some(())
+    })
+    .await;
+    stays(
+        "the later waves are left alone while the first is held",
+        Duration::from_secs(3),
+        || async {
+            untouched(&api, "second-a").await
+                && untouched(&api, "second-b").await
+                && untouched(&api, "last").await
+        },
+    )
+    .await;
+
+    clear_finalizers(&api, "first-held").await;
+    let released = Instant::now();
+    eventually("the second wave goes", WAIT, || async {
+        (!exists(&api, "second-a").await && !exists(&api, "second-b").await).then_some(())
+    })
+    .await;
+    let second = released.elapsed();
+    eventually("the last wave goes, then the owner", WAIT, || async {
+        (!exists(&api, "last").await).then_some(())
+    })
+    .await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    assert!(
+        second < Duration::from_secs(3),
+        "the second wave went {second:?} after the first was let go"
+    );
+}
