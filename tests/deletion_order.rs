@@ -90,3 +90,37 @@ async fn each_wave_waits_until_the_one_before_is_gone() {
         "the second wave went {second:?} after the first was let go"
     );
 }
+
+/// A wave's object with dependents of its own counts as gone only when they are gone too: the
+/// next wave waits while a dependent of the first wave's object is held.
+#[tokio::test]
+async fn a_wave_is_gone_only_when_its_objects_dependents_are() {
+    let ns = namespace("order-transitive").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let parent = create(
+        &api,
+        &in_wave(config_map("parent", vec![owner_ref(&owner, true)]), "1"),
+    )
+    .await;
+    create(&api, &held("child", vec![owner_ref(&parent, true)])).await;
+    create(&api, &config_map("later", vec![owner_ref(&owner, true)])).await;
+
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually("the first wave's object is being deleted", WAIT, || async {
+        (being_deleted(&api, "parent").await.is_some()
+            && being_deleted(&api, "child").await.is_some())
+        .then_some(())
+    })
+    .await;
+    stays(
+        "the next wave waits for the first wave's object's dependent",
+        Duration::from_secs(3),
+        || untouched(&api, "later"),
+    )
+    .await;
+    clear_finalizers(&api, "child").await;
+    eventually("the next wave goes", WAIT, || gone(&api, "later")).await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    assert!(!exists(&api, "parent").await);
+}

@@ -842,3 +842,39 @@ async fn orphaning_an_ingress_keeps_dependents_referring_through_either_group() 
     )
     .await;
 }
+
+/// Foreground deletion follows `syncgc.io/deletion-order` as synchronous deletion does: the
+/// default wave waits while an object of the higher one is held, and goes once it is let go.
+#[tokio::test]
+async fn foreground_deletion_goes_in_waves() {
+    let ns = namespace("order-foreground").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let mut first = with_finalizer(config_map("first", vec![owner_ref(&owner, true)]), X_Y);
+    first.metadata.annotations = Some(
+        [(
+            syncgc::names::DELETION_ORDER_ANNOTATION.to_owned(),
+            "5".to_owned(),
+        )]
+        .into(),
+    );
+    create(&api, &first).await;
+    create(&api, &config_map("then", vec![owner_ref(&owner, true)])).await;
+    api.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the first wave is being deleted", WAIT, || {
+        being_deleted(&api, "first")
+    })
+    .await;
+    stays("the default wave waits", Duration::from_secs(3), || async {
+        api.get_opt("then")
+            .await
+            .unwrap()
+            .is_some_and(|cm| cm.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+    clear_finalizers(&api, "first").await;
+    eventually("the default wave goes", WAIT, || gone(&api, "then")).await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+}
