@@ -808,11 +808,23 @@ impl Cluster {
 impl Cluster {
     /// Records an Event about `regarding` (through the rate limit, with the timeout, counted
     /// like every call). Events are advisory: a failure is logged, never returned.
-    pub async fn event(
+    pub async fn event(&self, regarding: &Target, type_: EventType, reason: &str, note: String) {
+        let action = if reason.starts_with("SyncGC") {
+            "SynchronousDeletion"
+        } else {
+            "GarbageCollection"
+        };
+        self.event_as(regarding, type_, reason, action, note).await;
+    }
+
+    /// [`Cluster::event`] with its own `action`: Events of one object with the same reason
+    /// and action make one series, which keeps the first note.
+    pub async fn event_as(
         &self,
         regarding: &Target,
         type_: EventType,
         reason: &str,
+        action: &str,
         mut note: String,
     ) {
         // The apiserver refuses notes over 1 kB.
@@ -832,11 +844,6 @@ impl Cluster {
             uid: Some(regarding.uid.clone()),
             resource_version: None,
             field_path: None,
-        };
-        let action = if reason.starts_with("SyncGC") {
-            "SynchronousDeletion"
-        } else {
-            "GarbageCollection"
         };
         let event = Event {
             type_,

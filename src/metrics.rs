@@ -89,6 +89,8 @@ pub struct Metrics {
     pub barrier_reads: IntCounter,
     /// Times the release barrier held an owner, by reason.
     pub barrier_holds: IntCounterVec,
+    /// Waves of deletion-ordered dependents started.
+    pub waves_started: IntCounter,
     /// Failed calls of leader election, by reason (`namespace_missing`, `forbidden`,
     /// `conflict`, `other`).
     pub leader_election_errors: IntCounterVec,
@@ -234,6 +236,10 @@ impl Metrics {
                 "syncgc_barrier_holds_total",
                 "Times the release barrier held an owner whose dependents the graph saw gone, by reason (discovery, unreadable, dependent)",
                 &["reason"],
+            )?,
+            waves_started: r.counter(
+                "syncgc_waves_started_total",
+                "Waves of dependents started for owners whose dependents carry syncgc.io/deletion-order",
             )?,
             leader_election_errors: r.counter_vec(
                 "syncgc_leader_election_errors_total",

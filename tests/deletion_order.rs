@@ -7,8 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, ListParams};
 use syncgc::names::DELETION_ORDER_ANNOTATION;
 
 use support::process::{WEBHOOK_LABEL, shared};
@@ -31,6 +32,19 @@ fn in_wave(mut cm: ConfigMap, wave: &str) -> ConfigMap {
     cm.metadata.annotations =
         Some([(DELETION_ORDER_ANNOTATION.to_owned(), wave.to_owned())].into());
     cm
+}
+
+/// The notes of the `SyncGCWave` Events in the test's namespace.
+async fn wave_notes(ns: &TestNamespace) -> Vec<String> {
+    Api::<Event>::namespaced(ns.client.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SyncGCWave"))
+        .filter_map(|e| e.note)
+        .collect()
 }
 
 /// Whether `name` exists and is not being deleted.
@@ -85,6 +99,18 @@ async fn each_wave_waits_until_the_one_before_is_gone() {
     })
     .await;
     eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    eventually(
+        "a SyncGCWave Event says each wave started",
+        WAIT,
+        || async {
+            let notes = wave_notes(&ns).await;
+            ["wave 2: 2", "wave 1: 2", "wave 0: 1"]
+                .iter()
+                .all(|want| notes.iter().any(|n| n.contains(want)))
+                .then_some(())
+        },
+    )
+    .await;
     assert!(
         second < Duration::from_secs(3),
         "the second wave went {second:?} after the first was let go"

@@ -29,6 +29,8 @@ use crate::names::{
     DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
 };
 
+/// The reason of the Event that says a wave of ordered dependents starts.
+pub const WAVE_REASON: &str = "SyncGCWave";
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
 /// How many absent owners are remembered.
@@ -50,6 +52,8 @@ pub struct Collector {
     absent: Mutex<AbsentOwners>,
     /// Objects this collector deleted that no watch has reported gone yet, with when.
     deleted: Mutex<HashMap<Uid, Instant>>,
+    /// The last wave announced for each waiting owner whose dependents are ordered.
+    waves: Mutex<HashMap<Uid, decide::Wave>>,
     /// The deadlines in force for waiting owners, kept here whether or not they could be
     /// stored on the owners (see [`super::synchronous`]).
     pub(super) deadlines: Mutex<HashMap<Uid, Timestamp>>,
@@ -80,6 +84,7 @@ impl Collector {
             metrics,
             absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
             deleted: Mutex::default(),
+            waves: Mutex::default(),
             deadlines: Mutex::default(),
             progress: Progress::default(),
             barrier: Barrier::new(config.barrier),
@@ -205,6 +210,11 @@ impl Collector {
             }
             lock(&self.deadlines)
                 .retain(|uid, _| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL)));
+            lock(&self.waves).retain(|uid, _| {
+                graph
+                    .node(*uid)
+                    .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
+            });
             lock(&self.deleted)
                 .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
             self.barrier.forget(&graph, self.config.timeouts.max);
@@ -340,21 +350,48 @@ impl Collector {
 
     /// The dependents of `uid` that are still to be deleted (not being deleted, and not just
     /// deleted by this collector) in the wave its deletion order has reached: the highest
-    /// among its dependents still in the graph (see [`decide::in_turn`]).
-    pub(super) fn to_delete(&self, uid: Uid) -> Vec<Uid> {
-        let graph = self.graph_read();
-        graph
-            .valid_dependents(uid)
-            .filter(|(d, node, _)| !node.is(Flags::DELETING) && !self.recently_deleted(*d))
-            .filter(|(d, ..)| graph.in_turn_of(uid, graph.wave(*d)))
-            .map(|(d, ..)| d)
-            .collect()
+    /// among its dependents still in the graph (see [`decide::in_turn`]). When its
+    /// dependents are ordered and that wave has not been announced, a `SyncGCWave` Event on
+    /// `target` says it starts.
+    pub(super) async fn to_delete(&self, uid: Uid, target: &Target) -> Vec<Uid> {
+        let (batch, started) = {
+            let graph = self.graph_read();
+            let waves: Vec<decide::Wave> = graph
+                .valid_dependents(uid)
+                .map(|(d, ..)| graph.wave(d))
+                .collect();
+            let current = waves.iter().max().copied().unwrap_or_default();
+            let announced = lock(&self.waves).get(&uid).copied();
+            let ordered =
+                announced.is_some() || waves.iter().any(|w| *w != decide::Wave::default());
+            let batch: Vec<Uid> = graph
+                .valid_dependents(uid)
+                .filter(|(d, node, _)| !node.is(Flags::DELETING) && !self.recently_deleted(*d))
+                .filter(|(d, ..)| graph.wave(*d) >= current)
+                .map(|(d, ..)| d)
+                .collect();
+            let started = (ordered && announced != Some(current)).then(|| {
+                lock(&self.waves).insert(uid, current);
+                (current, waves.iter().filter(|w| **w == current).count())
+            });
+            (batch, started)
+        };
+        if let Some((wave, count)) = started {
+            self.metrics.waves_started.inc();
+            tracing::info!(owner = %target, wave = wave.0, count, "deleting a wave of dependents");
+            let note = format!("deleting wave {}: {count} dependent(s)", wave.0);
+            let action = format!("DeleteWave{}", wave.0);
+            self.cluster
+                .event_as(target, EventType::Normal, WAVE_REASON, &action, note)
+                .await;
+        }
+        batch
     }
 
     /// `processDeletingDependentsItem`: deletes every dependent; removes `foregroundDeletion`
     /// once no dependent with `blockOwnerDeletion` is left.
     async fn sync_foreground(&self, uid: Uid, target: &Target) -> Result<(), ApiError> {
-        for dependent in self.to_delete(uid) {
+        for dependent in self.to_delete(uid, target).await {
             self.enqueue(Work::AttemptToDelete(dependent));
         }
         let blocking = self

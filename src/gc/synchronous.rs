@@ -70,7 +70,7 @@ impl Collector {
             }
             Release::Wait => {
                 if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
-                    for dependent in self.to_delete(uid) {
+                    for dependent in self.to_delete(uid, target).await {
                         self.enqueue(Work::AttemptToDelete(dependent));
                     }
                 }
