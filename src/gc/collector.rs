@@ -210,11 +210,8 @@ impl Collector {
             }
             lock(&self.deadlines)
                 .retain(|uid, _| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL)));
-            lock(&self.waves).retain(|uid, _| {
-                graph
-                    .node(*uid)
-                    .is_some_and(|n| n.waiting_synchronously() || n.waiting_in_foreground())
-            });
+            lock(&self.waves)
+                .retain(|uid, _| graph.node(*uid).is_some_and(Node::waits_for_dependents));
             lock(&self.deleted)
                 .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
             self.barrier.forget(&graph, self.config.timeouts.max);
@@ -830,11 +827,7 @@ fn dependent_of(graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
         .node(uid)
         .into_iter()
         .flat_map(|n| n.owners.iter())
-        .filter(|link| {
-            graph
-                .node(link.uid)
-                .is_some_and(|o| o.waiting_synchronously() || o.waiting_in_foreground())
-        })
+        .filter(|link| graph.node(link.uid).is_some_and(Node::waits_for_dependents))
         .all(|link| graph.in_turn_of(link.uid, wave));
     Dependent {
         has_dependents,
