@@ -807,25 +807,32 @@ impl Cluster {
 
 impl Cluster {
     /// Records an Event about `regarding` (through the rate limit, with the timeout, counted
-    /// like every call). Events are advisory: a failure is logged, never returned.
+    /// like every call). Events are advisory: a failure is logged, never returned. Events of
+    /// one object with the same reason make one series, which keeps the first note; a note
+    /// that says something new goes through [`Cluster::new_event`].
     pub async fn event(&self, regarding: &Target, type_: EventType, reason: &str, note: String) {
-        let action = if reason.starts_with("SyncGC") {
-            "SynchronousDeletion"
-        } else {
-            "GarbageCollection"
-        };
-        self.event_as(regarding, type_, reason, action, note).await;
+        self.record(regarding, type_, reason, note, true).await;
     }
 
-    /// [`Cluster::event`] with its own `action`: Events of one object with the same reason
-    /// and action make one series, which keeps the first note.
-    pub async fn event_as(
+    /// [`Cluster::event`] as an Event of its own, whatever came before: for a note that tells
+    /// the next step of the same thing (a wave that starts, what the release barrier waits for).
+    pub async fn new_event(
         &self,
         regarding: &Target,
         type_: EventType,
         reason: &str,
-        action: &str,
+        note: String,
+    ) {
+        self.record(regarding, type_, reason, note, false).await;
+    }
+
+    async fn record(
+        &self,
+        regarding: &Target,
+        type_: EventType,
+        reason: &str,
         mut note: String,
+        series: bool,
     ) {
         // The apiserver refuses notes over 1 kB.
         if note.len() > MAX_NOTE {
@@ -845,6 +852,11 @@ impl Cluster {
             resource_version: None,
             field_path: None,
         };
+        let action = if reason.starts_with("SyncGC") {
+            "SynchronousDeletion"
+        } else {
+            "GarbageCollection"
+        };
         let event = Event {
             type_,
             reason: reason.to_owned(),
@@ -852,7 +864,7 @@ impl Cluster {
             action: action.to_owned(),
             secondary: None,
         };
-        let published = if reference.namespace.is_some() {
+        let published = if series && reference.namespace.is_some() {
             self.call(
                 Verb::Create,
                 regarding,
@@ -860,21 +872,18 @@ impl Cluster {
             )
             .await
         } else {
-            self.call(
-                Verb::Create,
-                regarding,
-                self.cluster_scoped_event(event, reference),
-            )
-            .await
+            self.call(Verb::Create, regarding, self.create_event(event, reference))
+                .await
         };
         if let Err(err) = published {
             tracing::debug!(%err, reason, "could not record an event");
         }
     }
 
-    /// An Event about a cluster-scoped object: the events.k8s.io API of Kubernetes before
-    /// 1.22 only takes those in `kube-system`, where the recorder does not put them.
-    async fn cluster_scoped_event(
+    /// An Event of its own, in the namespace of the object it is about; for a cluster-scoped
+    /// object in `kube-system`: the events.k8s.io API of Kubernetes before 1.22 only takes
+    /// those there, where the recorder does not put them.
+    async fn create_event(
         &self,
         event: Event,
         regarding: ObjectReference,
@@ -882,6 +891,7 @@ impl Cluster {
         use k8s_openapi::api::events::v1::Event as K8sEvent;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
         let now = jiff::Timestamp::now();
+        let namespace = (regarding.namespace.clone()).unwrap_or_else(|| "kube-system".into());
         let name = format!(
             "{}.{:x}",
             regarding.name.as_deref().unwrap_or(EVENT_REPORTER),
@@ -910,7 +920,7 @@ impl Cluster {
             ),
             ..Default::default()
         };
-        Api::<K8sEvent>::namespaced(self.client.clone(), "kube-system")
+        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
             .create(&Default::default(), &event)
             .await
             .map(drop)

@@ -15,9 +15,11 @@ use kube::api::{DynamicObject, ListParams};
 use k8s_openapi::api::core::v1::Event;
 
 use crate::gc::barrier::BARRIER_REASON;
+use crate::gc::decide::{self, Order, Wave};
 use crate::gc::discovery::{self, Resource};
 use crate::names::{
-    DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
+    SYNCHRONOUS_FINALIZER,
 };
 
 /// An object as the report shows it.
@@ -105,6 +107,10 @@ pub fn report(
     }
     let blocked = deleting.is_some() && !object.finalizers().is_empty();
     let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
+    let direct = dependents.get(&uid).map(Vec::as_slice).unwrap_or_default();
+    if waits && let Some(order) = waves(direct, dependents) {
+        out.push_str(&order);
+    }
     if let Some(note) = barrier.filter(|_| blocked && waits && blocking == 0) {
         let _ = writeln!(
             out,
@@ -181,6 +187,79 @@ fn tree_of(
         tree_of(dependent, dependents, depth + 2, seen, out);
     }
     blocking
+}
+
+/// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
+/// waves left, the one in progress (the highest), and what holds each of its objects.
+fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option<String> {
+    let wave_of = |o: &Object| {
+        decide::order(
+            o.meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DELETION_ORDER_ANNOTATION))
+                .map(String::as_str),
+        )
+    };
+    if direct.iter().all(|o| wave_of(o) == Order::default()) {
+        return None;
+    }
+    let mut counts: Vec<(Wave, usize)> = Vec::new();
+    for dependent in direct {
+        let wave = wave_of(dependent).wave();
+        match counts.iter_mut().find(|(w, _)| *w == wave) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((wave, 1)),
+        }
+    }
+    counts.sort_by(|a, b| b.0.cmp(&a.0));
+    let (current, count) = counts[0];
+    let mut out = format!(
+        "  deletion order: wave {} in progress ({count} object(s) left)",
+        current.0
+    );
+    if counts.len() > 1 {
+        let later: Vec<String> = counts[1..]
+            .iter()
+            .map(|(w, n)| format!("{} ({n})", w.0))
+            .collect();
+        let _ = write!(out, ", then wave(s) {}", later.join(", "));
+    }
+    out.push('\n');
+    for dependent in direct.iter().filter(|o| wave_of(o).wave() == current) {
+        let mut why = Vec::new();
+        if dependent.meta.deletion_timestamp.is_none() {
+            why.push("not yet deleted".to_owned());
+        }
+        if !dependent.finalizers().is_empty() {
+            why.push(format!(
+                "its finalizers: {}",
+                dependent.finalizers().join(", ")
+            ));
+        }
+        let own = dependent
+            .meta
+            .uid
+            .as_ref()
+            .and_then(|uid| dependents.get(uid))
+            .map_or(0, Vec::len);
+        if own > 0 {
+            why.push(format!("{own} dependent(s) of its own"));
+        }
+        if let Order::Invalid(value) = wave_of(dependent) {
+            why.push(format!(
+                "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer: wave 0"
+            ));
+        }
+        let _ = writeln!(
+            out,
+            "    wave {} holds {}: {}",
+            current.0,
+            dependent.title(),
+            why.join("; ")
+        );
+    }
+    Some(out)
 }
 
 /// Finds `kind_name` (`KIND/NAME`, KIND as kind, plural or singular, optionally `.group`) in
@@ -362,6 +441,49 @@ mod tests {
             text.contains("held only by syncgc's release barrier") && text.contains(note),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_waiting_owner_with_ordered_dependents_shows_its_waves_and_what_holds_the_current_one() {
+        let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
+        owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let ordered = |name: &str, uid: &str, order: Option<&str>, finalizers: &[&str]| {
+            let mut o = object(name, uid, Some(("1", true)), finalizers);
+            o.meta.annotations = order.map(|v| {
+                [(DELETION_ORDER_ANNOTATION.to_owned(), v.to_owned())]
+                    .into_iter()
+                    .collect()
+            });
+            o
+        };
+        let mut app = ordered("app", "2", Some("2"), &["x/y"]);
+        app.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
+        dependents.entry("1".into()).or_default().extend([
+            app,
+            ordered("config", "3", Some("1"), &[]),
+            ordered("secret", "4", None, &[]),
+            ordered("odd", "5", Some("last"), &[]),
+        ]);
+        dependents
+            .entry("2".into())
+            .or_default()
+            .push(object("pod", "6", Some(("2", true)), &[]));
+        let (text, _) = report(&owner, &dependents, None);
+        assert!(
+            text.contains(
+                "deletion order: wave 2 in progress (1 object(s) left), then wave(s) 1 (1), 0 (2)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "wave 2 holds ConfigMap ns/app: its finalizers: x/y; 1 dependent(s) of its own"
+            ),
+            "{text}"
+        );
+        let (plain, _) = report(&owner, &HashMap::new(), None);
+        assert!(!plain.contains("deletion order"), "{plain}");
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn object(n: u128, owner: Option<u128>) -> Observed {
             .collect(),
         flags: Flags::empty(),
         places: FinalizerPlaces::default(),
-        wave: Default::default(),
+        order: Default::default(),
         deleted_at: None,
     }
 }

@@ -425,7 +425,8 @@ impl Collector {
             let note = format!(
                 "every dependent the graph knows of is gone; before releasing, waiting for {hold}"
             );
-            self.event(target, EventType::Normal, BARRIER_REASON, note)
+            self.cluster
+                .new_event(target, EventType::Normal, BARRIER_REASON, note)
                 .await;
         }
         false

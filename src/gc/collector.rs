@@ -20,6 +20,7 @@ use super::barrier::{Barrier, Progress};
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
 use super::discovery::Resources;
 use super::meta::{finalizer_flag, flags_of};
+use super::order::Orders;
 use super::queue::WorkQueue;
 use super::watch::{GraphEvent, WatchState};
 use crate::api::{ApiError, Changed, Cluster, Marks, Target};
@@ -29,8 +30,6 @@ use crate::names::{
     DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
 };
 
-/// The reason of the Event that says a wave of ordered dependents starts.
-pub const WAVE_REASON: &str = "SyncGCWave";
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
 /// How many absent owners are remembered.
@@ -52,8 +51,8 @@ pub struct Collector {
     absent: Mutex<AbsentOwners>,
     /// Objects this collector deleted that no watch has reported gone yet, with when.
     deleted: Mutex<HashMap<Uid, Instant>>,
-    /// The last wave announced for each waiting owner whose dependents are ordered.
-    waves: Mutex<HashMap<Uid, decide::Wave>>,
+    /// How far each waiting owner's deletion order has gone.
+    pub(super) orders: Mutex<Orders>,
     /// The deadlines in force for waiting owners, kept here whether or not they could be
     /// stored on the owners (see [`super::synchronous`]).
     pub(super) deadlines: Mutex<HashMap<Uid, Timestamp>>,
@@ -84,7 +83,7 @@ impl Collector {
             metrics,
             absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
             deleted: Mutex::default(),
-            waves: Mutex::default(),
+            orders: Mutex::default(),
             deadlines: Mutex::default(),
             progress: Progress::default(),
             barrier: Barrier::new(config.barrier),
@@ -141,7 +140,7 @@ impl Collector {
         lock(&self.deleted).insert(uid, Instant::now());
     }
 
-    fn recently_deleted(&self, uid: Uid) -> bool {
+    pub(super) fn recently_deleted(&self, uid: Uid) -> bool {
         lock(&self.deleted)
             .get(&uid)
             .is_some_and(|at| at.elapsed() < DELETED_GRACE)
@@ -210,8 +209,7 @@ impl Collector {
             }
             lock(&self.deadlines)
                 .retain(|uid, _| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL)));
-            lock(&self.waves)
-                .retain(|uid, _| graph.node(*uid).is_some_and(Node::waits_for_dependents));
+            lock(&self.orders).forget(&graph);
             lock(&self.deleted)
                 .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
             self.barrier.forget(&graph, self.config.timeouts.max);
@@ -345,46 +343,6 @@ impl Collector {
         foreground.and(synchronous)
     }
 
-    /// The dependents of `uid` that are still to be deleted (not being deleted, and not just
-    /// deleted by this collector) in the wave its deletion order has reached: the highest
-    /// among its dependents still in the graph (see [`decide::in_turn`]). When its
-    /// dependents are ordered and that wave has not been announced, a `SyncGCWave` Event on
-    /// `target` says it starts.
-    pub(super) async fn to_delete(&self, uid: Uid, target: &Target) -> Vec<Uid> {
-        let (batch, started) = {
-            let graph = self.graph_read();
-            let waves: Vec<decide::Wave> = graph
-                .valid_dependents(uid)
-                .map(|(d, ..)| graph.wave(d))
-                .collect();
-            let current = waves.iter().max().copied().unwrap_or_default();
-            let announced = lock(&self.waves).get(&uid).copied();
-            let ordered =
-                announced.is_some() || waves.iter().any(|w| *w != decide::Wave::default());
-            let batch: Vec<Uid> = graph
-                .valid_dependents(uid)
-                .filter(|(d, node, _)| !node.is(Flags::DELETING) && !self.recently_deleted(*d))
-                .filter(|(d, ..)| graph.wave(*d) >= current)
-                .map(|(d, ..)| d)
-                .collect();
-            let started = (ordered && announced != Some(current)).then(|| {
-                lock(&self.waves).insert(uid, current);
-                (current, waves.iter().filter(|w| **w == current).count())
-            });
-            (batch, started)
-        };
-        if let Some((wave, count)) = started {
-            self.metrics.waves_started.inc();
-            tracing::info!(owner = %target, wave = wave.0, count, "deleting a wave of dependents");
-            let note = format!("deleting wave {}: {count} dependent(s)", wave.0);
-            let action = format!("DeleteWave{}", wave.0);
-            self.cluster
-                .event_as(target, EventType::Normal, WAVE_REASON, &action, note)
-                .await;
-        }
-        batch
-    }
-
     /// `processDeletingDependentsItem`: deletes every dependent; removes `foregroundDeletion`
     /// once no dependent with `blockOwnerDeletion` is left.
     async fn sync_foreground(&self, uid: Uid, target: &Target) -> Result<(), ApiError> {
@@ -478,8 +436,8 @@ impl Collector {
                 _ => return Plan::Live(target),
             }
         }
-        match decide::attempt_to_delete(graph.mode(), &owners, dependent_of(graph, uid, node.flags))
-        {
+        let dependent = self.dependent_of(graph, uid, node.flags);
+        match decide::attempt_to_delete(graph.mode(), &owners, dependent) {
             Attempt::Wait => Plan::Done,
             Attempt::Delete {
                 propagation,
@@ -507,7 +465,10 @@ impl Collector {
         }
         let (mode, dependent) = {
             let graph = self.graph_read();
-            (graph.mode(), dependent_of(&graph, uid, flags_of(&meta)))
+            (
+                graph.mode(),
+                self.dependent_of(&graph, uid, flags_of(&meta)),
+            )
         };
         let uids = |indices: &[usize]| -> Vec<String> {
             indices.iter().map(|i| references[*i].uid.clone()).collect()
@@ -813,31 +774,26 @@ impl Collector {
     }
 }
 
-/// What the decision needs of a dependent with `flags`: its own, and its dependents' from the
-/// graph.
-fn dependent_of(graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
-    let mut has_dependents = false;
-    let mut dependent_waits = false;
-    for (_, dependent, _) in graph.valid_dependents(uid) {
-        has_dependents = true;
-        dependent_waits |= dependent.waits_for_dependents();
-    }
-    let wave = graph.wave(uid);
-    let in_turn = graph
-        .node(uid)
-        .into_iter()
-        .flat_map(|n| n.owners.iter())
-        .filter(|link| graph.node(link.uid).is_some_and(Node::waits_for_dependents))
-        .all(|link| graph.in_turn_of(link.uid, wave));
-    Dependent {
-        has_dependents,
-        dependent_waits,
-        armed: flags.contains(Flags::ARMED),
-        own: Propagation::from_finalizers(
-            flags.contains(Flags::ORPHAN),
-            flags.contains(Flags::FOREGROUND),
-        ),
-        in_turn,
+impl Collector {
+    /// What the decision needs of a dependent with `flags`: its own, and its dependents' and
+    /// its turn from the graph.
+    fn dependent_of(&self, graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
+        let mut has_dependents = false;
+        let mut dependent_waits = false;
+        for (_, dependent, _) in graph.valid_dependents(uid) {
+            has_dependents = true;
+            dependent_waits |= dependent.waits_for_dependents();
+        }
+        Dependent {
+            has_dependents,
+            dependent_waits,
+            armed: flags.contains(Flags::ARMED),
+            own: Propagation::from_finalizers(
+                flags.contains(Flags::ORPHAN),
+                flags.contains(Flags::FOREGROUND),
+            ),
+            in_turn: self.in_turn(graph, uid, graph.wave(uid)),
+        }
     }
 }
 

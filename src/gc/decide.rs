@@ -7,7 +7,7 @@ use jiff::{SignedDuration, Timestamp};
 
 pub use crate::api::Propagation;
 use crate::graph::Mode;
-pub use crate::graph::Wave;
+pub use crate::graph::{Order, Wave};
 
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,17 +47,15 @@ pub struct Dependent {
     pub in_turn: bool,
 }
 
-/// The wave `syncgc.io/deletion-order: value` asks for: wave 0 without it; `Err` (to be
+/// What `syncgc.io/deletion-order: value` says: wave 0 without it; an invalid order (to be
 /// warned about, and taken for wave 0) for a value that is not an integer.
-pub fn wave(value: Option<&str>) -> Result<Wave, String> {
+pub fn order(value: Option<&str>) -> Order {
     match value {
-        None => Ok(Wave::default()),
-        Some(value) => value.trim().parse().map(Wave).map_err(|_| {
-            format!(
-                "{} {value:?} is not an integer; taken for wave 0",
-                crate::names::DELETION_ORDER_ANNOTATION
-            )
-        }),
+        None => Order::default(),
+        Some(value) => value
+            .trim()
+            .parse()
+            .map_or_else(|_| Order::Invalid(value.into()), |n| Order::Wave(Wave(n))),
     }
 }
 
@@ -340,11 +338,12 @@ mod tests {
 
     #[test]
     fn waves_go_from_the_highest_and_default_to_zero() {
-        assert_eq!(wave(None), Ok(Wave(0)));
-        assert_eq!(wave(Some("3")), Ok(Wave(3)));
-        assert_eq!(wave(Some(" -2 ")), Ok(Wave(-2)));
-        assert!(wave(Some("first")).unwrap_err().contains("not an integer"));
-        assert!(wave(Some("1.5")).is_err());
+        assert_eq!(order(None), Order::Wave(Wave(0)));
+        assert_eq!(order(Some("3")), Order::Wave(Wave(3)));
+        assert_eq!(order(Some(" -2 ")), Order::Wave(Wave(-2)));
+        assert_eq!(order(Some("first")), Order::Invalid("first".into()));
+        assert_eq!(order(Some("1.5")).wave(), Wave(0));
+        assert_eq!(order(Some("")).wave(), Wave(0));
         let left = [Wave(0), Wave(2), Wave(2), Wave(-1)];
         assert!(in_turn(Wave(2), left));
         assert!(!in_turn(Wave(0), left));

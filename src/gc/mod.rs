@@ -15,6 +15,7 @@
 //! - [`collector`]: the workers and their actions (attempt to delete, orphan, foreground,
 //!   arm), through [`crate::api::Cluster`].
 //! - [`synchronous`]: the synchronous finalizer: deadlines, and releasing waiting owners.
+//! - [`order`]: deletion order: a waiting owner's dependents in waves.
 //! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
 //!   nothing refers to it any more.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
@@ -30,6 +31,7 @@ pub mod debug;
 pub mod decide;
 pub mod discovery;
 pub mod meta;
+pub mod order;
 pub mod proto;
 pub mod queue;
 pub mod synchronous;

@@ -62,7 +62,17 @@ impl Collector {
                 }
                 self.release(uid, target, deleted_at, false).await
             }
-            Release::TimedOut => self.release(uid, target, deleted_at, true).await,
+            Release::TimedOut => {
+                if self.abandon_order(uid, target).await {
+                    for dependent in self.to_delete(uid, target).await {
+                        self.enqueue(Work::AttemptToDelete(dependent));
+                    }
+                    // Behind them: they are deleted while it still waits.
+                    self.enqueue(Work::SyncOwner(uid));
+                    return Ok(());
+                }
+                self.release(uid, target, deleted_at, true).await
+            }
             Release::WaitForGeneration => {
                 let recheck = GENERATION_RECHECK.min(until_deadline);
                 self.queue.add_after(Work::SyncOwner(uid), recheck);

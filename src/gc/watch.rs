@@ -61,8 +61,7 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
             .collect(),
         flags: meta.flags(),
         places: meta.places(),
-        wave: super::decide::wave(meta.annotations.get(DELETION_ORDER_ANNOTATION))
-            .unwrap_or_default(),
+        order: super::decide::order(meta.annotations.get(DELETION_ORDER_ANNOTATION)),
         deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     })
 }

@@ -88,8 +88,8 @@ pub struct Observed {
     pub owners: Vec<OwnerLink>,
     pub flags: Flags,
     pub places: FinalizerPlaces,
-    /// Its wave in its waiting owners' deletion order.
-    pub wave: Wave,
+    /// Its place in its waiting owners' deletion order.
+    pub order: Order,
     /// `metadata.deletionTimestamp`, in seconds since the epoch.
     pub deleted_at: Option<i64>,
 }
@@ -138,6 +138,30 @@ impl Flags {
 /// the highest wave is deleted first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Wave(pub i32);
+
+/// What `syncgc.io/deletion-order` says of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Order {
+    /// Its wave (wave 0 without the annotation).
+    Wave(Wave),
+    /// A value that is not an integer (kept to be warned about): wave 0.
+    Invalid(Box<str>),
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Self::Wave(Wave::default())
+    }
+}
+
+impl Order {
+    pub fn wave(&self) -> Wave {
+        match self {
+            Self::Wave(wave) => *wave,
+            Self::Invalid(_) => Wave::default(),
+        }
+    }
+}
 
 /// Where the finalizers that [`Flags::ARMED`], [`Flags::FOREGROUND`] and [`Flags::ORPHAN`]
 /// stand for are in an object's list, when among its first three: so that the collector can
@@ -389,8 +413,9 @@ pub struct Graph {
     /// When each observed object being deleted got its deletionTimestamp (seconds since the
     /// epoch); only those, so nodes stay small.
     deleted_at: HashMap<Uid, i64, UidHash>,
-    /// The wave of each observed object not in wave 0; only those, so nodes stay small.
-    waves: HashMap<Uid, Wave, UidHash>,
+    /// The order of each observed object not in wave 0 or with an invalid order; only those,
+    /// so nodes stay small.
+    orders: HashMap<Uid, Order, UidHash>,
 }
 
 impl Graph {
@@ -414,23 +439,31 @@ impl Graph {
         self.nodes.get(&uid).map_or(&[], |n| &n.dependents)
     }
 
-    /// The dependents of `uid` whose references really reach it (see
-    /// [`Node::is_owner_through`]), with their link to it.
     /// The wave of the observed object `uid` in its waiting owners' deletion order.
     pub fn wave(&self, uid: Uid) -> Wave {
-        self.waves.get(&uid).copied().unwrap_or_default()
+        self.orders.get(&uid).map(Order::wave).unwrap_or_default()
+    }
+
+    /// The value of `syncgc.io/deletion-order` on `uid` when it is not an integer.
+    pub fn invalid_order(&self, uid: Uid) -> Option<&str> {
+        match self.orders.get(&uid)? {
+            Order::Invalid(value) => Some(value),
+            Order::Wave(_) => None,
+        }
     }
 
     /// Whether a dependent in `wave` may be deleted for the owner `owner` (see
     /// [`crate::gc::decide::in_turn`]).
     pub fn in_turn_of(&self, owner: Uid, wave: Wave) -> bool {
-        self.waves.is_empty()
+        self.orders.is_empty()
             || crate::gc::decide::in_turn(
                 wave,
                 self.valid_dependents(owner).map(|(d, ..)| self.wave(d)),
             )
     }
 
+    /// The dependents of `uid` whose references really reach it (see
+    /// [`Node::is_owner_through`]), with their link to it.
     pub fn valid_dependents(&self, uid: Uid) -> impl Iterator<Item = (Uid, &Node, OwnerLink)> {
         let owner = self.nodes.get(&uid);
         owner
@@ -537,14 +570,14 @@ impl Graph {
             owners,
             flags,
             places,
-            wave,
+            order,
             deleted_at,
         } = object;
         let namespace = self.intern(namespace);
-        if wave == Wave::default() {
-            self.waves.remove(&uid);
+        if order == Order::default() {
+            self.orders.remove(&uid);
         } else {
-            self.waves.insert(uid, wave);
+            self.orders.insert(uid, order);
         }
         match deleted_at.filter(|_| flags.contains(Flags::DELETING)) {
             Some(at) => self.deleted_at.insert(uid, at),
@@ -644,7 +677,7 @@ impl Graph {
         };
         let owners = std::mem::take(&mut node.owners);
         self.deleted_at.remove(&uid);
-        self.waves.remove(&uid);
+        self.orders.remove(&uid);
         if node.dependents.is_empty() {
             self.nodes.remove(&uid);
         } else {
@@ -704,7 +737,7 @@ mod tests {
             deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
             flags,
             places: FinalizerPlaces::default(),
-            wave: Wave::default(),
+            order: Order::default(),
         }
     }
 
