@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
-use syncgc::names::DELETION_ORDER_ANNOTATION;
+use kube::api::{DeleteParams, ListParams, PropagationPolicy};
+use syncgc::names::{DELETION_ORDER_ANNOTATION, TIMEOUT_ANNOTATION};
 
 use support::process::{WEBHOOK_LABEL, shared};
 use support::surface::stays;
@@ -34,16 +34,29 @@ fn in_wave(mut cm: ConfigMap, wave: &str) -> ConfigMap {
     cm
 }
 
-/// The notes of the `SyncGCWave` Events in the test's namespace.
-async fn wave_notes(ns: &TestNamespace) -> Vec<String> {
+/// The Events with `reason` in the test's namespace: the name of the object each is about,
+/// and its note.
+async fn events(ns: &TestNamespace, reason: &str) -> Vec<(String, String)> {
     Api::<Event>::namespaced(ns.client.clone(), &ns.name)
         .list(&ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("SyncGCWave"))
-        .filter_map(|e| e.note)
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
+            (name, e.note.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The notes of the `SyncGCWave` Events in the test's namespace.
+async fn wave_notes(ns: &TestNamespace) -> Vec<String> {
+    events(ns, "SyncGCWave")
+        .await
+        .into_iter()
+        .map(|(_, note)| note)
         .collect()
 }
 
@@ -149,4 +162,164 @@ async fn a_wave_is_gone_only_when_its_objects_dependents_are() {
     eventually("the next wave goes", WAIT, || gone(&api, "later")).await;
     eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
     assert!(!exists(&api, "parent").await);
+}
+
+/// The owner's deadline passes while its first wave is held: the order is abandoned (a Warning
+/// Event says so), the later waves are deleted at once and the owner goes; the held object
+/// stays until let go.
+#[tokio::test]
+async fn the_deadline_abandons_the_order_and_the_rest_goes_at_once() {
+    let ns = namespace("order-deadline").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(
+        &api,
+        &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "3s")]),
+    )
+    .await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(held("first", reference()), "2")).await;
+    create(&api, &in_wave(config_map("second", reference()), "1")).await;
+    create(&api, &config_map("last", reference())).await;
+
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually("the first wave is being deleted", WAIT, || {
+        being_deleted(&api, "first")
+    })
+    .await;
+    assert!(untouched(&api, "second").await && untouched(&api, "last").await);
+    eventually("the owner goes at its deadline", WAIT, || {
+        gone(&api, "owner")
+    })
+    .await;
+    eventually("the later waves go at once", WAIT, || async {
+        (!exists(&api, "second").await && !exists(&api, "last").await).then_some(())
+    })
+    .await;
+    eventually("an Event says the order was abandoned", WAIT, || async {
+        events(&ns, "SyncGCOrderAbandoned")
+            .await
+            .into_iter()
+            .any(|(name, note)| {
+                name == "owner" && note.contains("wave 2") && note.contains("2 dependent(s)")
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(
+        being_deleted(&api, "first").await.is_some(),
+        "the held object stays until let go"
+    );
+    clear_finalizers(&api, "first").await;
+    eventually("the held object goes once let go", WAIT, || {
+        gone(&api, "first")
+    })
+    .await;
+}
+
+/// An order that is not an integer is accepted, warned about on the dependent, and counts as
+/// wave 0, with the dependents that carry none: both wait for the higher wave.
+#[tokio::test]
+async fn an_invalid_order_is_warned_about_and_counts_as_the_default_wave() {
+    let ns = namespace("order-invalid").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(held("first", reference()), "1")).await;
+    create(&api, &in_wave(config_map("odd", reference()), "first")).await;
+    create(&api, &config_map("plain", reference())).await;
+
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually(
+        "a Warning names the invalid order on its object",
+        WAIT,
+        || async {
+            events(&ns, "SyncGCInvalidOrder")
+                .await
+                .into_iter()
+                .any(|(name, note)| name == "odd" && note.contains("\"first\" is not an integer"))
+                .then_some(())
+        },
+    )
+    .await;
+    stays(
+        "wave 0, the invalid order with it, waits for wave 1",
+        Duration::from_secs(2),
+        || async { untouched(&api, "odd").await && untouched(&api, "plain").await },
+    )
+    .await;
+    clear_finalizers(&api, "first").await;
+    eventually("wave 0 goes, then the owner", WAIT, || async {
+        (!exists(&api, "odd").await && !exists(&api, "plain").await && !exists(&api, "owner").await)
+            .then_some(())
+    })
+    .await;
+}
+
+/// A dependent of a later wave that another, live owner keeps is not deleted: its reference
+/// to the waiting owner goes, and the order moves on without it.
+#[tokio::test]
+async fn a_dependent_with_a_second_live_owner_is_kept_and_the_order_moves_on() {
+    let ns = namespace("order-shared").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let other = create(&api, &config_map("other", vec![])).await;
+    create(
+        &api,
+        &in_wave(
+            config_map(
+                "shared",
+                vec![owner_ref(&owner, true), owner_ref(&other, false)],
+            ),
+            "1",
+        ),
+    )
+    .await;
+    create(&api, &config_map("last", vec![owner_ref(&owner, true)])).await;
+
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    eventually("the last wave goes, then the owner", WAIT, || async {
+        (!exists(&api, "last").await && !exists(&api, "owner").await).then_some(())
+    })
+    .await;
+    let shared = api.get("shared").await.unwrap();
+    assert!(shared.metadata.deletion_timestamp.is_none());
+    let owners: Vec<String> = shared
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(owners, ["other"], "only the live owner is left");
+}
+
+/// Orphaning ignores the order: every dependent is orphaned at once, whatever its wave.
+#[tokio::test]
+async fn orphaning_ignores_the_order() {
+    let ns = namespace("order-orphan").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(held("first", reference()), "2")).await;
+    create(&api, &in_wave(config_map("second", reference()), "1")).await;
+    create(&api, &config_map("last", reference())).await;
+
+    let orphan = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..Default::default()
+    };
+    api.delete("owner", &orphan).await.unwrap();
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    for name in ["first", "second", "last"] {
+        let cm = api.get(name).await.unwrap();
+        assert!(
+            cm.metadata.deletion_timestamp.is_none(),
+            "{name} was deleted"
+        );
+        assert!(
+            cm.metadata.owner_references.unwrap_or_default().is_empty(),
+            "{name} still refers to the owner"
+        );
+    }
+    clear_finalizers(&api, "first").await;
 }

@@ -67,7 +67,7 @@ struct Batch {
     uids: Vec<Uid>,
     /// A wave that starts, with how many objects it holds.
     started: Option<(Wave, usize)>,
-    /// Dependents of the batch to warn about an invalid order, with the value.
+    /// Dependents to warn about an invalid order, with the value.
     invalid: Vec<(Uid, String)>,
 }
 
@@ -87,7 +87,7 @@ impl Collector {
     /// deleted, and not just deleted by this collector) in the wave its order has reached:
     /// the highest among its dependents still in the graph, or all of them once the order is
     /// abandoned. A wave that starts gets a `SyncGCWave` Event on `target`; a dependent with
-    /// an invalid order, a Warning of its own.
+    /// an invalid order, a Warning of its own the first time.
     pub(super) async fn to_delete(&self, uid: Uid, target: &Target) -> Vec<Uid> {
         let batch = self.batch(uid);
         if let Some((wave, count)) = batch.started {
@@ -138,17 +138,16 @@ impl Collector {
         let mut uids = Vec::new();
         let mut invalid = Vec::new();
         for (dependent, node, _) in graph.valid_dependents(uid) {
-            if node.is(Flags::DELETING)
-                || self.recently_deleted(dependent)
-                || graph.wave(dependent) < current
-            {
-                continue;
-            }
-            uids.push(dependent);
             if let Some(value) = graph.invalid_order(dependent)
                 && orders.warned.insert(dependent)
             {
                 invalid.push((dependent, value.to_owned()));
+            }
+            if !node.is(Flags::DELETING)
+                && !self.recently_deleted(dependent)
+                && graph.wave(dependent) >= current
+            {
+                uids.push(dependent);
             }
         }
         Batch {
