@@ -44,7 +44,7 @@ pub async fn run(
     deletion: Deletion,
 ) -> Result<Outcome> {
     let namespace = plane.namespace("bench", &[]).await?;
-    let tree = Tree::create(&plane.client, &namespace, shape, n, concurrency, &[]).await?;
+    let tree = Tree::create(&plane.client, &namespace, shape, n, concurrency, &[], 1).await?;
     tokio::time::sleep(SETTLE).await;
     let gone = tree.watch_until_gone(LIMIT).await?;
     let before = plane.requests("configmaps").await?;

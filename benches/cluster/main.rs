@@ -10,7 +10,8 @@
 //! 2. the limit: the same objects deleted by a plain client loop with the same concurrency;
 //! 3. synchronous deletion: `kubectl delete` of an armed owner (cooperative mode) against the
 //!    cluster's own foreground deletion of the same tree;
-//! 4. the release barrier's cost per release ([`barrier`]);
+//! 4. the release barrier's cost per release ([`barrier`]), and deletion order's: N
+//!    dependents in four waves against the same without an order ([`order`]);
 //! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
 //! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
 //! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects;
@@ -19,13 +20,14 @@
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `barrier`, `webhook`, `writes`, `memory`, `scale`).
+//! `sync`, `order`, `barrier`, `webhook`, `writes`, `memory`, `scale`).
 
 mod bare;
 mod barrier;
 mod cascade;
 mod graph;
 mod load;
+mod order;
 mod plane;
 mod report;
 mod scale;
@@ -57,8 +59,8 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 8] = [
-    "graph", "cascade", "sync", "barrier", "webhook", "writes", "memory", "scale",
+const PHASES: [&str; 9] = [
+    "graph", "cascade", "sync", "order", "barrier", "webhook", "writes", "memory", "scale",
 ];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
@@ -205,6 +207,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("sync") {
         sync_phase(settings, plane, report).await?;
+    }
+    if settings.runs("order") {
+        order::phase(settings, plane, report).await?;
     }
     if settings.runs("barrier") {
         barrier::phase(settings, plane, report).await?;
@@ -715,7 +720,7 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
 
     // The cluster's own foreground deletion.
     let namespace = plane.namespace("bench-foreground", &[]).await?;
-    Tree::create(&plane.client, &namespace, Shape::Flat, n, c, &[]).await?;
+    Tree::create(&plane.client, &namespace, Shape::Flat, n, c, &[], 1).await?;
     let (foreground, left_native) =
         kubectl_delete_owner(plane, &namespace, &["--cascade=foreground"]).await?;
     plane.drop_namespace(&namespace).await?;
@@ -737,6 +742,7 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
         n,
         c,
         &[(SYNCHRONOUS_ANNOTATION, "true")],
+        1,
     )
     .await?;
     let owner = tree.api.get(OWNER).await?;
@@ -880,6 +886,7 @@ async fn memory_phase(settings: &Settings, plane: &mut Plane, report: &mut Repor
         total - 1,
         settings.concurrency,
         &[],
+        1,
     )
     .await?;
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -14,6 +14,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client};
+use syncgc::names::DELETION_ORDER_ANNOTATION;
 use tokio::sync::oneshot;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,7 +60,9 @@ pub const OWNER: &str = "owner";
 
 impl Tree {
     /// Creates the owner (with `annotations`) and `n` dependents in `shape` in `namespace`,
-    /// `concurrency` requests at a time. Each reference blocks its owner's deletion.
+    /// `concurrency` requests at a time. Each reference blocks its owner's deletion. With
+    /// `waves` over 1, the owner's own dependents are spread evenly over that many waves of
+    /// `syncgc.io/deletion-order` (the first created in the highest).
     pub async fn create(
         client: &Client,
         namespace: &str,
@@ -67,6 +70,7 @@ impl Tree {
         n: usize,
         concurrency: usize,
         annotations: &[(&str, &str)],
+        waves: usize,
     ) -> Result<Self> {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
         let owner = ConfigMap {
@@ -90,9 +94,13 @@ impl Tree {
         for (level, count) in shape.levels(n).into_iter().enumerate() {
             let objects = (0..count).map(|i| {
                 let (owner_name, owner_uid) = &above[i % above.len()];
+                let wave = (waves - 1 - i * waves / count).to_string();
                 ConfigMap {
                     metadata: ObjectMeta {
                         name: Some(format!("level{}-{i}", level + 1)),
+                        annotations: (level == 0 && waves > 1).then(|| {
+                            BTreeMap::from([(DELETION_ORDER_ANNOTATION.to_owned(), wave)])
+                        }),
                         owner_references: Some(vec![OwnerReference {
                             api_version: "v1".into(),
                             kind: "ConfigMap".into(),
