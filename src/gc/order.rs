@@ -54,11 +54,12 @@ impl Orders {
         }
     }
 
-    /// Forgets the owners that no longer wait and the dependents that are gone.
+    /// Forgets the owners and dependents that are gone. (Not an owner the graph does not
+    /// show waiting yet: its watch may lag the read that found it waiting.)
     pub fn forget(&mut self, graph: &Graph) {
-        self.owners
-            .retain(|uid, _| graph.node(*uid).is_some_and(Node::waits_for_dependents));
-        self.warned.retain(|uid| graph.node(*uid).is_some());
+        let observed = |uid: &Uid| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL));
+        self.owners.retain(|uid, _| observed(uid));
+        self.warned.retain(observed);
     }
 }
 
@@ -123,8 +124,9 @@ impl Collector {
         let known = orders.owners.get(&uid).copied();
         let abandoned = known.is_some_and(|o| o.abandoned);
         let current = if abandoned { Wave(i32::MIN) } else { highest };
-        let ordered =
-            known.is_some_and(|o| o.ordered) || waves.iter().any(|w| *w != Wave::default());
+        // Ordered once its dependents span two waves (all in one, as the ReplicaSets of a
+        // Deployment that carries the annotation, which they copy, is no order).
+        let ordered = known.is_some_and(|o| o.ordered) || waves.iter().any(|w| *w != highest);
         let started = (ordered && !abandoned && known.is_none_or(|o| o.current != highest))
             .then(|| (highest, waves.iter().filter(|w| **w == highest).count()));
         orders.owners.insert(
