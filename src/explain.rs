@@ -212,7 +212,7 @@ fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option
             None => counts.push((wave, 1)),
         }
     }
-    counts.sort_by(|a, b| b.0.cmp(&a.0));
+    counts.sort_by_key(|(wave, _)| std::cmp::Reverse(*wave));
     let (current, count) = counts[0];
     let mut out = format!(
         "  deletion order: wave {} in progress ({count} object(s) left)",
