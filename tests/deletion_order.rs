@@ -100,6 +100,26 @@ async fn each_wave_waits_until_the_one_before_is_gone() {
     )
     .await;
 
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(["explain", "configmap/owner", "-n", &ns.name])
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.contains(
+            "deletion order: wave 2 in progress (1 object(s) left), then wave(s) 1 (2), 0 (1)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "wave 2 holds ConfigMap {}/first-held: its finalizers: test.syncgc.io/hold",
+            ns.name
+        )),
+        "{text}"
+    );
+
     clear_finalizers(&api, "first-held").await;
     let released = Instant::now();
     eventually("the second wave goes", WAIT, || async {
