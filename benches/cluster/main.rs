@@ -367,34 +367,33 @@ impl Cascades {
         Ok(())
     }
 
+    /// The unthrottled cascades of `n` objects in `shape` for `collector`: both policies, or
+    /// the loop.
     async fn collect_unthrottled(
         &mut self,
         settings: &Settings,
         plane: &Plane,
         collector: Collector,
+        n: usize,
+        shape: Shape,
     ) -> Result<()> {
-        for &n in &settings.sizes {
-            for shape in SHAPES {
-                let base = Case {
-                    collector,
-                    throttled: false,
-                    shape,
-                    n,
-                    policy: None,
-                };
-                if collector == Collector::Loop {
-                    self.measure(settings, plane, base, Deletion::Loop).await?;
-                    continue;
-                }
-                for policy in &POLICIES {
-                    let case = Case {
-                        policy: Some(Policy::of(policy)),
-                        ..base
-                    };
-                    self.measure(settings, plane, case, Deletion::Owner(policy.clone()))
-                        .await?;
-                }
-            }
+        let base = Case {
+            collector,
+            throttled: false,
+            shape,
+            n,
+            policy: None,
+        };
+        if collector == Collector::Loop {
+            return self.measure(settings, plane, base, Deletion::Loop).await;
+        }
+        for policy in &POLICIES {
+            let case = Case {
+                policy: Some(Policy::of(policy)),
+                ..base
+            };
+            self.measure(settings, plane, case, Deletion::Owner(policy.clone()))
+                .await?;
         }
         Ok(())
     }
@@ -408,8 +407,13 @@ impl Cascades {
         plane
             .kcm(Kcm::unthrottled(true, settings.concurrency as u32))
             .await?;
-        self.collect_unthrottled(settings, plane, Collector::Native)
-            .await
+        for &n in &settings.sizes {
+            for shape in SHAPES {
+                self.collect_unthrottled(settings, plane, Collector::Native, n, shape)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     async fn syncgc(&mut self, settings: &Settings, plane: &mut Plane) -> Result<()> {
@@ -424,27 +428,32 @@ impl Cascades {
         self.collect_throttled(settings, plane, Collector::Syncgc)
             .await?;
         drop(syncgc);
-        // Rounds of syncgc's runs and the loop's in turn, so that what drifts in the machine
-        // between the first round and the last weighs on both alike.
+        // Rounds of syncgc's runs and the loop's in turn, each shape and size paired (syncgc
+        // started for its two policies, then the loop at once), so that what drifts in the
+        // machine weighs on a pair alike.
         for round in 1..=settings.repeats {
             eprintln!(
-                "cascade: syncgc standalone unthrottled, then a plain client DELETE loop, no \
-                 collector (round {round} of {})",
+                "cascade: syncgc standalone unthrottled, each shape then a plain client DELETE \
+                 loop, no collector (round {round} of {})",
                 settings.repeats
             );
-            let syncgc = plane
-                .syncgc(&run_args(
-                    "standalone",
-                    UNTHROTTLED_QPS,
-                    UNTHROTTLED_BURST,
-                    settings.concurrency,
-                ))
-                .await?;
-            self.collect_unthrottled(settings, plane, Collector::Syncgc)
-                .await?;
-            drop(syncgc);
-            self.collect_unthrottled(settings, plane, Collector::Loop)
-                .await?;
+            for &n in &settings.sizes {
+                for shape in SHAPES {
+                    let syncgc = plane
+                        .syncgc(&run_args(
+                            "standalone",
+                            UNTHROTTLED_QPS,
+                            UNTHROTTLED_BURST,
+                            settings.concurrency,
+                        ))
+                        .await?;
+                    self.collect_unthrottled(settings, plane, Collector::Syncgc, n, shape)
+                        .await?;
+                    drop(syncgc);
+                    self.collect_unthrottled(settings, plane, Collector::Loop, n, shape)
+                        .await?;
+                }
+            }
         }
         Ok(())
     }
@@ -454,6 +463,19 @@ impl Cascades {
         let mut runs = self.0.get(&case)?.clone();
         runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
         runs.get(runs.len() / 2).copied()
+    }
+
+    /// `case`'s rate as a share of `limit`'s: the median over the rounds of each run's
+    /// against the run of `limit` in the same round.
+    fn share(&self, case: Case, limit: Case) -> Option<f64> {
+        let (runs, limits) = (self.0.get(&case)?, self.0.get(&limit)?);
+        let mut shares: Vec<f64> = runs
+            .iter()
+            .zip(limits)
+            .map(|(run, limit)| limit.seconds / run.seconds)
+            .collect();
+        shares.sort_by(f64::total_cmp);
+        shares.get(shares.len() / 2).copied()
     }
 
     fn report(&self, settings: &Settings, report: &mut Report) {
@@ -516,7 +538,8 @@ impl Cascades {
                  `--concurrent-gc-syncs`), {c} requests in flight for the plain DELETE loop; \
                  syncgc and the loop: the median of {r} runs each, in turns; \
                  kube-controller-manager: one run. Rates are objects deleted per second; \
-                 `÷ loop` is a collector's rate as a share of the loop's",
+                 `÷ loop` is a collector's rate as a share of the loop's (for syncgc, the \
+                 median of its {r} runs' shares, each of the loop run right after it)",
                 c = settings.concurrency,
                 r = settings.repeats
             ),
@@ -547,13 +570,14 @@ impl Cascades {
                     continue;
                 };
                 for policy in [Policy::Background, Policy::Foreground] {
-                    let (Some(native), Some(syncgc)) = (
+                    let at_syncgc = at(Collector::Syncgc, Some(policy));
+                    let (Some(native), Some(syncgc), Some(share)) = (
                         self.get(at(Collector::Native, Some(policy))),
-                        self.get(at(Collector::Syncgc, Some(policy))),
+                        self.get(at_syncgc),
+                        self.share(at_syncgc, at(Collector::Loop, None)),
                     ) else {
                         continue;
                     };
-                    let share = plain.seconds / syncgc.seconds;
                     table.rows.push(vec![
                         n.to_string(),
                         shape.as_str().into(),
