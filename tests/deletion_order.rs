@@ -7,9 +7,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PropagationPolicy};
+use kube::api::{DeleteParams, PropagationPolicy};
 use syncgc::names::{DELETION_ORDER_ANNOTATION, TIMEOUT_ANNOTATION};
 
 use support::process::{WEBHOOK_LABEL, shared};
@@ -37,13 +36,9 @@ fn in_wave(mut cm: ConfigMap, wave: &str) -> ConfigMap {
 /// The Events with `reason` in the test's namespace: the name of the object each is about,
 /// and its note.
 async fn events(ns: &TestNamespace, reason: &str) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(ns.client.clone(), &ns.name)
-        .list(&ListParams::default())
+    ns.events(reason)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .map(|e| {
             let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
             (name, e.note.unwrap_or_default())

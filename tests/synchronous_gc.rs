@@ -7,7 +7,6 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -40,17 +39,6 @@ async fn left(api: &Api<ConfigMap>) -> Vec<String> {
         .iter()
         .map(|o| o.name_any())
         .filter(|name| name != "kube-root-ca.crt")
-        .collect()
-}
-
-async fn events(ns: &TestNamespace, reason: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(ns.client.clone(), &ns.name)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .collect()
 }
 
@@ -87,7 +75,7 @@ async fn sg01_owner_waits_for_all_its_dependents() {
             .deletion_timestamp
             .is_some()
     );
-    assert_eq!(events(&ns, "SyncGCWaiting").await.len(), 1);
+    assert_eq!(ns.events("SyncGCWaiting").await.len(), 1);
 
     clear_finalizers(&api, "held").await;
     eventually("the owner is released and gone", WAIT, || {
@@ -95,7 +83,7 @@ async fn sg01_owner_waits_for_all_its_dependents() {
     })
     .await;
     eventually("SyncGCReleased is recorded", WAIT, || async {
-        (!events(&ns, "SyncGCReleased").await.is_empty()).then_some(())
+        (!ns.events("SyncGCReleased").await.is_empty()).then_some(())
     })
     .await;
 }
@@ -281,7 +269,7 @@ async fn sg07_an_ownership_cycle_is_broken_by_the_timeout() {
         "released before the timeout"
     );
     eventually("SyncGCTimedOut is recorded", WAIT, || async {
-        (!events(&ns, "SyncGCTimedOut").await.is_empty()).then_some(())
+        (!ns.events("SyncGCTimedOut").await.is_empty()).then_some(())
     })
     .await;
 }
@@ -341,7 +329,7 @@ async fn sg02_an_owner_that_did_not_opt_in_is_untouched() {
         gone(&api, "dependent")
     })
     .await;
-    assert!(events(&ns, "SyncGCWaiting").await.is_empty());
+    assert!(ns.events("SyncGCWaiting").await.is_empty());
 }
 
 /// SG-17: an opted-in object created while the webhook did not see it is armed by the

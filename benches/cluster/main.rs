@@ -625,6 +625,25 @@ fn run_args(mode: &str, qps: u32, burst: u32, workers: usize) -> Vec<String> {
     .to_vec()
 }
 
+/// syncgc in cooperative mode, unthrottled with the benchmark's concurrency in workers, its
+/// webhook registered for the namespaces labelled for `name`, of which it makes one.
+async fn cooperative_syncgc(
+    settings: &Settings,
+    plane: &Plane,
+    name: &str,
+) -> Result<(plane::Syncgc, String, Registered)> {
+    let syncgc = plane
+        .syncgc(&run_args(
+            "cooperative",
+            UNTHROTTLED_QPS,
+            UNTHROTTLED_BURST,
+            settings.concurrency,
+        ))
+        .await?;
+    let (namespace, registration) = registered_namespace(plane, &syncgc, name).await?;
+    Ok((syncgc, namespace, registration))
+}
+
 /// syncgc standalone at its default limits, kube-controller-manager's GC off: for the
 /// readings that need no collection.
 async fn standalone_syncgc(
@@ -750,15 +769,8 @@ async fn sync_phase(settings: &Settings, plane: &mut Plane, report: &mut Report)
     plane.drop_namespace(&namespace).await?;
 
     // syncgc, cooperative, its webhook registered for a namespace of its own.
-    let syncgc = plane
-        .syncgc(&run_args(
-            "cooperative",
-            UNTHROTTLED_QPS,
-            UNTHROTTLED_BURST,
-            c,
-        ))
-        .await?;
-    let (namespace, registration) = registered_namespace(plane, &syncgc, "syncgc-bench").await?;
+    let (syncgc, namespace, registration) =
+        cooperative_syncgc(settings, plane, "syncgc-bench").await?;
     let tree = Tree::create(
         &plane.client,
         &namespace,

@@ -8,7 +8,7 @@ use syncgc::names::SYNCHRONOUS_ANNOTATION;
 use crate::plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
 use crate::report::{Goal, Report, round};
 use crate::tree::{Shape, Tree};
-use crate::{Settings, kubectl_delete_owner, registered_namespace, run_args};
+use crate::{Settings, cooperative_syncgc, kubectl_delete_owner};
 
 /// The waves of the ordered case.
 const WAVES: usize = 4;
@@ -21,15 +21,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     let c = settings.concurrency;
     eprintln!("order: kubectl delete of an owner with {n} dependents in {WAVES} waves and in one");
     plane.kcm(Kcm::unthrottled(true, c as u32)).await?;
-    let syncgc = plane
-        .syncgc(&run_args(
-            "cooperative",
-            UNTHROTTLED_QPS,
-            UNTHROTTLED_BURST,
-            c,
-        ))
-        .await?;
-    let (first, registration) = registered_namespace(plane, &syncgc, NAME).await?;
+    let (syncgc, first, registration) = cooperative_syncgc(settings, plane, NAME).await?;
     plane.drop_namespace(&first).await?;
     let mut times: [Vec<f64>; 2] = Default::default();
     for _ in 0..settings.repeats {

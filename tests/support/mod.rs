@@ -213,6 +213,18 @@ impl TestNamespace {
     {
         Api::namespaced(self.client.clone(), &self.name)
     }
+
+    /// The Events (events.k8s.io) with `reason` in this namespace.
+    pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+        self.api::<k8s_openapi::api::events::v1::Event>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
 }
 
 impl Drop for TestNamespace {
