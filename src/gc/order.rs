@@ -116,10 +116,7 @@ impl Collector {
     fn batch(&self, uid: Uid) -> Batch {
         let graph = self.graph_read();
         let mut orders = lock(&self.orders);
-        let waves: Vec<Wave> = graph
-            .valid_dependents(uid)
-            .map(|(d, ..)| graph.wave(d))
-            .collect();
+        let waves = waves_of(&graph, uid);
         let highest = waves.iter().max().copied().unwrap_or_default();
         let known = orders.owners.get(&uid).copied();
         let abandoned = known.is_some_and(|o| o.abandoned);
@@ -167,23 +164,21 @@ impl Collector {
         let (current, later) = {
             let graph = self.graph_read();
             let mut orders = lock(&self.orders);
-            let Some(order) = orders.owners.get_mut(&uid) else {
-                return false;
-            };
-            if !order.ordered || order.abandoned {
+            let waves = waves_of(&graph, uid);
+            // Unknown after a restart: the wave in progress is the highest left.
+            let order = orders.owners.entry(uid).or_insert(OwnerOrder {
+                current: waves.iter().max().copied().unwrap_or_default(),
+                ordered: false,
+                abandoned: false,
+            });
+            let later = waves.iter().filter(|w| **w < order.current).count();
+            if order.abandoned || later == 0 {
                 return false;
             }
             order.abandoned = true;
-            let current = order.current;
-            let later = graph
-                .valid_dependents(uid)
-                .filter(|(d, ..)| graph.wave(*d) < current)
-                .count();
-            (current, later)
+            order.ordered = true;
+            (order.current, later)
         };
-        if later == 0 {
-            return false;
-        }
         tracing::warn!(owner = %target, wave = current.0, later, "the deadline passed before the last wave: the order is abandoned");
         let note = format!(
             "the deadline passed while wave {} was being deleted: the order is abandoned and the {later} dependent(s) of the later waves are deleted at once",
@@ -194,6 +189,14 @@ impl Collector {
             .await;
         true
     }
+}
+
+/// The waves of the dependents of `uid` still in the graph.
+fn waves_of(graph: &Graph, uid: Uid) -> Vec<Wave> {
+    graph
+        .valid_dependents(uid)
+        .map(|(d, ..)| graph.wave(d))
+        .collect()
 }
 
 #[cfg(test)]

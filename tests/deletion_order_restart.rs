@@ -1,0 +1,101 @@
+//! A deletion order whose owner's deadline passed while syncgc was down: the restarted syncgc
+//! abandons it. A binary of its own: a second syncgc collecting beside it would abandon the
+//! order itself.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::DeleteParams;
+use syncgc::names::{DELETION_ORDER_ANNOTATION, TIMEOUT_ANNOTATION};
+
+use support::process::{Syncgc, WEBHOOK_LABEL};
+use support::{
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, exists,
+    gone, held, opted_in, owner_ref, with_finalizer,
+};
+
+/// The deadline of an owner whose dependents go in waves passes while syncgc is down: the
+/// restarted syncgc abandons the order (an Event says so) and deletes the later waves at once,
+/// while the owner, which a finalizer of its own keeps, still waits.
+#[tokio::test]
+async fn an_order_whose_deadline_passed_while_syncgc_was_down_is_abandoned_at_once() {
+    let name = format!("syncgc-restart-order-{}", std::process::id());
+    let args = ["--timeout-base", "60s", "--timeout-per-dependent", "100ms"];
+    let mut first = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
+            .await
+            .unwrap()
+    };
+    let client = support::client().await;
+    let ns = TestNamespace::with_labels(&client, "restart_order", &[(WEBHOOK_LABEL, &name)]).await;
+    let api = ns.api::<ConfigMap>();
+    let in_wave = |mut cm: ConfigMap, wave: &str| {
+        cm.metadata.annotations =
+            Some([(DELETION_ORDER_ANNOTATION.to_owned(), wave.to_owned())].into());
+        cm
+    };
+    let owner = create(
+        &api,
+        &with_finalizer(
+            opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "3s")]),
+            HOLD,
+        ),
+    )
+    .await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(held("first", reference()), "2")).await;
+    create(&api, &in_wave(config_map("second", reference()), "1")).await;
+    create(&api, &config_map("last", reference())).await;
+
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the first wave is being deleted",
+        Duration::from_secs(30),
+        || being_deleted(&api, "first"),
+    )
+    .await;
+    tokio::task::spawn_blocking(move || first.kill())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(exists(&api, "second").await && exists(&api, "last").await);
+    let _second = tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
+        .await
+        .unwrap();
+
+    eventually(
+        "the later waves go at once",
+        Duration::from_secs(30),
+        || async { (!exists(&api, "second").await && !exists(&api, "last").await).then_some(()) },
+    )
+    .await;
+    eventually(
+        "an Event says the order was abandoned",
+        Duration::from_secs(30),
+        || async {
+            ns.events("SyncGCOrderAbandoned")
+                .await
+                .iter()
+                .any(|e| e.note.as_deref().is_some_and(|n| n.contains("wave 2")))
+                .then_some(())
+        },
+    )
+    .await;
+    eventually("the owner is released", Duration::from_secs(30), || async {
+        let owner = api.get("owner").await.unwrap();
+        (owner.finalizers() == [HOLD]).then_some(())
+    })
+    .await;
+    clear_finalizers(&api, "first").await;
+    clear_finalizers(&api, "owner").await;
+    eventually("the owner goes", Duration::from_secs(30), || {
+        gone(&api, "owner")
+    })
+    .await;
+}
