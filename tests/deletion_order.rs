@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, PropagationPolicy};
-use syncgc::names::{DELETION_ORDER_ANNOTATION, TIMEOUT_ANNOTATION};
+use syncgc::names::TIMEOUT_ANNOTATION;
 
 use support::process::{WEBHOOK_LABEL, shared};
 use support::surface::stays;
 use support::{
     TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, exists, gone,
-    held, opted_in, owner_ref,
+    held, in_wave, opted_in, owner_ref,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -24,13 +24,6 @@ async fn namespace(test: &str) -> TestNamespace {
     let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
     let client = support::client().await;
     TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
-}
-
-/// `cm` in wave `wave`.
-fn in_wave(mut cm: ConfigMap, wave: &str) -> ConfigMap {
-    cm.metadata.annotations =
-        Some([(DELETION_ORDER_ANNOTATION.to_owned(), wave.to_owned())].into());
-    cm
 }
 
 /// The Events with `reason` in the test's namespace: the name of the object each is about,

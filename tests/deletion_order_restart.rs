@@ -9,12 +9,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
-use syncgc::names::{DELETION_ORDER_ANNOTATION, TIMEOUT_ANNOTATION};
+use syncgc::names::TIMEOUT_ANNOTATION;
 
-use support::process::{Syncgc, WEBHOOK_LABEL};
+use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{
     HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, exists,
-    gone, held, opted_in, owner_ref, with_finalizer,
+    gone, held, in_wave, opted_in, owner_ref, with_finalizer,
 };
 
 /// The deadline of an owner whose dependents go in waves passes while syncgc is down: the
@@ -23,21 +23,10 @@ use support::{
 #[tokio::test]
 async fn an_order_whose_deadline_passed_while_syncgc_was_down_is_abandoned_at_once() {
     let name = format!("syncgc-restart-order-{}", std::process::id());
-    let args = ["--timeout-base", "60s", "--timeout-per-dependent", "100ms"];
-    let mut first = {
-        let name = name.clone();
-        tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
-            .await
-            .unwrap()
-    };
+    let mut first = Syncgc::start_async(&name, &TEST_TIMEOUTS).await;
     let client = support::client().await;
     let ns = TestNamespace::with_labels(&client, "restart_order", &[(WEBHOOK_LABEL, &name)]).await;
     let api = ns.api::<ConfigMap>();
-    let in_wave = |mut cm: ConfigMap, wave: &str| {
-        cm.metadata.annotations =
-            Some([(DELETION_ORDER_ANNOTATION.to_owned(), wave.to_owned())].into());
-        cm
-    };
     let owner = create(
         &api,
         &with_finalizer(
@@ -65,9 +54,7 @@ async fn an_order_whose_deadline_passed_while_syncgc_was_down_is_abandoned_at_on
         .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(exists(&api, "second").await && exists(&api, "last").await);
-    let _second = tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
-        .await
-        .unwrap();
+    let _second = Syncgc::start_async(&name, &TEST_TIMEOUTS).await;
 
     eventually(
         "the later waves go at once",

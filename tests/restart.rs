@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::DeleteParams;
 use syncgc::names::{DEADLINE_ANNOTATION, TIMEOUT_ANNOTATION};
 
-use support::process::{Syncgc, WEBHOOK_LABEL};
+use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{
     TestNamespace, clear_finalizers, create, eventually, gone, held, opted_in, owner_ref,
 };
@@ -19,13 +19,7 @@ use support::{
 #[tokio::test]
 async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
     let name = format!("syncgc-restart-{}", std::process::id());
-    let args = ["--timeout-base", "60s", "--timeout-per-dependent", "100ms"];
-    let mut first = {
-        let name = name.clone();
-        tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
-            .await
-            .unwrap()
-    };
+    let mut first = Syncgc::start_async(&name, &TEST_TIMEOUTS).await;
     let client = support::client().await;
     let ns = TestNamespace::with_labels(&client, "sg16_restart", &[(WEBHOOK_LABEL, &name)]).await;
     let api = ns.api::<ConfigMap>();
@@ -54,9 +48,7 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
     tokio::task::spawn_blocking(move || first.kill())
         .await
         .unwrap();
-    let second = tokio::task::spawn_blocking(move || Syncgc::start(&name, &args))
-        .await
-        .unwrap();
+    let second = Syncgc::start_async(&name, &TEST_TIMEOUTS).await;
 
     eventually(
         "the owner is released by its deadline",

@@ -24,7 +24,7 @@ use support::surface::{
 };
 use support::{
     TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
-    eventually, exists, gone, owner_ref, with_finalizer,
+    eventually, exists, gone, in_wave, owner_ref, with_finalizer,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -850,15 +850,8 @@ async fn foreground_deletion_goes_in_waves() {
     let ns = namespace("order-foreground").await;
     let api = ns.api::<ConfigMap>();
     let owner = create(&api, &config_map("owner", vec![])).await;
-    let mut first = with_finalizer(config_map("first", vec![owner_ref(&owner, true)]), X_Y);
-    first.metadata.annotations = Some(
-        [(
-            syncgc::names::DELETION_ORDER_ANNOTATION.to_owned(),
-            "5".to_owned(),
-        )]
-        .into(),
-    );
-    create(&api, &first).await;
+    let first = with_finalizer(config_map("first", vec![owner_ref(&owner, true)]), X_Y);
+    create(&api, &in_wave(first, "5")).await;
     create(&api, &config_map("then", vec![owner_ref(&owner, true)])).await;
     api.delete("owner", &DeleteParams::foreground())
         .await

@@ -306,6 +306,18 @@ pub fn held(name: &str, owners: Vec<OwnerReference>) -> ConfigMap {
     with_finalizer(config_map(name, owners), HOLD)
 }
 
+/// `cm` in wave `wave` of its owners' deletion order.
+pub fn in_wave(mut cm: ConfigMap, wave: &str) -> ConfigMap {
+    cm.metadata.annotations = Some(
+        [(
+            syncgc::names::DELETION_ORDER_ANNOTATION.to_owned(),
+            wave.to_owned(),
+        )]
+        .into(),
+    );
+    cm
+}
+
 /// `cm` with `finalizer` as its only finalizer.
 pub fn with_finalizer(mut cm: ConfigMap, finalizer: &str) -> ConfigMap {
     cm.metadata.finalizers = Some(vec![finalizer.to_owned()]);

@@ -41,6 +41,14 @@ impl Syncgc {
         Self::start_as(name, &kubeconfig_path(), args)
     }
 
+    /// [`Syncgc::start`] from async code, on a thread that may block.
+    pub async fn start_async(name: &str, args: &'static [&'static str]) -> Self {
+        let name = name.to_owned();
+        tokio::task::spawn_blocking(move || Self::start(&name, args))
+            .await
+            .unwrap()
+    }
+
     /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
     pub fn start_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
         let this = Self::spawn_as(name, kubeconfig, args);
@@ -238,12 +246,15 @@ impl Syncgc {
 }
 
 /// The one syncgc process the tests of this test binary share.
+/// The timeouts the tests' syncgc runs with: a minute, and 100 ms per dependent.
+pub const TEST_TIMEOUTS: [&str; 4] = ["--timeout-base", "60s", "--timeout-per-dependent", "100ms"];
+
 pub fn shared() -> &'static Syncgc {
     static SHARED: OnceLock<Syncgc> = OnceLock::new();
     SHARED.get_or_init(|| {
         Syncgc::start(
             &format!("syncgc-tests-{}", std::process::id()),
-            &["--timeout-base", "60s", "--timeout-per-dependent", "100ms"],
+            &TEST_TIMEOUTS,
         )
     })
 }
