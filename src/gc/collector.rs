@@ -346,9 +346,7 @@ impl Collector {
     /// `processDeletingDependentsItem`: deletes every dependent; removes `foregroundDeletion`
     /// once no dependent with `blockOwnerDeletion` is left.
     async fn sync_foreground(&self, uid: Uid, target: &Target) -> Result<(), ApiError> {
-        for dependent in self.to_delete(uid, target).await {
-            self.enqueue(Work::AttemptToDelete(dependent));
-        }
+        self.delete_dependents(uid, target).await;
         let blocking = self
             .graph_read()
             .valid_dependents(uid)
@@ -562,16 +560,7 @@ impl Collector {
         propagation: Propagation,
         resource_version: Option<u64>,
     ) -> Result<(), ApiError> {
-        let waiting: Vec<Uid> = {
-            let graph = self.graph_read();
-            graph
-                .node(uid)
-                .into_iter()
-                .flat_map(|n| n.owners.iter())
-                .filter(|link| graph.node(link.uid).is_some_and(Node::waits_for_dependents))
-                .map(|link| link.uid)
-                .collect()
-        };
+        let waiting: Vec<Uid> = self.graph_read().waiting_owners_of(uid).collect();
         self.barrier.deleting_for(waiting, uid);
         let deleted = self
             .act(

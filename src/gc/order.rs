@@ -14,7 +14,7 @@ use super::Collector;
 use super::collector::lock;
 use super::decide::Wave;
 use crate::api::Target;
-use crate::graph::{Flags, Graph, Node, Uid};
+use crate::graph::{Flags, Graph, Uid, Work};
 use crate::names::DELETION_ORDER_ANNOTATION;
 
 /// The reason of the Event that says a wave of ordered dependents starts.
@@ -63,7 +63,7 @@ impl Orders {
     }
 }
 
-/// What [`Collector::to_delete`] found.
+/// What [`Collector::delete_dependents`] found.
 struct Batch {
     uids: Vec<Uid>,
     /// A wave that starts, with how many objects it holds.
@@ -77,19 +77,16 @@ impl Collector {
     pub(super) fn in_turn(&self, graph: &Graph, uid: Uid, wave: Wave) -> bool {
         let orders = lock(&self.orders);
         graph
-            .node(uid)
-            .into_iter()
-            .flat_map(|n| n.owners.iter())
-            .filter(|link| graph.node(link.uid).is_some_and(Node::waits_for_dependents))
-            .all(|link| orders.in_turn(graph, link.uid, wave))
+            .waiting_owners_of(uid)
+            .all(|owner| orders.in_turn(graph, owner, wave))
     }
 
-    /// The dependents of the waiting owner `uid` that are still to be deleted (not being
-    /// deleted, and not just deleted by this collector) in the wave its order has reached:
-    /// the highest among its dependents still in the graph, or all of them once the order is
-    /// abandoned. A wave that starts gets a `SyncGCWave` Event on `target`; a dependent with
-    /// an invalid order, a Warning of its own the first time.
-    pub(super) async fn to_delete(&self, uid: Uid, target: &Target) -> Vec<Uid> {
+    /// Queues the attempts to delete the dependents of the waiting owner `uid` that are still
+    /// to be deleted (not being deleted, and not just deleted by this collector) in the wave
+    /// its order has reached: the highest among its dependents still in the graph, or all of
+    /// them once the order is abandoned. A wave that starts gets a `SyncGCWave` Event on
+    /// `target`; a dependent with an invalid order, a Warning of its own the first time.
+    pub(super) async fn delete_dependents(&self, uid: Uid, target: &Target) {
         let batch = self.batch(uid);
         if let Some((wave, count)) = batch.started {
             self.metrics.waves_started.inc();
@@ -110,7 +107,9 @@ impl Collector {
             self.event(&dependent, EventType::Warning, INVALID_REASON, note)
                 .await;
         }
-        batch.uids
+        for dependent in batch.uids {
+            self.enqueue(Work::AttemptToDelete(dependent));
+        }
     }
 
     fn batch(&self, uid: Uid) -> Batch {

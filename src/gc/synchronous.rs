@@ -64,9 +64,7 @@ impl Collector {
             }
             Release::TimedOut => {
                 if self.abandon_order(uid, target).await {
-                    for dependent in self.to_delete(uid, target).await {
-                        self.enqueue(Work::AttemptToDelete(dependent));
-                    }
+                    self.delete_dependents(uid, target).await;
                     // Behind them: they are deleted while it still waits.
                     self.enqueue(Work::SyncOwner(uid));
                     return Ok(());
@@ -80,9 +78,7 @@ impl Collector {
             }
             Release::Wait => {
                 if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
-                    for dependent in self.to_delete(uid, target).await {
-                        self.enqueue(Work::AttemptToDelete(dependent));
-                    }
+                    self.delete_dependents(uid, target).await;
                 }
                 self.queue.add_after(Work::SyncOwner(uid), until_deadline);
                 Ok(())

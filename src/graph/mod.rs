@@ -452,6 +452,16 @@ impl Graph {
         }
     }
 
+    /// The owners of `uid` that wait for their dependents (see [`Node::waits_for_dependents`]).
+    pub fn waiting_owners_of(&self, uid: Uid) -> impl Iterator<Item = Uid> + '_ {
+        self.nodes
+            .get(&uid)
+            .into_iter()
+            .flat_map(|n| n.owners.iter())
+            .filter(|link| self.node(link.uid).is_some_and(Node::waits_for_dependents))
+            .map(|link| link.uid)
+    }
+
     /// Whether a dependent in `wave` may be deleted for the owner `owner` (see
     /// [`crate::gc::decide::in_turn`]).
     pub fn in_turn_of(&self, owner: Uid, wave: Wave) -> bool {
