@@ -129,7 +129,7 @@ impl Settings {
             sizes,
             throttled_size: env_or("SYNCGC_BENCH_THROTTLED_SIZE", 1000)?,
             concurrency: env_or("SYNCGC_BENCH_CONCURRENCY", 16)?,
-            repeats: env_or("SYNCGC_BENCH_REPEATS", 3)?.max(1),
+            repeats: env_or("SYNCGC_BENCH_REPEATS", 5)?.max(1),
             connections: env_or("SYNCGC_BENCH_CONNECTIONS", 8)?,
             watched: env_or("SYNCGC_BENCH_WATCHED", 10_000)?,
             barrier_trials: env_or("SYNCGC_BENCH_BARRIER_TRIALS", 100)?,
@@ -367,8 +367,8 @@ impl Cascades {
         Ok(())
     }
 
-    /// The unthrottled cascades of `n` objects in `shape` for `collector`: both policies, or
-    /// the loop.
+    /// The unthrottled cascades of `n` objects in `shape` for `collector`: both policies (the
+    /// other way round when `reversed`), or the loop.
     async fn collect_unthrottled(
         &mut self,
         settings: &Settings,
@@ -376,6 +376,7 @@ impl Cascades {
         collector: Collector,
         n: usize,
         shape: Shape,
+        reversed: bool,
     ) -> Result<()> {
         let base = Case {
             collector,
@@ -387,12 +388,16 @@ impl Cascades {
         if collector == Collector::Loop {
             return self.measure(settings, plane, base, Deletion::Loop).await;
         }
-        for policy in &POLICIES {
+        let mut policies = POLICIES.to_vec();
+        if reversed {
+            policies.reverse();
+        }
+        for policy in policies {
             let case = Case {
-                policy: Some(Policy::of(policy)),
+                policy: Some(Policy::of(&policy)),
                 ..base
             };
-            self.measure(settings, plane, case, Deletion::Owner(policy.clone()))
+            self.measure(settings, plane, case, Deletion::Owner(policy))
                 .await?;
         }
         Ok(())
@@ -409,7 +414,7 @@ impl Cascades {
             .await?;
         for &n in &settings.sizes {
             for shape in SHAPES {
-                self.collect_unthrottled(settings, plane, Collector::Native, n, shape)
+                self.collect_unthrottled(settings, plane, Collector::Native, n, shape, false)
                     .await?;
             }
         }
@@ -429,16 +434,27 @@ impl Cascades {
             .await?;
         drop(syncgc);
         // Rounds of syncgc's runs and the loop's in turn, each shape and size paired (syncgc
-        // started for its two policies, then the loop at once), so that what drifts in the
-        // machine weighs on a pair alike.
+        // started for its two policies, and the loop at once), so that what drifts in the
+        // machine weighs on a pair alike; every other round in the reverse order (the loop,
+        // then syncgc's policies the other way round), so that neither goes first every time.
         for round in 1..=settings.repeats {
+            let reversed = round % 2 == 0;
             eprintln!(
-                "cascade: syncgc standalone unthrottled, each shape then a plain client DELETE \
-                 loop, no collector (round {round} of {})",
+                "cascade: syncgc standalone unthrottled and a plain client DELETE loop, no \
+                 collector, each shape {} (round {round} of {})",
+                if reversed {
+                    "loop first"
+                } else {
+                    "syncgc first"
+                },
                 settings.repeats
             );
             for &n in &settings.sizes {
                 for shape in SHAPES {
+                    if reversed {
+                        self.collect_unthrottled(settings, plane, Collector::Loop, n, shape, false)
+                            .await?;
+                    }
                     let syncgc = plane
                         .syncgc(&run_args(
                             "standalone",
@@ -447,11 +463,14 @@ impl Cascades {
                             settings.concurrency,
                         ))
                         .await?;
-                    self.collect_unthrottled(settings, plane, Collector::Syncgc, n, shape)
+                    let collector = Collector::Syncgc;
+                    self.collect_unthrottled(settings, plane, collector, n, shape, reversed)
                         .await?;
                     drop(syncgc);
-                    self.collect_unthrottled(settings, plane, Collector::Loop, n, shape)
-                        .await?;
+                    if !reversed {
+                        self.collect_unthrottled(settings, plane, Collector::Loop, n, shape, false)
+                            .await?;
+                    }
                 }
             }
         }
@@ -465,17 +484,19 @@ impl Cascades {
         runs.get(runs.len() / 2).copied()
     }
 
-    /// `case`'s rate as a share of `limit`'s: the median over the rounds of each run's
-    /// against the run of `limit` in the same round.
-    fn share(&self, case: Case, limit: Case) -> Option<f64> {
-        let (runs, limits) = (self.0.get(&case)?, self.0.get(&limit)?);
+    /// `case`'s rate as a share of `limit`'s in each round (its run's against the run of
+    /// `limit` in the same round), lowest first.
+    fn shares(&self, case: Case, limit: Case) -> Vec<f64> {
+        let (Some(runs), Some(limits)) = (self.0.get(&case), self.0.get(&limit)) else {
+            return Vec::new();
+        };
         let mut shares: Vec<f64> = runs
             .iter()
             .zip(limits)
             .map(|(run, limit)| limit.seconds / run.seconds)
             .collect();
         shares.sort_by(f64::total_cmp);
-        shares.get(shares.len() / 2).copied()
+        shares
     }
 
     fn report(&self, settings: &Settings, report: &mut Report) {
@@ -539,7 +560,9 @@ impl Cascades {
                  syncgc and the loop: the median of {r} runs each, in turns; \
                  kube-controller-manager: one run. Rates are objects deleted per second; \
                  `÷ loop` is a collector's rate as a share of the loop's (for syncgc, the \
-                 median of its {r} runs' shares, each of the loop run right after it)",
+                 median of its {r} runs' shares, each against the loop run beside it: right \
+                 after it in odd rounds, right before it in even ones; each round's share, \
+                 lowest first, under `each round`)",
                 c = settings.concurrency,
                 r = settings.repeats
             ),
@@ -553,6 +576,7 @@ impl Cascades {
                 "syncgc ÷ native time",
                 "native ÷ loop",
                 "syncgc ÷ loop",
+                "each round",
                 "native req/obj",
                 "syncgc req/obj",
             ],
@@ -571,10 +595,11 @@ impl Cascades {
                 };
                 for policy in [Policy::Background, Policy::Foreground] {
                     let at_syncgc = at(Collector::Syncgc, Some(policy));
-                    let (Some(native), Some(syncgc), Some(share)) = (
+                    let shares = self.shares(at_syncgc, at(Collector::Loop, None));
+                    let (Some(native), Some(syncgc), Some(&share)) = (
                         self.get(at(Collector::Native, Some(policy))),
                         self.get(at_syncgc),
-                        self.share(at_syncgc, at(Collector::Loop, None)),
+                        shares.get(shares.len() / 2),
                     ) else {
                         continue;
                     };
@@ -588,6 +613,11 @@ impl Cascades {
                         round(syncgc.seconds / native.seconds),
                         round(plain.seconds / native.seconds),
                         round(share),
+                        shares
+                            .iter()
+                            .map(|s| round(*s))
+                            .collect::<Vec<_>>()
+                            .join(" "),
                         round(native.requests_per_object),
                         round(syncgc.requests_per_object),
                     ]);
