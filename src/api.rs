@@ -571,7 +571,6 @@ impl Cluster {
         propagation: Propagation,
         resource_version: Option<String>,
     ) -> Result<bool, ApiError> {
-        let api = self.api(target);
         let params = DeleteParams {
             propagation_policy: Some(match propagation {
                 Propagation::Background => PropagationPolicy::Background,
@@ -584,8 +583,17 @@ impl Cluster {
             }),
             ..Default::default()
         };
+        // The answer (the object, or a Status) is read but not decoded: nothing in it is
+        // needed, and a cascade makes thousands of these calls.
+        let request = kube::core::Request::new(target.resource_url())
+            .delete(&target.name, &params)
+            .map_err(|err| ApiError::Call {
+                verb: Verb::Delete,
+                target: target.to_string(),
+                source: kube::Error::BuildRequest(err),
+            })?;
         match self
-            .call(Verb::Delete, target, api.delete(&target.name, &params))
+            .call(Verb::Delete, target, self.client.request_text(request))
             .await
         {
             Ok(_) => Ok(true),
@@ -608,11 +616,7 @@ impl Cluster {
 
     /// Applies a JSON patch (RFC 6902) to `target`.
     pub async fn json_patch(&self, target: &Target, patch: &JsonPatch) -> Result<(), ApiError> {
-        let url = format!(
-            "{}/{}",
-            DynamicObject::url_path(&target.resource, target.namespace.as_deref()),
-            target.name
-        );
+        let url = format!("{}/{}", target.resource_url(), target.name);
         let body = serde_json::to_vec(patch).unwrap_or_default();
         let request = http::Request::patch(url)
             .header(http::header::CONTENT_TYPE, "application/json-patch+json")
