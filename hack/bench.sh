@@ -6,7 +6,7 @@
 #   hack/bench.sh [PHASE]...     graph cascade sync order barrier webhook writes memory scale (default: all)
 # Environment (defaults in brackets): SYNCGC_BENCH_SIZES [1000,5000] N of the unthrottled cascades,
 # SYNCGC_BENCH_THROTTLED_SIZE [1000] N at kube-controller-manager's default limits,
-# SYNCGC_BENCH_CONCURRENCY [16] workers and requests in flight, SYNCGC_BENCH_REPEATS [5] runs of
+# SYNCGC_BENCH_CONCURRENCY [16] workers and requests in flight, SYNCGC_BENCH_REPEATS [9] runs of
 # each unthrottled case of syncgc and of the loop and of each order case (the median is reported),
 # SYNCGC_BENCH_CONNECTIONS [8] of the webhook load, SYNCGC_BENCH_WATCHED [10000] objects for the
 # memory reading,

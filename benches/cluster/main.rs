@@ -129,7 +129,7 @@ impl Settings {
             sizes,
             throttled_size: env_or("SYNCGC_BENCH_THROTTLED_SIZE", 1000)?,
             concurrency: env_or("SYNCGC_BENCH_CONCURRENCY", 16)?,
-            repeats: env_or("SYNCGC_BENCH_REPEATS", 5)?.max(1),
+            repeats: env_or("SYNCGC_BENCH_REPEATS", 9)?.max(1),
             connections: env_or("SYNCGC_BENCH_CONNECTIONS", 8)?,
             watched: env_or("SYNCGC_BENCH_WATCHED", 10_000)?,
             barrier_trials: env_or("SYNCGC_BENCH_BARRIER_TRIALS", 100)?,
