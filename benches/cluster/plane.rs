@@ -59,6 +59,9 @@ pub struct Plane {
     kubeconfig: PathBuf,
     certs: PathBuf,
     kcm: Option<Kcm>,
+    /// The admin's client for kube-controller-manager's own secure port (its serving
+    /// certificate is self-signed).
+    kcm_client: Client,
 }
 
 impl Plane {
@@ -69,6 +72,11 @@ impl Plane {
             "SYNCGC_KUBECONFIG is not set: run hack/bench.sh, or `eval \"$(hack/cluster.sh env)\"` first",
         )?);
         let config = syncgc::api::config(Some(&kubeconfig)).await?;
+        let kcm_port = std::env::var("SYNCGC_KCM_PORT").unwrap_or_else(|_| "26257".into());
+        let mut kcm_config = config.clone();
+        kcm_config.cluster_url = format!("https://127.0.0.1:{kcm_port}").parse()?;
+        kcm_config.accept_invalid_certs = true;
+        let kcm_client = syncgc::api::client(kcm_config)?;
         let client = syncgc::api::client(config)?;
         syncgc::api::server_version(&client)
             .await
@@ -91,6 +99,7 @@ impl Plane {
             kubeconfig,
             certs,
             kcm: None,
+            kcm_client,
         })
     }
 
@@ -163,6 +172,26 @@ impl Plane {
             std::fs::read_to_string(self.cluster_dir.join("pids/kube-controller-manager.pid"))
                 .context("kube-controller-manager is not running")?;
         rss(pid.trim().parse()?)
+    }
+
+    /// The bytes of kube-controller-manager's Go heap in use right after a full collection
+    /// (`HeapInuse` of its heap profile with `gc=1`): what its objects hold at least, without
+    /// the headroom Go's collector leaves between collections or memory not yet returned.
+    /// Right after a start it may not yet trust client certificates (it reads their CA from
+    /// the cluster) and take the admin for anonymous: asked again for up to 30 seconds.
+    pub async fn kcm_heap_in_use(&self) -> Result<u64> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let profile = loop {
+            let request = http::Request::get("/debug/pprof/heap?gc=1&debug=1").body(Vec::new())?;
+            match self.kcm_client.request_text(request).await {
+                Ok(profile) => break profile,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(err) => return Err(err).context("kube-controller-manager's heap profile"),
+            }
+        };
+        heap_in_use(&profile).context("no HeapInuse in kube-controller-manager's heap profile")
     }
 
     fn kcm_log(&self) -> PathBuf {
@@ -327,6 +356,14 @@ pub fn rss(pid: u32) -> Result<u64> {
 
 pub fn syncgc_binary() -> &'static str {
     env!("CARGO_BIN_EXE_syncgc")
+}
+
+/// `HeapInuse` from the `runtime.MemStats` lines of a Go heap profile in text (`debug=1`).
+fn heap_in_use(profile: &str) -> Option<u64> {
+    profile
+        .lines()
+        .find_map(|line| line.strip_prefix("# HeapInuse = "))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 pub fn free_port() -> Result<SocketAddr> {
