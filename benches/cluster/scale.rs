@@ -63,18 +63,18 @@ async fn median_start(plane: &mut Plane, settings: &Settings, start: Start) -> R
             Start::Syncgc => syncgc_start(plane, settings).await?,
         });
     }
-    let median = |key: fn(&Sample) -> u64| -> u64 {
-        let mut values: Vec<u64> = samples.iter().map(key).collect();
-        values.sort_unstable();
-        values[STARTS / 2]
-    };
-    let mut ready: Vec<Duration> = samples.iter().map(|s| s.ready).collect();
-    ready.sort();
     Ok(Sample {
-        ready: ready[STARTS / 2],
-        resident: median(|s| s.resident),
-        heap: median(|s| s.heap),
+        ready: median(&samples, |s| s.ready),
+        resident: median(&samples, |s| s.resident),
+        heap: median(&samples, |s| s.heap),
     })
+}
+
+/// The median of one measurement over `samples`, each field taken alone.
+fn median<T: Ord + Copy>(samples: &[Sample], key: fn(&Sample) -> T) -> T {
+    let mut values: Vec<T> = samples.iter().map(key).collect();
+    values.sort_unstable();
+    values[values.len() / 2]
 }
 
 /// One size's measurements.
@@ -263,7 +263,8 @@ fn config_map(i: usize, owner: Option<(String, String)>) -> ConfigMap {
 }
 
 /// Restarts kube-controller-manager with or without its GC; with it, how long until its
-/// monitors synced; and its resident memory [`SETTLE`] after.
+/// monitors synced; and its resident memory [`SETTLE`] after, then its Go heap in use after a
+/// full collection.
 async fn kcm_start(plane: &mut Plane, settings: &Settings, gc: bool) -> Result<Sample> {
     let ready = plane
         .restart_kcm(Kcm::unthrottled(gc, settings.concurrency as u32))
