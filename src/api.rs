@@ -472,6 +472,15 @@ impl Cluster {
         }
     }
 
+    /// The same client and timeout under a budget of its own: calls made through it neither
+    /// wait for the calls of this one nor hold them up.
+    pub fn with_limiter(&self, limiter: Arc<RateLimiter>) -> Self {
+        Self {
+            limiter: Some(limiter),
+            ..self.clone()
+        }
+    }
+
     fn api(&self, target: &Target) -> Api<DynamicObject> {
         match &target.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),

@@ -34,6 +34,30 @@ async fn a_held_custom_resource_of_a_kind_created_a_second_before_holds_its_owne
 }
 
 #[tokio::test]
+async fn an_unreadable_kind_holds_the_owner_until_its_deadline() {
+    let ns = namespace("barrier-unreadable").await;
+    barrier::an_unreadable_kind_holds_the_owner_until_its_bound(
+        &ns,
+        Wait::Synchronous,
+        std::time::Duration::from_secs(10),
+        "SyncGCTimedOut",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_crd_without_a_served_version_holds_no_release() {
+    let ns = namespace("barrier-unserved-crd").await;
+    barrier::a_crd_without_a_served_version_holds_nothing(&ns, Wait::Synchronous).await;
+}
+
+#[tokio::test]
+async fn a_crd_rewritten_faster_than_discovery_holds_no_release() {
+    let ns = namespace("barrier-crd-churn").await;
+    barrier::a_crd_rewritten_in_a_loop_holds_nothing(&ns, Wait::Synchronous).await;
+}
+
+#[tokio::test]
 async fn no_owner_goes_before_a_dependent_created_an_instant_before_its_delete() {
     let ns = namespace("barrier-trials").await;
     let load = support::TestNamespace::new(&ns.client, "barrier-load").await;

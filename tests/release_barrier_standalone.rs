@@ -25,6 +25,8 @@ fn syncgc() -> &'static Syncgc {
                 "500",
                 "--burst",
                 "1000",
+                "--timeout-base",
+                "20s",
             ],
         )
     })
@@ -55,4 +57,16 @@ async fn no_foreground_owner_goes_before_a_dependent_created_an_instant_before_i
 async fn no_owner_goes_before_a_dependent_below_its_middle_created_an_instant_before_its_delete() {
     let ns = namespace("barrier-trees").await;
     barrier::a_dependent_below_an_intermediate_owner_holds_the_top(&ns, Wait::Foreground, 40).await;
+}
+
+#[tokio::test]
+async fn an_unreadable_kind_holds_a_foreground_owner_until_the_timeout_base() {
+    let ns = namespace("barrier-standalone-unreadable").await;
+    barrier::an_unreadable_kind_holds_the_owner_until_its_bound(
+        &ns,
+        Wait::Foreground,
+        std::time::Duration::from_secs(20),
+        syncgc::gc::collector::BARRIER_TIMED_OUT,
+    )
+    .await;
 }

@@ -2,22 +2,25 @@
 //! yet (a kind whose CustomResourceDefinition was created a moment ago): when the graph says the
 //! last dependent of an owner is gone, that may only mean the graph has not seen the others.
 //! So before an owner's `syncgc.io/synchronous` (or, in standalone mode, `foregroundDeletion`)
-//! is removed, the collector checks, after the graph has said so:
+//! is removed, a round of reads that began after the graph said so must find:
 //!
-//! 1. **Discovery is settled**: a consistent read of every CustomResourceDefinition and
-//!    APIService finds each one in the graph at that resourceVersion or later, every CRD
-//!    that is Established is among the discovered resources, and the discovery those changes
-//!    asked for has been taken in.
-//! 2. **A consistent read of the owner's scope** (its namespace; the whole cluster for a
-//!    cluster-scoped owner), every watched resource, metadata only, from etcd, succeeds and
-//!    finds no object that refers to the owner — nor to a dependent deleted on its behalf (its
-//!    tree), so that a grandchild the graph never saw is caught too.
+//! 1. **Nothing served that discovery has not found**: a consistent read of every
+//!    CustomResourceDefinition and APIService finds each one known to discovery, or serving
+//!    nothing (a CRD not Established or without a served version, an APIService not
+//!    Available). What a CRD or APIService says beyond that (a conversion `caBundle`
+//!    rewritten, an availability that flaps) does not hold anything.
+//! 2. **No reference to the owner's tree**: a consistent read of the owner's scope (its
+//!    namespace; the whole cluster for a cluster-scoped owner), every watched resource,
+//!    metadata only, from etcd, succeeds and finds no object that refers to the owner — nor
+//!    to a dependent deleted on its behalf (its tree), so that a grandchild the graph never
+//!    saw is caught too.
 //!
 //! The read is the proof; the watches are the fast path. A watch that is listing again or
 //! failing does not hold an owner whose scope the read covers (the read sees what the watch
 //! has not delivered), but a resource that cannot be read holds every owner in its scope: a
 //! conversion webhook that is down, say, holds the owners in the namespaces where objects of
-//! that kind are stored, until it answers again or their deadlines pass.
+//! that kind are stored, until it answers again or their deadlines pass (the barrier never
+//! outlasts an owner's deadline; see [`super::synchronous`]).
 //!
 //! An owner the collector deleted on behalf of another owner that still waits (an intermediate
 //! owner of a tree) goes without a round of its own: the owner it was deleted for does not go
@@ -26,73 +29,45 @@
 //! intermediate owner (each released, as upstream does, when the graph shows its own
 //! dependents gone).
 //!
-//! The reads are shared: one round per scope at a time, and a round serves every owner that
-//! reached the barrier before it began. An owner that finds no such round waits for one
-//! without keeping a worker: the worker that reads the round queues every owner it serves when
-//! it ends, and reads the next at once while owners wait for it. An owner the barrier holds is
-//! looked at again within [`RECHECK`], at once when a watch recovers or discovery catches up;
-//! its deadline still bounds the wait.
+//! The rounds are read by the barrier's own task ([`Barrier::run`]), never by a worker, under
+//! a request budget of their own: the collector's deletes and patches do not wait for the
+//! barrier's reads, nor the reads for them. One round per scope at a time, up to
+//! [`SCOPES_AT_ONCE`] scopes at once; a round serves every owner that reached the barrier
+//! before it began, and the owners it serves are queued when it ends. An owner the barrier
+//! holds is looked at again within [`RECHECK`], at once when a watch recovers or discovery
+//! catches up.
+//!
+//! What a round costs: one list per watched resource in the scope (on 1.20 a watch cache
+//! cannot vouch for a kind that had no event since the revision asked for, so each is read
+//! from etcd), and a read of each CRD or APIService that discovery does not know.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::runtime::events::EventType;
+use futures::stream::FuturesUnordered;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
-use super::Collector;
-use super::collector::lock;
-use super::discovery::{self, Resource};
+use super::discovery::{self, Rediscovery, Resource, Resources};
 use super::meta;
 use super::watch;
-use crate::api::Target;
-use crate::graph::{Coordinates, Flags, Graph, Node, Observed, ResourceId, Uid, Work};
+use crate::api::{Cluster, RateLimiter, Target};
+use crate::graph::{Coordinates, Flags, Graph, Node, Uid};
+use crate::metrics::Metrics;
 
 /// How soon an owner held by the barrier is looked at again at the latest.
 pub const RECHECK: Duration = Duration::from_secs(1);
 /// How often a resting scope looks whether work is still queued.
 const REST_STEP: Duration = Duration::from_millis(5);
 /// How many resources a round reads at once.
-const READS_AT_ONCE: usize = 8;
-/// The resources whose objects say what is served.
-const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
-const API_SERVICES: &str = "apiservices.apiregistration.k8s.io";
-pub const DISCOVERY_SOURCES: [&str; 2] = [CRDS, API_SERVICES];
-
-/// What the graph builder tells the barrier: whether discovery has taken in every change that
-/// asked for it.
-#[derive(Debug, Default)]
-pub struct Progress {
-    asked: AtomicU64,
-    taken_in: AtomicU64,
-    /// Wakes the discovery task.
-    pub rediscover: Notify,
-}
-
-impl Progress {
-    /// Asks for a discovery (a CRD or APIService changed, or the barrier found one that did).
-    pub fn ask_discovery(&self) {
-        self.asked.fetch_add(1, Ordering::SeqCst);
-        self.rediscover.notify_one();
-    }
-
-    /// What a discovery that starts now covers (pass it to [`Progress::taken_in`]).
-    pub fn discovery_starts(&self) -> u64 {
-        self.asked.load(Ordering::SeqCst)
-    }
-
-    /// A discovery that started at `covering` has been taken in.
-    pub fn taken_in(&self, covering: u64) {
-        self.taken_in.fetch_max(covering, Ordering::SeqCst);
-    }
-
-    /// Whether every ask for a discovery has been answered.
-    pub fn discovery_settled(&self) -> bool {
-        self.taken_in.load(Ordering::SeqCst) >= self.asked.load(Ordering::SeqCst)
-    }
-}
+const READS_AT_ONCE: usize = 16;
+/// How many scopes are read at once.
+pub const SCOPES_AT_ONCE: usize = 4;
+/// The barrier's request budget (calls a second, burst): its reads are lists of one
+/// namespace, a millisecond or two of the apiserver's time each.
+const BUDGET: (f64, u32) = (500.0, 500);
 
 /// Where the objects that may refer to an owner live.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -123,7 +98,7 @@ impl Scope {
 /// Why the barrier holds an owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hold {
-    /// A CustomResourceDefinition or APIService changed, and discovery has not caught up.
+    /// A CustomResourceDefinition or APIService serves resources discovery has not found.
     Discovery(String),
     /// A resource in the owner's scope could not be read.
     Unreadable { resource: String, error: String },
@@ -231,8 +206,48 @@ pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hol
         .map(holding)
 }
 
-/// A scope's rounds: the last one read, whether one is being read, the owners waiting for a
-/// round that begins after they arrived, and when the next may begin.
+/// Whether the CustomResourceDefinition or APIService `object` (of the discovery source
+/// `source`) serves objects: a CRD that is Established with a served version, an APIService
+/// that is Available. One that serves nothing cannot hide a dependent.
+pub fn serves_objects(source: &str, object: &serde_json::Value) -> bool {
+    let condition = |kind: &str| {
+        object["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    };
+    if source == discovery::API_SERVICES {
+        return condition("Available");
+    }
+    let versions = object["spec"]["versions"].as_array();
+    let served = match versions {
+        Some(versions) if !versions.is_empty() => versions.iter().any(|v| v["served"] == true),
+        // apiextensions.k8s.io/v1beta1 without a list of versions serves `spec.version`.
+        _ => object["spec"]["version"].is_string(),
+    };
+    condition("Established") && served
+}
+
+/// What the barrier answers an owner that arrives at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing refers to it any more: it may go.
+    Pass,
+    /// It waits for a round that begins after it arrived; the round queues it when it ends.
+    Round,
+    /// A round that began after it arrived did not prove it free: `hold` says why, `changed`
+    /// whether that differs from what held it before, `since` when the barrier first held it
+    /// in this wait.
+    Held {
+        hold: Hold,
+        changed: bool,
+        since: Instant,
+    },
+}
+
+/// A scope's rounds: the last one read, whether one is due or being read, the owners waiting
+/// for a round that begins after they arrived, and when the next may begin.
 #[derive(Debug, Default)]
 struct Rounds {
     last: Option<Arc<Round>>,
@@ -271,30 +286,161 @@ struct Tree {
     since: Instant,
 }
 
-/// The barrier's state: rounds by scope, when the owners at it arrived, trees (and for each
-/// member, an owner whose tree it is in), and the owners it holds.
+/// What held an owner last, and since when.
 #[derive(Debug)]
-pub struct Barrier {
-    enabled: bool,
-    rounds: Mutex<HashMap<Scope, Rounds>>,
-    deleted_for: Mutex<HashMap<Uid, Uid>>,
+struct Held {
+    hold: Hold,
+    since: Instant,
+}
+
+/// The barrier's bookkeeping, under one lock (taken after the graph's, never before).
+#[derive(Debug, Default)]
+struct State {
+    rounds: HashMap<Scope, Rounds>,
     /// When each owner at the barrier arrived, by whether only blocking references keep it
     /// (foreground deletion) or any does (syncgc's finalizer): since then, every look at it
     /// found the graph showing no dependent that keeps it.
-    arrived: Mutex<HashMap<(Uid, bool), Instant>>,
-    trees: Mutex<HashMap<Uid, Tree>>,
-    held: Mutex<HashMap<Uid, Hold>>,
+    arrived: HashMap<(Uid, bool), Instant>,
+    /// Trees, and for each member, an owner whose tree it is in.
+    trees: HashMap<Uid, Tree>,
+    deleted_for: HashMap<Uid, Uid>,
+    held: HashMap<Uid, Held>,
+}
+
+impl State {
+    /// `owner` and every member of its tree, transitively.
+    fn tree(&self, owner: Uid) -> HashSet<Uid> {
+        let mut all = HashSet::from([owner]);
+        let mut stack = vec![owner];
+        while let Some(next) = stack.pop() {
+            for member in self.trees.get(&next).into_iter().flat_map(|t| &t.members) {
+                if all.insert(*member) {
+                    stack.push(*member);
+                }
+            }
+        }
+        all
+    }
+
+    /// Takes in the round just read for `scope`: the owners it serves (those that arrived
+    /// before it began, or left the barrier meanwhile) stop waiting and are returned.
+    fn serve(&mut self, scope: &Scope, round: Arc<Round>) -> Vec<Uid> {
+        let arrived = &self.arrived;
+        let rounds = self.rounds.entry(scope.clone()).or_default();
+        rounds.rested = Some(Rested::after(&round));
+        let served: Vec<Uid> = rounds
+            .waiting
+            .iter()
+            .copied()
+            .filter(|uid| {
+                [false, true].iter().all(|blocking_only| {
+                    arrived
+                        .get(&(*uid, *blocking_only))
+                        .is_none_or(|at| *at <= round.started)
+                })
+            })
+            .collect();
+        for uid in &served {
+            rounds.waiting.remove(uid);
+        }
+        rounds.reading = !rounds.waiting.is_empty();
+        rounds.last = Some(round);
+        served
+    }
+}
+
+/// What the barrier reads with: its own budget on the collector's client, and read-only
+/// views of what the graph builder keeps.
+pub struct Reads {
+    pub cluster: Cluster,
+    pub graph: Arc<RwLock<Graph>>,
+    pub resources: Arc<RwLock<Resources>>,
+    pub rediscovery: Arc<Rediscovery>,
+    pub metrics: Metrics,
+}
+
+/// The release barrier: its bookkeeping, and the task that reads its rounds.
+pub struct Barrier {
+    enabled: bool,
+    state: Mutex<State>,
+    /// Wakes the task that reads rounds.
+    wake: Notify,
+    reads: Reads,
 }
 
 impl Barrier {
-    pub fn new(enabled: bool) -> Self {
+    /// A barrier reading through `reads`, whose cluster gets the barrier's own budget.
+    pub fn new(enabled: bool, mut reads: Reads) -> Self {
+        reads.cluster = reads
+            .cluster
+            .with_limiter(Arc::new(RateLimiter::new(BUDGET.0, BUDGET.1)));
         Self {
             enabled,
-            rounds: Mutex::default(),
-            deleted_for: Mutex::default(),
-            arrived: Mutex::default(),
-            trees: Mutex::default(),
-            held: Mutex::default(),
+            state: Mutex::default(),
+            wake: Notify::new(),
+            reads,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn graph(&self) -> RwLockReadGuard<'_, Graph> {
+        self.reads.graph.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `owner`, which the graph shows free of what keeps it, arrives at the barrier: whether
+    /// it may go (see [`Verdict`]).
+    pub fn arrive(&self, owner: Owner<'_>) -> Verdict {
+        if !self.enabled {
+            return Verdict::Pass;
+        }
+        let graph = self.graph();
+        let mut state = self.state();
+        let tree_waits = state
+            .deleted_for
+            .get(&owner.uid)
+            .and_then(|top| graph.node(*top))
+            .is_some_and(Node::waits_for_dependents);
+        drop(graph);
+        if tree_waits {
+            return Verdict::Pass;
+        }
+        let key = (owner.uid, owner.blocking_only);
+        let arrived = *state.arrived.entry(key).or_insert_with(Instant::now);
+        let rounds = state.rounds.entry(Scope::of(owner.namespace)).or_default();
+        let round = match &rounds.last {
+            Some(round) if round.started >= arrived => round.clone(),
+            _ => {
+                rounds.waiting.insert(owner.uid);
+                if !std::mem::replace(&mut rounds.reading, true) {
+                    self.wake.notify_one();
+                }
+                return Verdict::Round;
+            }
+        };
+        let hold = check(&round, owner, &state.tree(owner.uid));
+        state.arrived.remove(&key);
+        let Some(hold) = hold else {
+            state.held.remove(&owner.uid);
+            return Verdict::Pass;
+        };
+        let now = Instant::now();
+        let before = state.held.get(&owner.uid);
+        let changed = before.map(|h| &h.hold) != Some(&hold);
+        let since = before.map_or(now, |h| h.since);
+        state.held.insert(
+            owner.uid,
+            Held {
+                hold: hold.clone(),
+                since,
+            },
+        );
+        Verdict::Held {
+            hold,
+            changed,
+            since,
         }
     }
 
@@ -303,11 +449,11 @@ impl Barrier {
         if !self.enabled {
             return;
         }
-        let mut trees = lock(&self.trees);
-        let mut deleted_for = lock(&self.deleted_for);
+        let mut state = self.state();
         for owner in owners {
-            deleted_for.insert(dependent, owner);
-            trees
+            state.deleted_for.insert(dependent, owner);
+            state
+                .trees
                 .entry(owner)
                 .or_insert_with(|| Tree {
                     members: HashSet::new(),
@@ -320,26 +466,23 @@ impl Barrier {
 
     /// The graph shows `owner` a dependent that keeps it (one with `blockOwnerDeletion`,
     /// when `blocking_only`): it is not at the barrier; when it comes back, it needs a round
-    /// that begins after that.
+    /// that begins after that, and a hold counts from then.
     pub fn kept(&self, owner: Uid, blocking_only: bool) {
         if self.enabled {
-            lock(&self.arrived).remove(&(owner, blocking_only));
+            let mut state = self.state();
+            state.arrived.remove(&(owner, blocking_only));
+            state.held.remove(&owner);
         }
     }
 
-    /// `owner` and every member of its tree, transitively.
-    fn tree(&self, owner: Uid) -> HashSet<Uid> {
-        let trees = lock(&self.trees);
-        let mut all = HashSet::from([owner]);
-        let mut stack = vec![owner];
-        while let Some(next) = stack.pop() {
-            for member in trees.get(&next).into_iter().flat_map(|t| &t.members) {
-                if all.insert(*member) {
-                    stack.push(*member);
-                }
-            }
-        }
-        all
+    /// What held `owner` the last time a round did.
+    pub fn holding(&self, owner: Uid) -> Option<Hold> {
+        self.state().held.get(&owner).map(|h| h.hold.clone())
+    }
+
+    /// The owners the barrier holds.
+    pub fn held(&self) -> Vec<Uid> {
+        self.state().held.keys().copied().collect()
     }
 
     /// Forgets what concerns objects the graph no longer shows waiting, and rounds no owner
@@ -347,198 +490,104 @@ impl Barrier {
     /// tree matters to its owner after the member is gone.
     pub fn forget(&self, graph: &Graph, keep: Duration) {
         let waiting = |uid: &Uid| graph.node(*uid).is_some_and(Node::waits_for_dependents);
-        lock(&self.held).retain(|uid, _| waiting(uid));
-        lock(&self.arrived).retain(|(uid, _), _| waiting(uid));
-        let mut trees = lock(&self.trees);
-        trees.retain(|uid, tree| waiting(uid) || tree.since.elapsed() < keep);
-        lock(&self.deleted_for).retain(|_, owner| trees.contains_key(owner));
-        lock(&self.rounds).retain(|_, rounds| rounds.reading || !rounds.waiting.is_empty());
+        let mut state = self.state();
+        state.held.retain(|uid, _| waiting(uid));
+        state.arrived.retain(|(uid, _), _| waiting(uid));
+        state
+            .trees
+            .retain(|uid, tree| waiting(uid) || tree.since.elapsed() < keep);
+        let State {
+            trees, deleted_for, ..
+        } = &mut *state;
+        deleted_for.retain(|_, owner| trees.contains_key(owner));
+        state
+            .rounds
+            .retain(|_, rounds| rounds.reading || !rounds.waiting.is_empty());
     }
-}
 
-impl Collector {
-    /// The release barrier for the owner `uid` (see the module's documentation): whether it
-    /// may go. When not, it is queued again: by the round it waits for, or, when the barrier
-    /// holds it (which is counted, and said in an Event when the reason changes), within
-    /// [`RECHECK`]. The owner's finalizer is removed only after `true`.
-    pub(super) async fn passes_barrier(
+    /// Reads rounds until `shutdown`: for every scope where owners wait, one round at a
+    /// time (after the scope has rested), up to [`SCOPES_AT_ONCE`] scopes at once; each
+    /// owner a round serves goes to `served`. `idle` says whether the collector has work
+    /// queued (a resting scope waits longer while it has).
+    pub async fn run(
         &self,
-        uid: Uid,
-        target: &Target,
-        blocking_only: bool,
-    ) -> bool {
-        if !self.barrier.enabled {
-            return true;
-        }
-        if self.in_waiting_tree(uid) {
-            tracing::debug!(owner = %target, "passes with the tree it was deleted for");
-            return true;
-        }
-        let arrived = *lock(&self.barrier.arrived)
-            .entry((uid, blocking_only))
-            .or_insert_with(Instant::now);
-        let scope = Scope::of(target.namespace.as_deref());
-        // A round that began after the owner arrived; else it waits for one, and reads it
-        // when none is being read.
-        let round = {
-            let mut all = lock(&self.barrier.rounds);
-            let rounds = all.entry(scope.clone()).or_default();
-            match &rounds.last {
-                Some(round) if round.started >= arrived => Some(round.clone()),
-                _ => {
-                    rounds.waiting.insert(uid);
-                    if std::mem::replace(&mut rounds.reading, true) {
-                        return false;
-                    }
-                    None
-                }
-            }
-        };
-        let Some(round) = round else {
-            self.read_rounds(&scope).await;
-            return false;
-        };
-        let Some(coordinates) = self.graph_read().node(uid).map(|n| n.coordinates) else {
-            return false;
-        };
-        let owner = Owner {
-            uid,
-            coordinates,
-            namespace: target.namespace.as_deref(),
-            blocking_only,
-        };
-        let hold = check(&round, owner, &self.barrier.tree(uid)).or_else(|| self.settled());
-        lock(&self.barrier.arrived).remove(&(uid, blocking_only));
-        let Some(hold) = hold else {
-            tracing::debug!(owner = %target, "passed the release barrier");
-            lock(&self.barrier.held).remove(&uid);
-            return true;
-        };
-        let before = lock(&self.barrier.held).insert(uid, hold.clone());
-        self.metrics
-            .barrier_holds
-            .with_label_values(&[hold.reason()])
-            .inc();
-        self.queue.add_after(Work::SyncOwner(uid), RECHECK);
-        if before.as_ref() != Some(&hold) {
-            tracing::info!(owner = %target, %hold, "every dependent the graph knows of is gone; held by the release barrier");
-            let note = format!(
-                "every dependent the graph knows of is gone; before releasing, waiting for {hold}"
-            );
-            self.cluster
-                .new_event(target, EventType::Normal, BARRIER_REASON, note)
-                .await;
-        }
-        false
-    }
-
-    /// Reads rounds of `scope` while owners wait for one, queueing after each the owners it
-    /// serves (those that arrived before it began, or left the barrier meanwhile).
-    async fn read_rounds(&self, scope: &Scope) {
+        served: impl Fn(Uid),
+        idle: impl Fn() -> bool,
+        shutdown: CancellationToken,
+    ) {
+        let mut reading = FuturesUnordered::new();
+        let mut active: HashSet<Scope> = HashSet::new();
         loop {
-            let rested = lock(&self.barrier.rounds)
-                .get(scope)
-                .and_then(|rounds| rounds.rested);
-            if let Some(rested) = rested {
-                self.rest(rested).await;
-            }
-            let round = Arc::new(self.read(scope).await);
-            let (served, more) = {
-                let mut all = lock(&self.barrier.rounds);
-                let rounds = all.entry(scope.clone()).or_default();
-                rounds.rested = Some(Rested::after(&round));
-                let arrived = lock(&self.barrier.arrived);
-                let served: Vec<Uid> = rounds
-                    .waiting
-                    .iter()
-                    .copied()
-                    .filter(|uid| {
-                        [false, true].iter().all(|blocking_only| {
-                            arrived
-                                .get(&(*uid, *blocking_only))
-                                .is_none_or(|at| *at <= round.started)
-                        })
-                    })
-                    .collect();
-                for uid in &served {
-                    rounds.waiting.remove(uid);
+            let due: Vec<Scope> = self
+                .state()
+                .rounds
+                .iter()
+                .filter(|(scope, rounds)| rounds.reading && !active.contains(*scope))
+                .map(|(scope, _)| scope.clone())
+                .collect();
+            for scope in due {
+                if reading.len() >= SCOPES_AT_ONCE {
+                    break;
                 }
-                rounds.reading = !rounds.waiting.is_empty();
-                rounds.last = Some(round);
-                (served, rounds.reading)
-            };
-            for uid in served {
-                self.enqueue_first(Work::SyncOwner(uid));
+                active.insert(scope.clone());
+                reading.push(self.round(scope, &idle));
             }
-            if !more {
-                return;
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.wake.notified() => {}
+                Some((scope, owners)) = reading.next(), if !reading.is_empty() => {
+                    active.remove(&scope);
+                    for uid in owners {
+                        served(uid);
+                    }
+                }
             }
         }
     }
 
-    /// Whether `uid` was deleted on behalf of an owner that still waits: that owner does not
-    /// go before a round finds nothing that refers to any member of its tree.
-    fn in_waiting_tree(&self, uid: Uid) -> bool {
-        let Some(owner) = lock(&self.barrier.deleted_for).get(&uid).copied() else {
-            return false;
-        };
-        self.graph_read()
-            .node(owner)
-            .is_some_and(Node::waits_for_dependents)
-    }
-
-    /// Waits until the scope has `rested` (see [`Rested`]).
-    async fn rest(&self, rested: Rested) {
-        tokio::time::sleep_until(rested.at_least.into()).await;
-        while !self.queue.idle() && Instant::now() < rested.at_most {
-            tokio::time::sleep(REST_STEP).await;
+    /// One round of `scope`, once it has rested: the owners it serves.
+    async fn round(&self, scope: Scope, idle: &impl Fn() -> bool) -> (Scope, Vec<Uid>) {
+        let rested = self.state().rounds.get(&scope).and_then(|r| r.rested);
+        if let Some(rested) = rested {
+            tokio::time::sleep_until(rested.at_least.into()).await;
+            while !idle() && Instant::now() < rested.at_most {
+                tokio::time::sleep(REST_STEP).await;
+            }
         }
-    }
-
-    /// The part of condition 1 kept in memory: discovery has taken in what asked for it.
-    fn settled(&self) -> Option<Hold> {
-        (!self.progress.discovery_settled()).then(|| {
-            Hold::Discovery(
-                "a CustomResourceDefinition or APIService changed; discovering again".into(),
-            )
-        })
-    }
-
-    /// Looks again at every owner the barrier holds (a watch recovered, discovery caught up).
-    pub(super) fn wake_held(&self) {
-        let held: Vec<Uid> = lock(&self.barrier.held).keys().copied().collect();
-        for uid in held {
-            self.enqueue(Work::SyncOwner(uid));
-        }
+        let round = Arc::new(self.read(&scope).await);
+        let served = self.state().serve(&scope, round);
+        (scope, served)
     }
 
     /// One round: consistent reads of every watched resource in `scope`, and of the discovery
     /// sources.
     async fn read(&self, scope: &Scope) -> Round {
         let started = Instant::now();
-        self.metrics.barrier_rounds.inc();
-        // Discovery as of the round's start: the resources read are those it had taken in, so
-        // a discovery asked for earlier and taken in during the read does not vouch for it.
-        let unsettled = self.settled();
-        let (reads, known): (Vec<(Resource, bool, bool)>, HashSet<String>) = {
-            let resources = self.resources();
-            let known = resources
-                .served()
-                .map(|(_, r)| discovery::resource_name(&r.api))
-                .collect();
-            let sources: Vec<ResourceId> = DISCOVERY_SOURCES
-                .iter()
-                .filter_map(|name| resources.by_name(name))
-                .collect();
-            let reads = resources
+        self.reads.metrics.barrier_rounds.inc();
+        // Discovery as of the round's start: the resources read are those it had taken in.
+        let (reads, known) = {
+            let resources = self
+                .reads
+                .resources
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            let reads: Vec<(Resource, bool, Option<Source>)> = resources
                 .served()
                 .filter(|(_, r)| r.watched)
-                .filter_map(|(id, r)| {
+                .filter_map(|(_, r)| {
+                    let name = discovery::resource_name(&r.api);
+                    let source = Source::of(&name);
                     let referrers = scope.covers(r);
-                    let source = sources.contains(&id);
-                    (referrers || source).then(|| (r.clone(), referrers, source))
+                    (referrers || source.is_some()).then(|| (r.clone(), referrers, source))
                 })
                 .collect();
+            let known = Known {
+                resources: resources
+                    .served()
+                    .map(|(_, r)| discovery::resource_name(&r.api))
+                    .collect(),
+                group_versions: resources.group_versions().clone(),
+            };
             (reads, known)
         };
         let results: Vec<Result<Found, Hold>> = futures::stream::iter(reads)
@@ -553,60 +602,64 @@ impl Collector {
             references: HashMap::new(),
             unsure: None,
         };
-        let mut unknown_crds = Vec::new();
+        let mut unknown = Vec::new();
         for result in results {
             match result {
                 Ok(found) => {
                     for (uid, referrer) in found.references {
                         round.references.entry(uid).or_default().push(referrer);
                     }
-                    round.unsure = round.unsure.take().or(found.unseen);
-                    unknown_crds.extend(found.unknown_crds);
+                    unknown.extend(found.unknown);
                 }
                 Err(hold) => round.unsure = round.unsure.take().or(Some(hold)),
             }
         }
-        round.unsure = round.unsure.or(unsettled);
         if round.unsure.is_none() {
-            round.unsure = self.established(unknown_crds).await;
+            round.unsure = self.undiscovered(unknown).await;
         }
         tracing::debug!(?scope, references = round.references.len(), unsure = ?round.unsure, "release barrier: read the scope");
         round
     }
 
     /// Reads `resource` in `scope`: the references to owners the graph does not show alive
-    /// (when `referrers`), and whether the graph has seen every object (when it is a
-    /// discovery `source`; a CRD is known when it names one of the `known` resources).
+    /// (when `referrers`), and, when it is a discovery `source`, the objects discovery does
+    /// not know.
     async fn read_one(
         &self,
         scope: &Scope,
         resource: Resource,
         referrers: bool,
-        source: bool,
-        known: &HashSet<String>,
+        source: Option<Source>,
+        known: &Known,
     ) -> Result<Found, Hold> {
         let name = discovery::resource_name(&resource.api);
         let collection = Target::collection(
             &resource.api,
             if referrers { scope.namespace() } else { None },
         );
-        let aliases = self.resources().aliases().clone();
+        let aliases = self
+            .reads
+            .resources
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .aliases()
+            .clone();
         let mut found = Found::default();
         let result = self
+            .reads
             .cluster
             .list_metadata(&collection, |page: Vec<meta::Meta>| {
-                let graph = self.graph_read();
+                let graph = self.graph();
                 for object in &page {
                     let Some(observed) = watch::observe(&resource.api, object, &aliases) else {
                         continue;
                     };
-                    if source && found.unseen.is_none() {
-                        found.note_source(&graph, &name, &observed);
-                        if name == CRDS && !known.contains(&observed.name) {
-                            found
-                                .unknown_crds
-                                .push((resource.clone(), observed.name.clone()));
-                        }
+                    if let Some(source) = source
+                        && !known.knows(source, &observed.name)
+                    {
+                        found
+                            .unknown
+                            .push((resource.clone(), source, observed.name.clone()));
                     }
                     if !referrers {
                         continue;
@@ -632,7 +685,7 @@ impl Collector {
                 }
             })
             .await;
-        self.metrics.barrier_reads.inc();
+        self.reads.metrics.barrier_reads.inc();
         match result {
             Ok(()) => Ok(found),
             Err(err) => Err(Hold::Unreadable {
@@ -642,36 +695,32 @@ impl Collector {
         }
     }
 
-    /// Of the CRDs discovery does not know, the first that is Established (so its objects may
-    /// exist): discovery is asked to look again.
-    async fn established(&self, crds: Vec<(Resource, String)>) -> Option<Hold> {
-        for (resource, name) in crds {
+    /// Of the CRDs and APIServices discovery does not know, the first that serves objects
+    /// (see [`serves_objects`]): discovery is asked to look again, and it holds the round.
+    async fn undiscovered(&self, unknown: Vec<(Resource, Source, String)>) -> Option<Hold> {
+        for (resource, source, name) in unknown {
             let target = Target {
                 resource: resource.api.clone(),
                 namespace: None,
                 name: name.clone(),
                 uid: String::new(),
             };
-            self.metrics.barrier_reads.inc();
-            let object = match self.cluster.get(&target).await {
+            self.reads.metrics.barrier_reads.inc();
+            let object = match self.reads.cluster.get(&target).await {
                 Ok(Some(object)) => object,
                 Ok(None) => continue,
                 Err(err) => {
                     return Some(Hold::Unreadable {
-                        resource: format!("{CRDS} {name}"),
+                        resource: format!("{} {name}", source.name()),
                         error: err.to_string(),
                     });
                 }
             };
-            let established = object.data["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Established" && c["status"] == "True");
-            if established {
-                self.progress.ask_discovery();
+            if serves_objects(source.name(), &object.data) {
+                self.reads.rediscovery.ask();
                 return Some(Hold::Discovery(format!(
-                    "CustomResourceDefinition {name} is established and not discovered yet"
+                    "{} {name} serves objects and is not discovered yet",
+                    resource.api.kind
                 )));
             }
         }
@@ -679,26 +728,51 @@ impl Collector {
     }
 }
 
+/// What discovery knows, as of a round's start.
+struct Known {
+    /// Served resources, as `plural.group` (a CRD's name).
+    resources: HashSet<String>,
+    /// Group versions listed, as `version.group` (an APIService's name).
+    group_versions: BTreeSet<String>,
+}
+
+impl Known {
+    fn knows(&self, source: Source, name: &str) -> bool {
+        match source {
+            Source::Crd => self.resources.contains(name),
+            Source::ApiService => self.group_versions.contains(name),
+        }
+    }
+}
+
 /// What the read of one resource found.
 #[derive(Debug, Default)]
 struct Found {
     references: Vec<(Uid, Referrer)>,
-    /// A discovery source's object the graph has not seen at its current version.
-    unseen: Option<Hold>,
-    /// CRDs (by name) that discovery does not know.
-    unknown_crds: Vec<(Resource, String)>,
+    /// Objects of a discovery source that discovery does not know, with the source.
+    unknown: Vec<(Resource, Source, String)>,
 }
 
-impl Found {
-    fn note_source(&mut self, graph: &Graph, resource: &str, observed: &Observed) {
-        let seen = graph.node(observed.uid).is_some_and(|n| {
-            !n.is(Flags::VIRTUAL) && n.resource_version >= observed.resource_version
-        });
-        if !seen {
-            self.unseen = Some(Hold::Discovery(format!(
-                "{resource} {} changed and the graph has not seen it yet",
-                observed.name
-            )));
+/// A resource whose objects say what is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Crd,
+    ApiService,
+}
+
+impl Source {
+    fn of(resource: &str) -> Option<Self> {
+        match resource {
+            discovery::CRDS => Some(Self::Crd),
+            discovery::API_SERVICES => Some(Self::ApiService),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Crd => discovery::CRDS,
+            Self::ApiService => discovery::API_SERVICES,
         }
     }
 }
@@ -796,26 +870,75 @@ mod tests {
 
     #[test]
     fn trees_are_followed_transitively() {
-        let barrier = Barrier::new(true);
-        barrier.deleting_for([uid(1)], uid(2));
-        barrier.deleting_for([uid(2)], uid(3));
-        barrier.deleting_for([uid(7)], uid(8));
-        assert_eq!(
-            barrier.tree(uid(1)),
-            HashSet::from([uid(1), uid(2), uid(3)])
-        );
+        let mut state = State::default();
+        for (owner, member) in [(1, 2), (2, 3), (7, 8)] {
+            state.trees.entry(uid(owner)).or_insert_with(|| Tree {
+                members: HashSet::new(),
+                since: Instant::now(),
+            });
+            state
+                .trees
+                .get_mut(&uid(owner))
+                .unwrap()
+                .members
+                .insert(uid(member));
+        }
+        assert_eq!(state.tree(uid(1)), HashSet::from([uid(1), uid(2), uid(3)]));
     }
 
     #[test]
-    fn discovery_is_settled_once_what_asked_is_taken_in() {
-        let progress = Progress::default();
-        assert!(progress.discovery_settled());
-        let covering = progress.discovery_starts();
-        progress.ask_discovery();
-        progress.taken_in(covering);
-        assert!(!progress.discovery_settled());
-        let covering = progress.discovery_starts();
-        progress.taken_in(covering);
-        assert!(progress.discovery_settled());
+    fn a_round_serves_the_owners_that_arrived_before_it_began() {
+        let scope = Scope::Namespace("ns".into());
+        let mut state = State::default();
+        let before = Instant::now();
+        let round = Arc::new(round(Vec::new()));
+        let after = Instant::now() + Duration::from_millis(1);
+        state.arrived.insert((uid(1), false), before);
+        state.arrived.insert((uid(2), false), after);
+        // Arrived before it began in one wait, after it in the other (foreground too).
+        state.arrived.insert((uid(3), false), before);
+        state.arrived.insert((uid(3), true), after);
+        let rounds = state.rounds.entry(scope.clone()).or_default();
+        rounds.waiting.extend([uid(1), uid(2), uid(3), uid(4)]);
+        rounds.reading = true;
+        let mut served = state.serve(&scope, round);
+        served.sort();
+        // uid(4) left the barrier meanwhile: served too, it finds the graph has changed.
+        assert_eq!(served, vec![uid(1), uid(4)]);
+        let rounds = &state.rounds[&scope];
+        assert!(
+            rounds.reading,
+            "the owners still waiting get the next round"
+        );
+        assert_eq!(rounds.waiting, HashSet::from([uid(2), uid(3)]));
+    }
+
+    #[test]
+    fn what_serves_objects() {
+        let crd = |versions: serde_json::Value, established: &str| {
+            serde_json::json!({ "spec": { "versions": versions },
+                "status": { "conditions": [{ "type": "Established", "status": established }] } })
+        };
+        let crds = "customresourcedefinitions.apiextensions.k8s.io";
+        let served = serde_json::json!([{ "name": "v1", "served": false }, { "name": "v2", "served": true }]);
+        let unserved = serde_json::json!([{ "name": "v1", "served": false }]);
+        assert!(serves_objects(crds, &crd(served.clone(), "True")));
+        assert!(!serves_objects(crds, &crd(served, "False")));
+        assert!(
+            !serves_objects(crds, &crd(unserved, "True")),
+            "no served version"
+        );
+        let v1beta1 = serde_json::json!({ "spec": { "version": "v1" },
+            "status": { "conditions": [{ "type": "Established", "status": "True" }] } });
+        assert!(serves_objects(crds, &v1beta1));
+        let api_service = |available: &str| serde_json::json!({ "status": { "conditions": [{ "type": "Available", "status": available }] } });
+        assert!(serves_objects(
+            discovery::API_SERVICES,
+            &api_service("True")
+        ));
+        assert!(!serves_objects(
+            discovery::API_SERVICES,
+            &api_service("False")
+        ));
     }
 }

@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 use crate::duration::Backoff;
 
 use super::Collector;
-use super::barrier::DISCOVERY_SOURCES;
 use super::discovery::{self, Aliases, Found};
 use super::watch::{self, GraphEvent};
 use crate::graph::ResourceId;
@@ -48,7 +47,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (events_tx, mut events) = mpsc::channel::<GraphEvent>(4096);
-    let (found_tx, mut found) = mpsc::channel::<(Found, u64)>(1);
+    let (found_tx, mut found) = mpsc::channel::<Found>(1);
     let discoverer = tokio::spawn(discover(collector.clone(), found_tx, shutdown.clone()));
     let mut builder = Builder {
         collector,
@@ -61,9 +60,8 @@ pub async fn run(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
-            Some((found, covering)) = found.recv() => {
+            Some(found) = found.recv() => {
                 builder.take_in(found);
-                builder.collector.progress.taken_in(covering);
                 builder.collector.wake_held();
                 if builder.pending.as_ref().is_some_and(HashSet::is_empty) {
                     let _ = synced.send(true);
@@ -84,7 +82,7 @@ pub async fn run(
                     | GraphEvent::Delete(id, _) => {
                         if builder.sources.contains(id) {
                             tracing::debug!("a CRD or APIService changed: discovering again");
-                            builder.collector.progress.ask_discovery();
+                            builder.collector.rediscovery.ask();
                         }
                     }
                     GraphEvent::Unserved(_) | GraphEvent::State(..) => {}
@@ -110,7 +108,7 @@ impl Builder {
         let changes = self.collector.resources_write().update(found);
         let (failed, aliases) = {
             let resources = self.collector.resources();
-            self.sources = DISCOVERY_SOURCES
+            self.sources = discovery::SOURCES
                 .iter()
                 .filter_map(|name| resources.by_name(name))
                 .collect();
@@ -221,17 +219,16 @@ impl Builder {
 /// what it finds to the builder; a discovery that fails as a whole is retried with backoff.
 async fn discover(
     collector: Arc<Collector>,
-    found: mpsc::Sender<(Found, u64)>,
+    found: mpsc::Sender<Found>,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
     loop {
-        let covering = collector.progress.discovery_starts();
         let wait =
             match discovery::discover(&collector.cluster.client, &collector.config.ignored).await {
                 Ok(answer) => {
                     backoff.reset();
-                    if found.send((answer, covering)).await.is_err() {
+                    if found.send(answer).await.is_err() {
                         return;
                     }
                     collector.config.rediscovery
@@ -246,7 +243,7 @@ async fn discover(
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
-            () = collector.progress.rediscover.notified() => {
+            () = collector.rediscovery.asked() => {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(GATHER) => {}

@@ -16,9 +16,9 @@ use tokio::sync::watch as signal;
 
 use super::GcConfig;
 use super::absent::{self, AbsentOwners};
-use super::barrier::{Barrier, Progress};
+use super::barrier::{self, Barrier, Hold, Owner, Reads, Verdict};
 use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
-use super::discovery::Resources;
+use super::discovery::{Rediscovery, Resources};
 use super::meta::{finalizer_flag, flags_of};
 use super::order::Orders;
 use super::queue::WorkQueue;
@@ -30,6 +30,8 @@ use crate::names::{
     DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
 };
 
+/// The Event said when the release barrier is overruled by a bound.
+pub const BARRIER_TIMED_OUT: &str = "SyncGCBarrierTimedOut";
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
 /// How many absent owners are remembered.
@@ -42,7 +44,7 @@ const DELETED_GRACE: Duration = Duration::from_secs(30);
 /// and the webhook only read it.
 pub struct Collector {
     pub graph: Arc<RwLock<Graph>>,
-    resources: RwLock<Resources>,
+    resources: Arc<RwLock<Resources>>,
     pub queue: WorkQueue<Work>,
     pub(super) cluster: Cluster,
     pub(super) metrics: Metrics,
@@ -56,8 +58,8 @@ pub struct Collector {
     /// The deadlines in force for waiting owners, kept here whether or not they could be
     /// stored on the owners (see [`super::synchronous`]).
     pub(super) deadlines: Mutex<HashMap<Uid, Timestamp>>,
-    /// How the watches and discovery stand, for the release barrier.
-    pub(super) progress: Progress,
+    /// Asks the graph builder for a discovery.
+    pub(super) rediscovery: Arc<Rediscovery>,
     pub(super) barrier: Barrier,
     /// How many discoveries changed what is served (0 before the first).
     discoveries: tokio::sync::watch::Sender<u64>,
@@ -75,9 +77,21 @@ impl Collector {
         metrics: Metrics,
         config: GcConfig,
     ) -> Self {
+        let resources = Arc::<RwLock<Resources>>::default();
+        let rediscovery = Arc::<Rediscovery>::default();
+        let barrier = Barrier::new(
+            config.barrier,
+            Reads {
+                cluster: cluster.clone(),
+                graph: graph.clone(),
+                resources: resources.clone(),
+                rediscovery: rediscovery.clone(),
+                metrics: metrics.clone(),
+            },
+        );
         Self {
             graph,
-            resources: RwLock::default(),
+            resources,
             queue: WorkQueue::default(),
             cluster,
             metrics,
@@ -85,8 +99,8 @@ impl Collector {
             deleted: Mutex::default(),
             orders: Mutex::default(),
             deadlines: Mutex::default(),
-            progress: Progress::default(),
-            barrier: Barrier::new(config.barrier),
+            rediscovery,
+            barrier,
             discoveries: tokio::sync::watch::Sender::new(0),
             config,
         }
@@ -344,7 +358,9 @@ impl Collector {
     }
 
     /// `processDeletingDependentsItem`: deletes every dependent; removes `foregroundDeletion`
-    /// once no dependent with `blockOwnerDeletion` is left.
+    /// once no dependent with `blockOwnerDeletion` is left and the release barrier agrees —
+    /// or, since upstream would have removed it once the graph showed none, once the barrier
+    /// has held it for `--timeout-base`, with a Warning saying what was not proven.
     async fn sync_foreground(&self, uid: Uid, target: &Target) -> Result<(), ApiError> {
         self.delete_dependents(uid, target).await;
         let blocking = self
@@ -356,11 +372,80 @@ impl Collector {
             self.barrier.kept(uid, true);
             return Ok(());
         }
-        if !self.passes_barrier(uid, target, true).await {
-            return Ok(());
+        let bound = self.config.timeouts.base;
+        match self.through_barrier(uid, target, true).await {
+            Verdict::Pass => {}
+            Verdict::Held { hold, since, .. } if since.elapsed() >= bound => {
+                let note = format!(
+                    "no dependent blocking its deletion is left that the graph knows of; removing foregroundDeletion after {bound:?} held by the release barrier, which could not confirm it: waiting for {hold}"
+                );
+                tracing::warn!(owner = %target, %hold, "{note}");
+                self.event(target, EventType::Warning, BARRIER_TIMED_OUT, note)
+                    .await;
+            }
+            Verdict::Held { .. } => {
+                self.queue.add_after(Work::SyncOwner(uid), barrier::RECHECK);
+                return Ok(());
+            }
+            Verdict::Round => {
+                // The round queues it; this bounds the wait should the round never end.
+                self.queue.add_after(Work::SyncOwner(uid), bound);
+                return Ok(());
+            }
         }
         tracing::debug!(owner = %target, "no blocking dependent left: removing foregroundDeletion");
         self.finish(uid, target, FOREGROUND_FINALIZER).await
+    }
+
+    /// The release barrier for the owner `uid`, which the graph shows free of what keeps it
+    /// (see [`barrier`]). A hold is counted, and said in an Event when what holds the owner
+    /// changes; the caller queues the owner again.
+    pub(super) async fn through_barrier(
+        &self,
+        uid: Uid,
+        target: &Target,
+        blocking_only: bool,
+    ) -> Verdict {
+        let Some(coordinates) = self.graph_read().node(uid).map(|n| n.coordinates) else {
+            return Verdict::Round;
+        };
+        let verdict = self.barrier.arrive(Owner {
+            uid,
+            coordinates,
+            namespace: target.namespace.as_deref(),
+            blocking_only,
+        });
+        match &verdict {
+            Verdict::Pass => tracing::debug!(owner = %target, "passed the release barrier"),
+            Verdict::Round => {}
+            Verdict::Held { hold, changed, .. } => {
+                self.metrics
+                    .barrier_holds
+                    .with_label_values(&[hold.reason()])
+                    .inc();
+                if *changed {
+                    self.barrier_held(target, hold).await;
+                }
+            }
+        }
+        verdict
+    }
+
+    async fn barrier_held(&self, target: &Target, hold: &Hold) {
+        tracing::info!(owner = %target, %hold, "every dependent the graph knows of is gone; held by the release barrier");
+        let note = format!(
+            "every dependent the graph knows of is gone; before releasing, waiting for {hold}"
+        );
+        self.cluster
+            .new_event(target, EventType::Normal, barrier::BARRIER_REASON, note)
+            .await;
+    }
+
+    /// Looks again at every owner the barrier holds (a watch recovered, discovery caught up).
+    pub(super) fn wake_held(&self) {
+        for uid in self.barrier.held() {
+            self.enqueue(Work::SyncOwner(uid));
+        }
     }
 
     /// Removes a finalizer whose work is done from the object `uid`, counting it.

@@ -239,6 +239,26 @@ pub enum Release {
     Wait,
 }
 
+/// What becomes of an owner the graph shows free of dependents while the release barrier
+/// has not let it go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unproven {
+    /// Its deadline has passed: the deadline bounds every wait, the barrier's too.
+    TimedOut,
+    /// Look at it again after this long: `recheck`, or at its deadline if that comes first.
+    LookAgain(Duration),
+}
+
+/// What becomes of an owner the barrier has not let go at `now`, to be looked at again
+/// after `recheck` otherwise.
+pub fn unproven(now: Timestamp, deadline: Timestamp, recheck: Duration) -> Unproven {
+    if now >= deadline {
+        return Unproven::TimedOut;
+    }
+    let until_deadline = deadline.duration_since(now).unsigned_abs();
+    Unproven::LookAgain(recheck.min(until_deadline))
+}
+
 /// When an owner with `dependents` left, whose generation stands as given, is released.
 pub fn release(
     now: Timestamp,
@@ -266,6 +286,25 @@ pub fn foreground_done(blocking: usize) -> bool {
 mod tests {
     use super::OwnerState::*;
     use super::*;
+
+    #[test]
+    fn the_deadline_bounds_the_barrier_too() {
+        let deadline: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let before = deadline - SignedDuration::from_secs(10);
+        let recheck = Duration::from_secs(1);
+        assert_eq!(
+            unproven(before, deadline, recheck),
+            Unproven::LookAgain(recheck)
+        );
+        // Waiting for a round: looked at again at the deadline at the latest.
+        assert_eq!(
+            unproven(before, deadline, Duration::MAX),
+            Unproven::LookAgain(Duration::from_secs(10))
+        );
+        assert_eq!(unproven(deadline, deadline, recheck), Unproven::TimedOut);
+        let after = deadline + SignedDuration::from_secs(53);
+        assert_eq!(unproven(after, deadline, recheck), Unproven::TimedOut);
+    }
 
     const LEAF: Dependent = Dependent {
         has_dependents: false,

@@ -21,6 +21,29 @@ use kube::api::{ApiResource, GroupVersionKind};
 
 use crate::graph::{Coordinates, ResourceId};
 
+/// The resources whose objects say what is served.
+pub const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
+pub const API_SERVICES: &str = "apiservices.apiregistration.k8s.io";
+pub const SOURCES: [&str; 2] = [CRDS, API_SERVICES];
+
+/// Asks for a discovery sooner than the rediscovery interval: a CRD or APIService changed,
+/// or the release barrier found one that serves objects discovery has not found.
+#[derive(Debug, Default)]
+pub struct Rediscovery {
+    notify: tokio::sync::Notify,
+}
+
+impl Rediscovery {
+    pub fn ask(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Resolves once a discovery has been asked for since the last time it resolved.
+    pub async fn asked(&self) {
+        self.notify.notified().await;
+    }
+}
+
 /// A watched (or once watched) resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resource {
@@ -42,6 +65,9 @@ pub struct Found {
     pub aliases: Vec<Alias>,
     /// Groups whose discovery failed, wholly or for one of their versions.
     pub failed: BTreeSet<String>,
+    /// Every group version listed, named as its APIService is (`v1.apps`, `v1.` for the core
+    /// group), whether or not it serves a resource that is watched.
+    pub group_versions: BTreeSet<String>,
 }
 
 /// A kind served under `group` that is the same objects as under `canonical`.
@@ -61,6 +87,7 @@ pub struct Resources {
     by_group_kind: HashMap<(String, String), ResourceId>,
     aliases: Aliases,
     failed: BTreeSet<String>,
+    group_versions: BTreeSet<String>,
 }
 
 /// What a discovery changed.
@@ -112,6 +139,11 @@ impl Resources {
         &self.failed
     }
 
+    /// The group versions the last discovery listed, named as their APIServices are.
+    pub fn group_versions(&self) -> &BTreeSet<String> {
+        &self.group_versions
+    }
+
     /// The kinds served under two groups, for the watches' coordinates.
     pub fn aliases(&self) -> &Aliases {
         &self.aliases
@@ -125,6 +157,7 @@ impl Resources {
             resources,
             aliases,
             failed,
+            group_versions,
         } = found;
         let mut changes = Changes {
             failed_changed: failed != self.failed,
@@ -184,6 +217,7 @@ impl Resources {
             }
         }
         self.failed = failed;
+        self.group_versions = group_versions;
         changes
     }
 }
@@ -264,6 +298,11 @@ pub fn choose(groups: &[Group], ignored: &[String]) -> Found {
     for group in groups {
         if group.versions.iter().any(|(_, r)| r.is_none()) {
             found.failed.insert(group.name.clone());
+        }
+        for (version, _) in &group.versions {
+            found
+                .group_versions
+                .insert(format!("{version}.{}", group.name));
         }
         let preferred = group.preferred.as_deref();
         let ordered = group

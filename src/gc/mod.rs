@@ -76,6 +76,17 @@ pub async fn run(
 ) {
     let (synced_tx, mut synced_rx) = signal::channel(false);
     let builder = tokio::spawn(builder::run(collector.clone(), synced_tx, shutdown.clone()));
+    let barrier = {
+        let collector = collector.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let served = |uid: crate::graph::Uid| {
+                collector.enqueue_first(crate::graph::Work::SyncOwner(uid));
+            };
+            let idle = || collector.queue.idle();
+            collector.barrier.run(served, idle, shutdown).await;
+        })
+    };
     tokio::select! {
         () = shutdown.cancelled() => {}
         _ = synced_rx.wait_for(|synced| *synced) => {
@@ -104,4 +115,5 @@ pub async fn run(
         let _ = worker.await;
     }
     let _ = builder.await;
+    let _ = barrier.await;
 }

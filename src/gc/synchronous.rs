@@ -17,8 +17,9 @@ use kube::api::DynamicObject;
 use kube::runtime::events::EventType;
 
 use super::Collector;
+use super::barrier::{RECHECK, Verdict};
 use super::collector::lock;
-use super::decide::{self, Deadline, Release};
+use super::decide::{self, Deadline, Release, Unproven};
 use crate::api::{ApiError, Target};
 use crate::graph::{Uid, Work};
 use crate::names::{
@@ -57,10 +58,33 @@ impl Collector {
         }
         match release {
             Release::Now => {
-                if !self.passes_barrier(uid, target, false).await {
-                    return Ok(());
+                let verdict = self.through_barrier(uid, target, false).await;
+                let recheck = match &verdict {
+                    Verdict::Pass => return self.release(uid, target, deleted_at, None).await,
+                    Verdict::Held { .. } => RECHECK,
+                    // The round queues it; the deadline bounds the wait should it never end.
+                    Verdict::Round => until_deadline,
+                };
+                match decide::unproven(now, deadline, recheck) {
+                    Unproven::TimedOut => {
+                        let hold = match verdict {
+                            Verdict::Held { hold, .. } => Some(hold),
+                            _ => self.barrier.holding(uid),
+                        };
+                        let unproven = hold.map_or_else(
+                            || "its read had not ended".to_owned(),
+                            |hold| format!("it was waiting for {hold}"),
+                        );
+                        let left = format!(
+                            "no dependent left that the graph knows of, and the release barrier could not confirm it: {unproven}"
+                        );
+                        self.release(uid, target, deleted_at, Some(left)).await
+                    }
+                    Unproven::LookAgain(after) => {
+                        self.queue.add_after(Work::SyncOwner(uid), after);
+                        Ok(())
+                    }
                 }
-                self.release(uid, target, deleted_at, false).await
             }
             Release::TimedOut => {
                 if self.abandon_order(uid, target).await {
@@ -69,7 +93,9 @@ impl Collector {
                     self.enqueue(Work::SyncOwner(uid));
                     return Ok(());
                 }
-                self.release(uid, target, deleted_at, true).await
+                let left = self.graph_read().valid_dependents(uid).count();
+                let left = format!("{left} dependent(s) left");
+                self.release(uid, target, deleted_at, Some(left)).await
             }
             Release::WaitForGeneration => {
                 let recheck = GENERATION_RECHECK.min(until_deadline);
@@ -162,13 +188,14 @@ impl Collector {
         at
     }
 
-    /// Removes syncgc's finalizer from the owner.
+    /// Removes syncgc's finalizer from the owner: all its dependents gone, or `timed_out`
+    /// with what was left.
     async fn release(
         &self,
         uid: Uid,
         target: &Target,
         deleted_at: Timestamp,
-        timed_out: bool,
+        timed_out: Option<String>,
     ) -> Result<(), ApiError> {
         self.finish(uid, target, SYNCHRONOUS_FINALIZER).await?;
         lock(&self.deadlines).remove(&uid);
@@ -176,17 +203,19 @@ impl Collector {
             .duration_since(deleted_at)
             .as_secs_f64()
             .max(0.0);
-        let outcome = if timed_out { "timed_out" } else { "released" };
+        let outcome = if timed_out.is_some() {
+            "timed_out"
+        } else {
+            "released"
+        };
         self.metrics
             .synchronous_deletion_duration
             .with_label_values(&[outcome])
             .observe(waited);
-        if timed_out {
+        if let Some(left) = timed_out {
             self.metrics.timeouts.inc();
-            let left = self.graph_read().valid_dependents(uid).count();
-            tracing::warn!(owner = %target, waited, left, "released by timeout");
-            let note =
-                format!("released after {waited:.0}s by its timeout, {left} dependent(s) left");
+            tracing::warn!(owner = %target, waited, %left, "released by timeout");
+            let note = format!("released after {waited:.0}s by its timeout, {left}");
             self.event(target, EventType::Warning, "SyncGCTimedOut", note)
                 .await;
         } else {

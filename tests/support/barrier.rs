@@ -291,12 +291,11 @@ pub fn restart_apiserver() {
     );
 }
 
-/// A custom resource kind stored at v1 and served also at v2 (the version syncgc watches),
-/// through a conversion webhook that does not answer: once an object is stored, every list
-/// and watch at v2 fails, as the watches of a real cluster's do when a conversion webhook is
-/// down. The owner stays while a held dependent of that kind exists (created and deleted at
-/// v1, which needs no conversion), and goes once it is let go and the watch recovers.
-pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
+/// A custom resource kind `things` stored at v1 and served also at v2 (the version syncgc
+/// watches), through a conversion webhook that does not answer: once an object is stored,
+/// every list and watch at v2 of its namespace fails, as they do in a real cluster when a
+/// conversion webhook is down. The CRD goes when the guard is dropped; the resource is at v1.
+async fn unconvertible_kind(ns: &TestNamespace) -> (super::surface::ClusterObject, ApiResource) {
     let group = format!("{}.test.syncgc.io", ns.name);
     let mut definition = super::surface::crd(
         &group,
@@ -307,10 +306,168 @@ pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
     definition["spec"]["conversion"] = json!({ "strategy": "Webhook", "webhook": {
         "conversionReviewVersions": ["v1"],
         "clientConfig": { "url": "https://127.0.0.1:9/convert" } } });
-    let _crd = super::surface::ClusterObject::apply(&format!("crd/things.{group}"), definition);
-    let _held = Unhold(format!("things.v1.{group}"), ns.name.clone());
+    let crd = super::surface::ClusterObject::apply(&format!("crd/things.{group}"), definition);
     let things = super::surface::resource(&group, "v1", "Thing", "things");
     super::surface::served(&ns.client, &things).await;
+    (crd, things)
+}
+
+/// A kind that cannot be read in the owner's namespace (see [`unconvertible_kind`]; its one
+/// object there refers to nothing) holds the owner once its dependent is gone, until the
+/// bound of its wait: the owner's `syncgc.io/timeout` of 10 s (`Wait::Synchronous`), or
+/// syncgc's `--timeout-base` for foreground deletion (`bound`). It is then released, and the
+/// Event `reason` names the kind that could not be read.
+pub async fn an_unreadable_kind_holds_the_owner_until_its_bound(
+    ns: &TestNamespace,
+    wait: Wait,
+    bound: Duration,
+    reason: &str,
+) {
+    let (_crd, things) = unconvertible_kind(ns).await;
+    let api = dynamic(ns, &things);
+    create_as(
+        &api,
+        &things,
+        json!({ "metadata": { "name": "unrelated" } }),
+    )
+    .await;
+    let configmaps = ns.api::<ConfigMap>();
+    let owner = match wait {
+        Wait::Synchronous => {
+            let owner = opted_in(
+                "owner",
+                vec![],
+                &[(syncgc::names::TIMEOUT_ANNOTATION, "10s")],
+            );
+            create(&configmaps, &owner).await
+        }
+        Wait::Foreground => wait.owner(ns, "owner").await,
+    };
+    create(
+        &configmaps,
+        &config_map("dependent", vec![owner_ref(&owner, true)]),
+    )
+    .await;
+    let deleted = std::time::Instant::now();
+    wait.delete(ns, "owner").await;
+    eventually("the dependent is deleted", WAIT, || {
+        gone(&configmaps, "dependent")
+    })
+    .await;
+    stays(
+        "the owner is held while a kind in its namespace cannot be read",
+        Duration::from_secs(4),
+        || exists(&configmaps, "owner"),
+    )
+    .await;
+    eventually("the owner is released at its bound", bound + WAIT, || {
+        gone(&configmaps, "owner")
+    })
+    .await;
+    // A deadline counts from the deletionTimestamp, which has whole seconds.
+    let waited = deleted.elapsed() + Duration::from_secs(1);
+    assert!(
+        waited >= bound,
+        "released after {waited:?}, before its bound {bound:?}"
+    );
+    let events = ns.events(reason).await;
+    let named = format!("things.{}", things.group);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.note.as_deref().is_some_and(|n| n.contains(&named))),
+        "a {reason} Event names {named}: {events:?}"
+    );
+    api.delete("unrelated", &DeleteParams::background())
+        .await
+        .unwrap();
+}
+
+/// A CRD whose every version is unserved is Established and never discovered: it serves no
+/// objects, so an armed owner without dependents elsewhere goes at once.
+pub async fn a_crd_without_a_served_version_holds_nothing(ns: &TestNamespace, wait: Wait) {
+    let group = format!("{}.test.syncgc.io", ns.name);
+    let _crd = super::surface::ClusterObject::apply(
+        &format!("crd/dormant.{group}"),
+        super::surface::crd(&group, "Dormant", "dormant", &[("v1", false, true)]),
+    );
+    super::kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/dormant.{group}"),
+        ],
+        None,
+    );
+    releases_go_at_once(ns, wait, "owner", 1).await;
+}
+
+/// `n` owners named `prefix-i`, without dependents, deleted one after another: each goes
+/// within a few seconds.
+async fn releases_go_at_once(ns: &TestNamespace, wait: Wait, prefix: &str, n: usize) {
+    let configmaps = ns.api::<ConfigMap>();
+    for i in 0..n {
+        let name = format!("{prefix}-{i}");
+        wait.owner(ns, &name).await;
+        wait.delete(ns, &name).await;
+        eventually(
+            &format!("{name} goes at once"),
+            Duration::from_secs(10),
+            || gone(&configmaps, &name),
+        )
+        .await;
+    }
+}
+
+/// A CRD rewritten without pause (an annotation, as two injectors fighting over a conversion
+/// `caBundle` would) changes its resourceVersion faster than discovery runs: releases keep
+/// flowing meanwhile.
+pub async fn a_crd_rewritten_in_a_loop_holds_nothing(ns: &TestNamespace, wait: Wait) {
+    let group = format!("{}.test.syncgc.io", ns.name);
+    let name = format!("churns.{group}");
+    let _crd = super::surface::ClusterObject::apply(
+        &format!("crd/{name}"),
+        super::surface::crd(&group, "Churn", "churns", &[("v1", true, true)]),
+    );
+    let churn = super::surface::resource(&group, "v1", "Churn", "churns");
+    super::surface::served(&ns.client, &churn).await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(ns.client.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut writes = 0u64;
+            while !stop.is_cancelled() && writes < 20_000 {
+                let patch = json!({ "metadata": { "annotations": { "test.syncgc.io/churn": writes.to_string() } } });
+                crds.patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+                writes += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            writes
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    releases_go_at_once(ns, wait, "owner", 5).await;
+    stop.cancel();
+    assert!(
+        writer.await.unwrap() > 20,
+        "the CRD was rewritten throughout"
+    );
+}
+
+/// The owner stays while a held dependent of that kind exists (created and deleted at
+/// v1, which needs no conversion), and goes once it is let go and the watch recovers.
+pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
+    let (_crd, things) = unconvertible_kind(ns).await;
+    let _held = Unhold(format!("things.v1.{}", things.group), ns.name.clone());
     let owner = wait.owner(ns, "owner").await;
     let api = dynamic(ns, &things);
     create_as(
