@@ -32,14 +32,20 @@
 //! The rounds are read by the barrier's own task ([`Barrier::run`]), never by a worker, under
 //! a request budget of their own: the collector's deletes and patches do not wait for the
 //! barrier's reads, nor the reads for them. One round per scope at a time, up to
-//! [`SCOPES_AT_ONCE`] scopes at once; a round serves every owner that reached the barrier
-//! before it began, and the owners it serves are queued when it ends. An owner the barrier
+//! [`SCOPES_AT_ONCE`] scopes at once, and when owners wait in more namespaces than that, one
+//! round of the whole cluster for all of them (unless the last such round found a resource it
+//! could not read); a round serves every owner that reached the barrier before it began, and
+//! the owners it serves are queued when it ends. An owner the barrier
 //! holds is looked at again within [`RECHECK`], at once when a watch recovers or discovery
 //! catches up.
 //!
-//! What a round costs: one list per watched resource in the scope (on 1.20 a watch cache
-//! cannot vouch for a kind that had no event since the revision asked for, so each is read
-//! from etcd), and a read of each CRD or APIService that discovery does not know.
+//! What a round costs: one list per watched resource in the scope, and a read of each CRD or
+//! APIService that discovery does not know. The lists are consistent reads: on 1.20 a watch
+//! cache cannot vouch for a kind that had no event since the revision asked for (a list at a
+//! resourceVersion waits for it up to three seconds, then fails), so each goes to etcd; from
+//! 1.31 (`ConsistentListFromCache`) the apiserver serves the same requests from its watch
+//! cache. So a lone release costs a round whose length grows with the number of kinds served;
+//! many releases share rounds, whatever their namespaces.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -323,29 +329,65 @@ impl State {
     }
 
     /// Takes in the round just read for `scope`: the owners it serves (those that arrived
-    /// before it began, or left the barrier meanwhile) stop waiting and are returned.
+    /// before it began, or left the barrier meanwhile) stop waiting and are returned. A round
+    /// of the whole cluster serves the owners waiting in every namespace.
     fn serve(&mut self, scope: &Scope, round: Arc<Round>) -> Vec<Uid> {
         let arrived = &self.arrived;
+        let mut served = Vec::new();
+        for (waiting_in, rounds) in &mut self.rounds {
+            if waiting_in != scope && *scope != Scope::Cluster {
+                continue;
+            }
+            let now_served: Vec<Uid> = rounds
+                .waiting
+                .iter()
+                .copied()
+                .filter(|uid| {
+                    [false, true].iter().all(|blocking_only| {
+                        arrived
+                            .get(&(*uid, *blocking_only))
+                            .is_none_or(|at| *at <= round.started)
+                    })
+                })
+                .collect();
+            for uid in &now_served {
+                rounds.waiting.remove(uid);
+            }
+            rounds.reading = !rounds.waiting.is_empty();
+            served.extend(now_served);
+        }
         let rounds = self.rounds.entry(scope.clone()).or_default();
         rounds.rested = Some(Rested::after(&round));
-        let served: Vec<Uid> = rounds
-            .waiting
-            .iter()
-            .copied()
-            .filter(|uid| {
-                [false, true].iter().all(|blocking_only| {
-                    arrived
-                        .get(&(*uid, *blocking_only))
-                        .is_none_or(|at| *at <= round.started)
-                })
-            })
-            .collect();
-        for uid in &served {
-            rounds.waiting.remove(uid);
-        }
-        rounds.reading = !rounds.waiting.is_empty();
         rounds.last = Some(round);
         served
+    }
+
+    /// The scopes whose owners wait for a round that is not being read (not `active`): when
+    /// more namespaces wait than are read at once, the whole cluster in one round instead,
+    /// so that a round's cost does not grow with the number of namespaces waiting.
+    fn due(&self, active: &HashSet<Scope>) -> Vec<Scope> {
+        let due: Vec<Scope> = self
+            .rounds
+            .iter()
+            .filter(|(scope, rounds)| rounds.reading && !active.contains(*scope))
+            .map(|(scope, _)| scope.clone())
+            .collect();
+        // A resource that could not be read in the whole cluster may be readable in most
+        // namespaces (a conversion webhook that is down fails the reads of the namespaces
+        // where its objects are): then each namespace is read on its own again.
+        let cluster_unreadable = self
+            .rounds
+            .get(&Scope::Cluster)
+            .and_then(|rounds| rounds.last.as_ref())
+            .is_some_and(|round| matches!(round.unsure, Some(Hold::Unreadable { .. })));
+        if due.len() + active.len() <= SCOPES_AT_ONCE || cluster_unreadable {
+            return due;
+        }
+        if active.contains(&Scope::Cluster) {
+            // The next round of the cluster serves them.
+            return Vec::new();
+        }
+        vec![Scope::Cluster]
     }
 }
 
@@ -409,16 +451,20 @@ impl Barrier {
         }
         let key = (owner.uid, owner.blocking_only);
         let arrived = *state.arrived.entry(key).or_insert_with(Instant::now);
-        let rounds = state.rounds.entry(Scope::of(owner.namespace)).or_default();
-        let round = match &rounds.last {
-            Some(round) if round.started >= arrived => round.clone(),
-            _ => {
-                rounds.waiting.insert(owner.uid);
-                if !std::mem::replace(&mut rounds.reading, true) {
-                    self.wake.notify_one();
-                }
-                return Verdict::Round;
+        let scope = Scope::of(owner.namespace);
+        // A round of the whole cluster vouches for every namespace too.
+        let fresh = [&scope, &Scope::Cluster]
+            .into_iter()
+            .filter_map(|s| state.rounds.get(s)?.last.clone())
+            .filter(|round| round.started >= arrived)
+            .max_by_key(|round| round.started);
+        let Some(round) = fresh else {
+            let rounds = state.rounds.entry(scope).or_default();
+            rounds.waiting.insert(owner.uid);
+            if !std::mem::replace(&mut rounds.reading, true) {
+                self.wake.notify_one();
             }
+            return Verdict::Round;
         };
         let hold = check(&round, owner, &state.tree(owner.uid));
         state.arrived.remove(&key);
@@ -518,13 +564,7 @@ impl Barrier {
         let mut reading = FuturesUnordered::new();
         let mut active: HashSet<Scope> = HashSet::new();
         loop {
-            let due: Vec<Scope> = self
-                .state()
-                .rounds
-                .iter()
-                .filter(|(scope, rounds)| rounds.reading && !active.contains(*scope))
-                .map(|(scope, _)| scope.clone())
-                .collect();
+            let due = self.state().due(&active);
             for scope in due {
                 if reading.len() >= SCOPES_AT_ONCE {
                     break;
@@ -911,6 +951,36 @@ mod tests {
             "the owners still waiting get the next round"
         );
         assert_eq!(rounds.waiting, HashSet::from([uid(2), uid(3)]));
+    }
+
+    #[test]
+    fn a_round_of_the_cluster_serves_every_namespace_when_many_wait() {
+        let mut state = State::default();
+        let namespaces: Vec<Scope> = (0..SCOPES_AT_ONCE + 1)
+            .map(|i| Scope::Namespace(format!("ns-{i}")))
+            .collect();
+        let before = Instant::now();
+        for (i, scope) in namespaces.iter().enumerate() {
+            let uid = uid(i as u8 + 1);
+            state.arrived.insert((uid, false), before);
+            let rounds = state.rounds.entry(scope.clone()).or_default();
+            rounds.waiting.insert(uid);
+            rounds.reading = true;
+        }
+        let mut active = HashSet::new();
+        assert_eq!(state.due(&active), vec![Scope::Cluster]);
+        active.insert(Scope::Cluster);
+        assert!(
+            state.due(&active).is_empty(),
+            "they wait for the next round of the cluster"
+        );
+        let round = Arc::new(round(Vec::new()));
+        assert_eq!(state.serve(&Scope::Cluster, round).len(), namespaces.len());
+        active.clear();
+        assert!(state.due(&active).is_empty());
+        // Few namespaces waiting: each is read on its own.
+        state.rounds.get_mut(&namespaces[0]).unwrap().reading = true;
+        assert_eq!(state.due(&active), vec![namespaces[0].clone()]);
     }
 
     #[test]
