@@ -76,7 +76,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         lone.sort();
         let requests_per_release =
             (syncgc.metric("syncgc_barrier_reads_total").await? - reads) / n as f64;
-        let burst = delete_at_once(&[api.clone()]).await?;
+        let burst = delete_at_once(std::slice::from_ref(&api)).await?;
         let mut spread_namespaces = Vec::new();
         for _ in 0..SPREAD {
             spread_namespaces.push(
