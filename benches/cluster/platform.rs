@@ -4,7 +4,10 @@
 //! armed owner with five dependents deleted, until it is gone), p50 and p99 of
 //! `SYNCGC_BENCH_BARRIER_TRIALS`; the barrier's requests per lone release; and bursts of
 //! [`BURST`] armed owners with two dependents each, deleted at once, in one namespace and
-//! spread over [`SPREAD`] namespaces, until all are gone.
+//! spread over [`SPREAD`] namespaces, until all are gone. Then, with the CRDs,
+//! [`CRS_PER_CRD`] custom resources of each kind carrying an annotation of
+//! [`ANNOTATION_BYTES`]: each collector's time to ready and memory per object, as the `scale`
+//! phase measures them (kube-controller-manager's GC against syncgc standalone).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,6 +22,7 @@ use syncgc::names::SYNCHRONOUS_ANNOTATION;
 
 use crate::plane::{Kcm, Plane};
 use crate::report::{Goal, Report, round};
+use crate::scale::{Start, median_start};
 use crate::{Settings, registered_namespace};
 
 /// Namespaced CRDs added for the second reading.
@@ -30,6 +34,10 @@ const SPREAD: usize = 50;
 /// Dependents of a lone release's owner, and of a burst's.
 const LONE_DEPENDENTS: usize = 5;
 const BURST_DEPENDENTS: usize = 2;
+/// Custom resources of each kind for the startup reading, and the bytes of the annotation
+/// each carries.
+const CRS_PER_CRD: usize = 100;
+const ANNOTATION_BYTES: usize = 8 * 1024;
 /// The label of everything the phase makes outside its namespaces.
 const LABEL: &str = "syncgc.io/bench=platform";
 const GROUP: &str = "platform.bench.syncgc.io";
@@ -111,7 +119,11 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             plane.drop_namespace(ns).await?;
         }
     }
+    startup(settings, plane, report).await?;
     crds(false)?;
+    plane
+        .kcm(Kcm::unthrottled(true, settings.concurrency as u32))
+        .await?;
     let [before, after] = [&readings[0], &readings[1]];
     let table = report.table(
         format!(
@@ -174,6 +186,84 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         Goal::AtMost(1.2),
         "×",
     );
+    Ok(())
+}
+
+/// Time to ready and memory per object of kube-controller-manager's GC and syncgc standalone,
+/// each started over [`CRS_PER_CRD`] custom resources of each of the phase's kinds.
+async fn startup(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    let namespace = plane.namespace("syncgc-bench-platform-crs", &[]).await?;
+    let baseline = median_start(plane, settings, Start::Syncgc).await?.resident;
+    let objects = CRDS * CRS_PER_CRD;
+    eprintln!("platform: creating {objects} custom resources");
+    let payload = "x".repeat(ANNOTATION_BYTES);
+    let creates = (0..objects).map(|i| {
+        let kind = i % CRDS;
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(GROUP, "v1", &format!("Kind{kind}")),
+            &format!("kind{kind}s"),
+        );
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(plane.client.clone(), &namespace, &resource);
+        let mut object = kube::api::DynamicObject::new(&format!("cr-{i}"), &resource);
+        object.metadata.annotations =
+            Some([("bench.syncgc.io/payload".to_owned(), payload.clone())].into());
+        async move { api.create(&PostParams::default(), &object).await }
+    });
+    futures::stream::iter(creates)
+        .buffer_unordered(settings.concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let with_gc = median_start(plane, settings, Start::Native { gc: true }).await?;
+    let without_gc = median_start(plane, settings, Start::Native { gc: false }).await?;
+    let syncgc = median_start(plane, settings, Start::Syncgc).await?;
+    let per_object = |with: u64, without: u64| with.saturating_sub(without) as f64 / objects as f64;
+    let native_heap = per_object(with_gc.heap, without_gc.heap);
+    let native_resident = per_object(with_gc.resident, without_gc.resident);
+    let syncgc_bytes = per_object(syncgc.resident, baseline);
+    let ready = syncgc.ready.as_secs_f64() / with_gc.ready.as_secs_f64();
+    let table = report.table(
+        format!(
+            "Platform cluster, startup: {objects} custom resources ({CRS_PER_CRD} of each of              the {CRDS} CRDs, an annotation of {ANNOTATION_BYTES} bytes each) in one namespace;              each collector started over them as in the scale phase (medians of three starts)"
+        ),
+        vec![
+            "native ready s",
+            "syncgc ready s",
+            "ready syncgc ÷ native",
+            "native B/object resident",
+            "native B/object Go heap",
+            "syncgc B/object resident",
+            "syncgc ÷ native Go heap",
+        ],
+    );
+    table.rows.push(vec![
+        round(with_gc.ready.as_secs_f64()),
+        round(syncgc.ready.as_secs_f64()),
+        round(ready),
+        format!("{native_resident:.0}"),
+        format!("{native_heap:.0}"),
+        format!("{syncgc_bytes:.0}"),
+        round(syncgc_bytes / native_heap),
+    ]);
+    report.target(
+        format!("platform, {objects} custom resources: time to ready syncgc ÷ native"),
+        ready,
+        Goal::AtMost(0.5),
+        "×",
+    );
+    report.target(
+        format!(
+            "platform, {objects} custom resources: memory per object, syncgc resident ÷ native Go heap in use"
+        ),
+        syncgc_bytes / native_heap,
+        Goal::AtMost(0.5),
+        "×",
+    );
+    // Removing the CRDs removes their objects; the namespace goes once they have.
+    crds(false)?;
+    plane.drop_namespace(&namespace).await?;
     Ok(())
 }
 

@@ -39,7 +39,7 @@ const STARTS: usize = 3;
 
 /// A collector started for a measurement.
 #[derive(Debug, Clone, Copy)]
-enum Start {
+pub enum Start {
     /// kube-controller-manager, with or without its GC.
     Native { gc: bool },
     /// syncgc standalone.
@@ -47,15 +47,15 @@ enum Start {
 }
 
 /// What one start measured: the time to ready and the memory [`SETTLE`] after.
-struct Sample {
-    ready: Duration,
-    resident: u64,
+pub struct Sample {
+    pub ready: Duration,
+    pub resident: u64,
     /// kube-controller-manager's Go heap in use after a full collection (0 for syncgc).
-    heap: u64,
+    pub heap: u64,
 }
 
 /// The medians of [`STARTS`] starts' measurements, each start alone.
-async fn median_start(plane: &mut Plane, settings: &Settings, start: Start) -> Result<Sample> {
+pub async fn median_start(plane: &mut Plane, settings: &Settings, start: Start) -> Result<Sample> {
     let mut samples = Vec::new();
     for _ in 0..STARTS {
         samples.push(match start {

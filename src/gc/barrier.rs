@@ -36,8 +36,8 @@
 //! round of the whole cluster for all of them (unless the last such round found a resource it
 //! could not read); a round serves every owner that reached the barrier before it began, and
 //! the owners it serves are queued when it ends. An owner the barrier
-//! holds is looked at again within [`RECHECK`], at once when a watch recovers or discovery
-//! catches up.
+//! holds is looked again at once when a watch recovers or discovery catches up, and otherwise
+//! within a second, then less and less often while the same hold lasts ([`recheck`]).
 //!
 //! What a round costs: one list per watched resource in the scope, and a read of each CRD or
 //! APIService that discovery does not know. The lists are consistent reads: on 1.20 a watch
@@ -63,8 +63,8 @@ use crate::api::{Cluster, RateLimiter, Target};
 use crate::graph::{Coordinates, Flags, Graph, Node, Uid};
 use crate::metrics::Metrics;
 
-/// How soon an owner held by the barrier is looked at again at the latest.
-pub const RECHECK: Duration = Duration::from_secs(1);
+/// How soon an owner held by the barrier is looked at again, at first and at the most.
+const RECHECK: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(10));
 /// How often a resting scope looks whether work is still queued.
 const REST_STEP: Duration = Duration::from_millis(5);
 /// How many resources a round reads at once.
@@ -210,6 +210,15 @@ pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hol
         .flat_map(|uid| round.references.get(uid).into_iter().flatten())
         .find(|r| !tree.contains(&r.uid))
         .map(holding)
+}
+
+/// How soon an owner the barrier has held for `held_for` is looked at again: within a second
+/// at first, then less and less often, up to ten seconds, while the hold lasts. Each look
+/// costs a round; what ends a hold (a watch that recovers, discovery that catches up, a
+/// dependent the graph comes to see) has the owner looked at at once, and its deadline at the
+/// latest.
+pub fn recheck(held_for: Duration) -> Duration {
+    (held_for / 4).clamp(RECHECK.0, RECHECK.1)
 }
 
 /// Whether the CustomResourceDefinition or APIService `object` (of the discovery source
@@ -981,6 +990,13 @@ mod tests {
         // Few namespaces waiting: each is read on its own.
         state.rounds.get_mut(&namespaces[0]).unwrap().reading = true;
         assert_eq!(state.due(&active), vec![namespaces[0].clone()]);
+    }
+
+    #[test]
+    fn a_long_hold_is_looked_at_less_often() {
+        assert_eq!(recheck(Duration::ZERO), Duration::from_secs(1));
+        assert_eq!(recheck(Duration::from_secs(8)), Duration::from_secs(2));
+        assert_eq!(recheck(Duration::from_secs(600)), Duration::from_secs(10));
     }
 
     #[test]

@@ -383,8 +383,10 @@ impl Collector {
                 self.event(target, EventType::Warning, BARRIER_TIMED_OUT, note)
                     .await;
             }
-            Verdict::Held { .. } => {
-                self.queue.add_after(Work::SyncOwner(uid), barrier::RECHECK);
+            Verdict::Held { since, .. } => {
+                let held_for = since.elapsed();
+                let recheck = barrier::recheck(held_for).min(bound.saturating_sub(held_for));
+                self.queue.add_after(Work::SyncOwner(uid), recheck);
                 return Ok(());
             }
             Verdict::Round => {

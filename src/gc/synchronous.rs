@@ -17,7 +17,7 @@ use kube::api::DynamicObject;
 use kube::runtime::events::EventType;
 
 use super::Collector;
-use super::barrier::{RECHECK, Verdict};
+use super::barrier::{self, Verdict};
 use super::collector::lock;
 use super::decide::{self, Deadline, Release, Unproven};
 use crate::api::{ApiError, Target};
@@ -61,7 +61,7 @@ impl Collector {
                 let verdict = self.through_barrier(uid, target, false).await;
                 let recheck = match &verdict {
                     Verdict::Pass => return self.release(uid, target, deleted_at, None).await,
-                    Verdict::Held { .. } => RECHECK,
+                    Verdict::Held { since, .. } => barrier::recheck(since.elapsed()),
                     // The round queues it; the deadline bounds the wait should it never end.
                     Verdict::Round => until_deadline,
                 };

@@ -370,14 +370,15 @@ pub async fn an_unreadable_kind_holds_the_owner_until_its_bound(
         waited >= bound,
         "released after {waited:?}, before its bound {bound:?}"
     );
-    let events = ns.events(reason).await;
     let named = format!("things.{}", things.group);
-    assert!(
-        events
+    eventually(&format!("a {reason} Event names {named}"), WAIT, || async {
+        ns.events(reason)
+            .await
             .iter()
-            .any(|e| e.note.as_deref().is_some_and(|n| n.contains(&named))),
-        "a {reason} Event names {named}: {events:?}"
-    );
+            .any(|e| e.note.as_deref().is_some_and(|n| n.contains(&named)))
+            .then_some(())
+    })
+    .await;
     api.delete("unrelated", &DeleteParams::background())
         .await
         .unwrap();
