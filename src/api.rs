@@ -181,10 +181,33 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, ApiError> {
 /// for minutes): every caller here has its own bound and backoff (the work queue, the
 /// watches, discovery, the webhook's deadline), and an aggregated API that answers 503 must
 /// fail fast, not hold discovery up.
-pub fn client(mut config: Config) -> Result<Client, ApiError> {
-    config.default_retry = false;
-    Client::try_from(config).map_err(ApiError::Client)
+pub fn client(config: Config) -> Result<Client, ApiError> {
+    use kube::client::ConfigExt;
+    let mut connector = hyper_timeout::TimeoutConnector::new(
+        config.rustls_https_connector().map_err(ApiError::Client)?,
+    );
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let http = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .http1_max_buf_size(READ_BUFFER)
+        .build(connector);
+    let http = tower::ServiceExt::map_err(http, tower::BoxError::from);
+    // As kube's own client, but for the read buffer, and without retries: every caller
+    // retries with its own backoff.
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().map_err(ApiError::Client)?)
+        .layer(config.extra_headers_layer().map_err(ApiError::Client)?)
+        .service(http);
+    Ok(Client::new(service, config.default_namespace))
 }
+
+/// The most a connection's read buffer grows to. Each watch holds a connection of its own
+/// (HTTP/1.1), and hyper's default (about 400 KiB) stays allocated on every connection that
+/// once read a large answer: with hundreds of kinds, each listed once in full, hundreds of
+/// MiB for buffers that are idle.
+const READ_BUFFER: usize = 16 * 1024;
 
 /// Asks the apiserver for its version: the cheapest proof that it answers and trusts us.
 pub async fn server_version(client: &Client) -> Result<String, ApiError> {

@@ -253,6 +253,33 @@ impl Plane {
             .sum())
     }
 
+    /// Waits (up to five minutes) until the apiserver uses less than a fifth of a core over
+    /// five seconds: the work a burst of changes brought it (a new CRD's OpenAPI, say) is
+    /// done, as it is on a cluster at rest.
+    pub async fn apiserver_at_rest(&self) -> Result<()> {
+        let cpu = || async {
+            let request = http::Request::get("/metrics").body(Vec::new())?;
+            let text = self.client.request_text(request).await?;
+            text.lines()
+                .find(|l| l.starts_with("process_cpu_seconds_total "))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .context("the apiserver's process_cpu_seconds_total")
+        };
+        let window = Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut before = cpu().await?;
+        loop {
+            tokio::time::sleep(window).await;
+            let now = cpu().await?;
+            let used = (now - before) / window.as_secs_f64();
+            if used < 0.2 || Instant::now() > deadline {
+                eprintln!("the apiserver uses {used:.2} cores");
+                return Ok(());
+            }
+            before = now;
+        }
+    }
+
     /// The control plane's Kubernetes version, as the webhook registration depends on it.
     pub async fn server(&self) -> Result<ServerVersion> {
         syncgc::api::server_version(&self.client)

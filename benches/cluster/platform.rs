@@ -67,6 +67,8 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         if with_crds {
             crds(true)?;
         }
+        // A platform cluster at rest: not measured while the apiserver takes in the CRDs.
+        plane.apiserver_at_rest().await?;
         // A syncgc started on the cluster as it is, as a user's would be.
         let syncgc = plane
             .syncgc(&["--mode".to_owned(), "cooperative".to_owned()])
