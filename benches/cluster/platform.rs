@@ -228,7 +228,9 @@ async fn startup(settings: &Settings, plane: &mut Plane, report: &mut Report) ->
     let ready = syncgc.ready.as_secs_f64() / with_gc.ready.as_secs_f64();
     let table = report.table(
         format!(
-            "Platform cluster, startup: {objects} custom resources ({CRS_PER_CRD} of each of              the {CRDS} CRDs, an annotation of {ANNOTATION_BYTES} bytes each) in one namespace;              each collector started over them as in the scale phase (medians of three starts)"
+            "Platform cluster, startup: {objects} custom resources ({CRS_PER_CRD} of each of \
+             the {CRDS} CRDs, an annotation of {ANNOTATION_BYTES} bytes each) in one namespace; \
+             each collector started over them as in the scale phase (medians of three starts)"
         ),
         vec![
             "native ready s",
