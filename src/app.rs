@@ -1,25 +1,31 @@
 //! `syncgc run`: wires the parts together and runs them until SIGTERM or SIGINT.
 
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Cluster, RateLimiter};
-use crate::cli::{LeaderElectionArgs, RunArgs};
 use crate::duration::Backoff;
 use crate::gc::decide::Timeouts;
+use crate::gc::watch::InitialList;
 use crate::gc::{self, GcConfig};
-use crate::graph::Graph;
+use crate::graph::{Graph, Mode};
 use crate::leader::{self, Election, Timing};
 use crate::metrics::{self, Metrics, Readiness};
-use crate::webhook::admit::Policy;
+use crate::webhook::admit::{Policy, UnarmedDelete};
 use crate::webhook::certificate::{Keeper, Validity};
 use crate::webhook::handler::{self, Webhook};
 use crate::webhook::managed::{CaSource, Managed};
-use crate::webhook::registration::ServerVersion;
+use crate::webhook::registration::{
+    DEFAULT_EXCLUDED_NAMESPACES, Registration, Scope, ServerVersion, WebhookClient,
+};
 use crate::webhook::server::{self, Limits};
 use crate::webhook::tls::{Reload, ReloadingCert};
 
@@ -32,103 +38,334 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the serving certificate files are checked for changes.
 const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the plain-HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "SYNCGC_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Address of the HTTPS admission webhook (POST /mutate).
+    #[arg(long, env = "SYNCGC_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    pub webhook_addr: SocketAddr,
+    /// The webhook's serving certificate (PEM); reloaded when it changes.
+    #[arg(
+        long,
+        env = "SYNCGC_TLS_CERT",
+        default_value = "/etc/syncgc/tls/tls.crt"
+    )]
+    pub tls_cert: PathBuf,
+    /// The webhook's private key (PEM); reloaded when it changes.
+    #[arg(
+        long,
+        env = "SYNCGC_TLS_KEY",
+        default_value = "/etc/syncgc/tls/tls.key"
+    )]
+    pub tls_key: PathBuf,
+    /// cooperative: beside kube-controller-manager's garbage collector, syncgc handles its own
+    /// finalizer; standalone: syncgc is the whole garbage collector (background, foreground,
+    /// orphan), for control planes that run without kube-controller-manager's.
+    #[arg(long, env = "SYNCGC_MODE", value_enum, default_value_t = Mode::Cooperative)]
+    pub mode: Mode,
+    /// What to do with a DELETE of an opted-in object that is not armed yet: let it go
+    /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
+    #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
+    pub unarmed_delete: UnarmedDelete,
+    /// How long an owner waits for its dependents at least (`syncgc.io/timeout` overrides it).
+    #[arg(long, env = "SYNCGC_TIMEOUT_BASE", default_value = "60s", value_parser = crate::duration::parse)]
+    pub timeout_base: Duration,
+    /// How much longer it waits for each direct and indirect dependent.
+    #[arg(long, env = "SYNCGC_TIMEOUT_PER_DEPENDENT", default_value = "500ms", value_parser = crate::duration::parse)]
+    pub timeout_per_dependent: Duration,
+    /// The longest an owner waits; then it is released anyway.
+    #[arg(long, env = "SYNCGC_TIMEOUT_MAX", default_value = "1h", value_parser = crate::duration::parse)]
+    pub timeout_max: Duration,
+    /// Garbage-collector workers.
+    #[arg(long, env = "SYNCGC_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: u16,
+    /// Client-side limit on the garbage collector's calls to the apiserver, per second.
+    #[arg(long, env = "SYNCGC_QPS", default_value_t = 50.0)]
+    pub qps: f64,
+    /// Calls allowed in a burst above --qps.
+    #[arg(long, env = "SYNCGC_BURST", default_value_t = 100)]
+    pub burst: u32,
+    /// Leader election among replicas (boxed: it would make every `Command` as big).
+    #[command(flatten)]
+    pub leader_election: Box<LeaderElectionArgs>,
+    /// A resource never watched, as `plural` (core group) or `plural.group` (repeatable).
+    #[arg(long = "ignore-resource", env = "SYNCGC_IGNORE_RESOURCES", value_delimiter = ',', value_name = "RESOURCE",
+          default_values_t = ["events".to_owned(), "events.events.k8s.io".to_owned()])]
+    pub ignored_resources: Vec<String>,
+    /// How often the served resources are discovered again when no CustomResourceDefinition
+    /// or APIService change asks sooner.
+    #[arg(long, env = "SYNCGC_REDISCOVERY_INTERVAL", default_value = "20s", value_parser = crate::duration::parse)]
+    pub rediscovery_interval: Duration,
+    /// Where each watch's first list is read: `watch-cache` (the apiserver's watch cache, all
+    /// at once, as informers and kube-controller-manager do; the watch then brings the graph up
+    /// to date) or `etcd` (consistent, a page at a time: slower to become ready, the same graph).
+    #[arg(long, env = "SYNCGC_INITIAL_LIST", value_enum, default_value_t = InitialList::WatchCache)]
+    pub initial_list: InitialList,
+    /// Before an owner goes, confirm with a fresh read of its namespace (or of the cluster, for
+    /// a cluster-scoped owner) that nothing refers to it any more. Turning it off only serves
+    /// to measure what it costs: an owner may then go while a dependent the watches have not
+    /// delivered yet exists.
+    #[arg(long, env = "SYNCGC_RELEASE_BARRIER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub release_barrier: bool,
+    /// Serve `/debug/graph` (the graph around an object: kinds and names of objects in any
+    /// namespace) on the metrics address.
+    #[arg(long, env = "SYNCGC_DEBUG_GRAPH", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub debug_graph: bool,
+    /// Where the webhook is registered and how the apiserver reaches it.
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+    /// Create and keep up to date the MutatingWebhookConfiguration (--webhook-config-name):
+    /// rules and fields for the server's version, and the CA bundle of --tls-secret or
+    /// --webhook-ca-file. Every replica may do it; a replica writes only what differs.
+    #[arg(long, env = "SYNCGC_MANAGE_WEBHOOK")]
+    pub manage_webhook: bool,
+    /// With --manage-webhook, the CA bundle (PEM) to publish, read again when it changes
+    /// (for a certificate from cert-manager: the Secret's ca.crt).
+    #[arg(
+        long,
+        env = "SYNCGC_WEBHOOK_CA_FILE",
+        value_name = "FILE",
+        conflicts_with = "tls_secret"
+    )]
+    pub webhook_ca_file: Option<PathBuf>,
+    /// Keep a CA and the serving certificate in this Secret, as NAMESPACE/NAME (keys ca.crt,
+    /// ca.key, tls.crt, tls.key): generated when missing, renewed before they expire, served
+    /// without a restart. Replaces --tls-cert and --tls-key; needs --manage-webhook, which
+    /// publishes each new CA before a certificate it signed is served.
+    #[arg(long, env = "SYNCGC_TLS_SECRET", value_name = "NAMESPACE/NAME", requires = "manage_webhook", value_parser = secret_name)]
+    pub tls_secret: Option<(String, String)>,
+    /// Certificates kept in --tls-secret: how long they are valid and when they are renewed.
+    #[command(flatten)]
+    pub validity: ValidityArgs,
+}
+
+fn secret_name(text: &str) -> Result<(String, String), String> {
+    crate::webhook::registration::namespaced_name(text)
+        .ok_or_else(|| format!("{text:?} is not a Secret as NAMESPACE/NAME"))
+}
+
+/// The certificates of `--tls-secret`.
+#[derive(Debug, Args)]
+pub struct ValidityArgs {
+    /// How long a new CA is valid.
+    #[arg(long, env = "SYNCGC_TLS_CA_VALIDITY", default_value = "87600h", value_parser = crate::duration::parse)]
+    pub tls_ca_validity: Duration,
+    /// How long a new serving certificate is valid (never longer than its CA).
+    #[arg(long, env = "SYNCGC_TLS_CERT_VALIDITY", default_value = "8760h", value_parser = crate::duration::parse)]
+    pub tls_cert_validity: Duration,
+    /// How long before it expires a CA or a serving certificate is renewed.
+    #[arg(long, env = "SYNCGC_TLS_RENEW_BEFORE", default_value = "720h", value_parser = crate::duration::parse)]
+    pub tls_renew_before: Duration,
+}
+
+/// The MutatingWebhookConfiguration: its name, how the apiserver reaches the webhook, and
+/// what it sends there.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// The MutatingWebhookConfiguration's name.
+    #[arg(
+        long,
+        alias = "name",
+        env = "SYNCGC_WEBHOOK_CONFIG_NAME",
+        default_value = "syncgc"
+    )]
+    pub webhook_config_name: String,
+    /// The webhook's URL, for a webhook outside the cluster, e.g. https://127.0.0.1:8443/mutate.
+    #[arg(long, alias = "url", env = "SYNCGC_WEBHOOK_URL", value_name = "URL",
+          conflicts_with = "webhook_service", value_parser = url_client)]
+    pub webhook_url: Option<WebhookClient>,
+    /// The webhook's Service, as NAMESPACE/NAME (port 443, path /mutate).
+    #[arg(long, alias = "service", env = "SYNCGC_WEBHOOK_SERVICE", value_name = "NAMESPACE/NAME",
+          value_parser = service_client)]
+    pub webhook_service: Option<WebhookClient>,
+    /// Seconds the apiserver waits for an answer.
+    #[arg(long, alias = "timeout-seconds", env = "SYNCGC_WEBHOOK_TIMEOUT_SECONDS", default_value_t = 3,
+          value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub webhook_timeout_seconds: i32,
+    /// A namespace whose objects the webhook never sees (repeatable).
+    #[arg(long = "exclude-namespace", env = "SYNCGC_EXCLUDE_NAMESPACES", value_delimiter = ',', value_name = "NAME",
+          default_values_t = DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned))]
+    pub excluded_namespaces: Vec<String>,
+}
+
+impl WebhookArgs {
+    /// How the apiserver reaches the webhook, if a flag says.
+    pub fn client(&self) -> Option<WebhookClient> {
+        self.webhook_url
+            .clone()
+            .or_else(|| self.webhook_service.clone())
+    }
+
+    /// The registration, but for what only the cluster knows (set to no CA and `Every`).
+    pub fn registration(
+        &self,
+        client: WebhookClient,
+        unarmed_delete: UnarmedDelete,
+        server: ServerVersion,
+    ) -> Registration {
+        Registration {
+            name: self.webhook_config_name.clone(),
+            client,
+            ca_bundle: Vec::new(),
+            timeout_seconds: self.webhook_timeout_seconds,
+            excluded_namespaces: self.excluded_namespaces.clone(),
+            unarmed_delete,
+            server,
+            scope: Scope::Every,
+        }
+    }
+}
+
+fn url_client(text: &str) -> Result<WebhookClient, String> {
+    match text.parse()? {
+        url @ WebhookClient::Url(_) => Ok(url),
+        WebhookClient::Service { .. } => Err(format!("{text:?} is not an https:// URL")),
+    }
+}
+
+fn service_client(text: &str) -> Result<WebhookClient, String> {
+    match text.parse()? {
+        service @ WebhookClient::Service { .. } => Ok(service),
+        WebhookClient::Url(_) => Err(format!("{text:?} is not a Service as NAMESPACE/NAME")),
+    }
+}
+
+/// The flags of leader election, by client-go's rules.
+#[derive(Debug, Args)]
+pub struct LeaderElectionArgs {
+    /// Elect a leader among replicas with a Lease; only the leader's workers act.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// The namespace of the leader Lease; without it, the pod's own (POD_NAMESPACE, else the
+    /// service account's namespace file), else syncgc-system.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// The name of the leader Lease.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE", default_value = "syncgc")]
+    pub leader_election_lease: String,
+    /// How long a lease lasts unchanged, as other replicas observe it, before one of them may
+    /// take it over.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = crate::duration::parse)]
+    pub leader_election_lease_duration: Duration,
+    /// How long a leader keeps trying to renew its lease before it stops leading; shorter
+    /// than the lease duration.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = crate::duration::parse)]
+    pub leader_election_renew_deadline: Duration,
+    /// How long replicas wait between two tries to take or renew the lease; shorter than the
+    /// renew deadline.
+    #[arg(long, env = "SYNCGC_LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = crate::duration::parse)]
+    pub leader_election_retry_period: Duration,
+}
+
 /// Builds a single-threaded runtime.
 pub type RuntimeBuilder = fn() -> std::io::Result<tokio::runtime::Runtime>;
 
-/// Runs syncgc until SIGTERM or SIGINT. The garbage collector (discovery, watches, graph
-/// builder, workers, release barrier, and its client's connections) runs on a runtime and a
-/// thread of its own, built by `collector_runtime`: its tasks hand work to each other many
-/// times per object (a watch event to the builder, the builder to a worker, a worker to its
-/// request), and on one thread none of those hand-overs wakes another thread. The webhook and
-/// the metrics keep the multi-threaded runtime.
-pub async fn run(args: RunArgs, collector_runtime: RuntimeBuilder) -> anyhow::Result<()> {
-    let RunArgs {
-        kubeconfig,
-        metrics_addr,
-        webhook_addr,
-        tls_cert,
-        tls_key,
-        mode,
-        unarmed_delete,
-        timeout_base,
-        timeout_per_dependent,
-        timeout_max,
-        workers,
-        qps,
-        burst,
-        ignored_resources,
-        rediscovery_interval,
-        initial_list,
-        release_barrier,
-        leader_election: election_args,
-        debug_graph,
-        webhook: webhook_args,
-        manage_webhook,
-        webhook_ca_file,
-        tls_secret,
-        validity,
-    } = args;
-    let LeaderElectionArgs {
-        leader_election,
-        leader_election_namespace,
-        leader_election_lease,
-        leader_election_lease_duration,
-        leader_election_renew_deadline,
-        leader_election_retry_period,
-    } = *election_args;
-    // client-go's rules for the three durations, checked before anything starts.
-    let election_timing = leader_election
-        .then(|| {
-            Timing::new(
-                leader_election_lease_duration,
-                leader_election_renew_deadline,
-                leader_election_retry_period,
-            )
-        })
-        .transpose()?;
-    let validity = Validity {
-        ca: validity.tls_ca_validity,
-        cert: validity.tls_cert_validity,
-        renew_before: validity.tls_renew_before,
-    }
-    .check()
-    .map_err(anyhow::Error::msg)?;
-    // With --manage-webhook: where the webhook is, and where the CA bundle comes from.
-    let managed_client = match (manage_webhook, webhook_args.client()) {
-        (false, _) => None,
-        (true, Some(client)) => Some(client),
-        (true, None) => anyhow::bail!("--manage-webhook needs --webhook-service or --webhook-url"),
-    };
-    if managed_client.is_some() && tls_secret.is_none() && webhook_ca_file.is_none() {
-        anyhow::bail!("--manage-webhook needs --tls-secret or --webhook-ca-file for the CA bundle");
-    }
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+impl RunArgs {
+    /// Runs syncgc until SIGTERM or SIGINT. The garbage collector (discovery, watches, graph
+    /// builder, workers, release barrier, and its client's connections) runs on a runtime and a
+    /// thread of its own, built by `collector_runtime`: its tasks hand work to each other many
+    /// times per object (a watch event to the builder, the builder to a worker, a worker to its
+    /// request), and on one thread none of those hand-overs wakes another thread. The webhook and
+    /// the metrics keep the multi-threaded runtime.
+    pub async fn run(self, collector_runtime: RuntimeBuilder) -> anyhow::Result<()> {
+        let RunArgs {
+            kubeconfig,
+            metrics_addr,
+            webhook_addr,
+            tls_cert,
+            tls_key,
+            mode,
+            unarmed_delete,
+            timeout_base,
+            timeout_per_dependent,
+            timeout_max,
+            workers,
+            qps,
+            burst,
+            ignored_resources,
+            rediscovery_interval,
+            initial_list,
+            release_barrier,
+            leader_election: election_args,
+            debug_graph,
+            webhook: webhook_args,
+            manage_webhook,
+            webhook_ca_file,
+            tls_secret,
+            validity,
+        } = self;
+        let LeaderElectionArgs {
+            leader_election,
+            leader_election_namespace,
+            leader_election_lease,
+            leader_election_lease_duration,
+            leader_election_renew_deadline,
+            leader_election_retry_period,
+        } = *election_args;
+        // client-go's rules for the three durations, checked before anything starts.
+        let election_timing = leader_election
+            .then(|| {
+                Timing::new(
+                    leader_election_lease_duration,
+                    leader_election_renew_deadline,
+                    leader_election_retry_period,
+                )
+            })
+            .transpose()?;
+        let validity = Validity {
+            ca: validity.tls_ca_validity,
+            cert: validity.tls_cert_validity,
+            renew_before: validity.tls_renew_before,
+        }
+        .check()
+        .map_err(anyhow::Error::msg)?;
+        // With --manage-webhook: where the webhook is, and where the CA bundle comes from.
+        let managed_client = match (manage_webhook, webhook_args.client()) {
+            (false, _) => None,
+            (true, Some(client)) => Some(client),
+            (true, None) => {
+                anyhow::bail!("--manage-webhook needs --webhook-service or --webhook-url")
+            }
+        };
+        if managed_client.is_some() && tls_secret.is_none() && webhook_ca_file.is_none() {
+            anyhow::bail!(
+                "--manage-webhook needs --tls-secret or --webhook-ca-file for the CA bundle"
+            );
+        }
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
 
-    let metrics = Metrics::new().context("registering metrics")?;
-    let readiness = Readiness::default();
-    let config = api::config(kubeconfig.as_deref()).await?;
-    let client = api::client(config.clone())?;
-    // The webhook answers within the apiserver's timeout: its calls are not rate-limited.
-    let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
-    let collector_runtime = collector_runtime().context("starting the collector's runtime")?;
-    // Built in the collector's runtime, so that the client's tasks run there.
-    let gc_client = {
-        let _in = collector_runtime.enter();
-        api::client(config)?
-    };
-    let limiter = Arc::new(RateLimiter::new(qps, burst));
-    let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone());
+        let metrics = Metrics::new().context("registering metrics")?;
+        let readiness = Readiness::default();
+        let config = api::config(kubeconfig.as_deref()).await?;
+        let client = api::client(config.clone())?;
+        // The webhook answers within the apiserver's timeout: its calls are not rate-limited.
+        let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
+        let collector_runtime = collector_runtime().context("starting the collector's runtime")?;
+        // Built in the collector's runtime, so that the client's tasks run there.
+        let gc_client = {
+            let _in = collector_runtime.enter();
+            api::client(config)?
+        };
+        let limiter = Arc::new(RateLimiter::new(qps, burst));
+        let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone());
 
-    // From the Secret syncgc keeps (set by the managing rounds), or from files.
-    let cert = if tls_secret.is_some() {
-        Arc::new(ReloadingCert::empty())
-    } else {
-        let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
-        let reload_metrics = metrics.clone();
-        tokio::spawn(
-            cert.clone()
-                .watch(CERT_CHECK_INTERVAL, shutdown.clone(), move |outcome| {
+        // From the Secret syncgc keeps (set by the managing rounds), or from files.
+        let cert = if tls_secret.is_some() {
+            Arc::new(ReloadingCert::empty())
+        } else {
+            let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
+            let reload_metrics = metrics.clone();
+            tokio::spawn(cert.clone().watch(
+                CERT_CHECK_INTERVAL,
+                shutdown.clone(),
+                move |outcome| {
                     let result = match outcome {
                         Ok(Reload::Unchanged) => return,
                         Ok(Reload::Reloaded) => "reloaded",
@@ -138,97 +375,98 @@ pub async fn run(args: RunArgs, collector_runtime: RuntimeBuilder) -> anyhow::Re
                         .certificate_reloads
                         .with_label_values(&[result])
                         .inc();
-                }),
-        );
-        cert
-    };
-    let graph = Arc::new(RwLock::new(Graph::new(mode)));
-    tracing::info!(?mode, "garbage collector mode");
-    let webhook = handler::router(Webhook {
-        graph: graph.clone(),
-        policy: Policy { unarmed_delete },
-        metrics: metrics.clone(),
-        cluster: webhook_cluster.clone(),
-        body_timeout: Duration::from_secs(10),
-    });
-    let webhook_listener = TcpListener::bind(webhook_addr)
-        .await
-        .with_context(|| format!("binding the webhook address {webhook_addr}"))?;
-    tracing::info!(
-        addr = %webhook_listener.local_addr()?,
-        "serving the admission webhook (HTTPS, POST /mutate)"
-    );
-    let webhook_server = tokio::spawn(server::serve(
-        webhook_listener,
-        cert.clone(),
-        webhook,
-        Limits::default(),
-        shutdown.clone(),
-    ));
-
-    let gc = Arc::new(gc::Collector::new(
-        graph,
-        gc_cluster,
-        metrics.clone(),
-        GcConfig {
-            timeouts: Timeouts {
-                base: timeout_base,
-                per_dependent: timeout_per_dependent,
-                max: timeout_max,
-            },
-            workers: usize::from(workers),
-            ignored: ignored_resources,
-            rediscovery: rediscovery_interval,
-            initial_list,
-            barrier: release_barrier,
-        },
-    ));
-    let metrics_listener = TcpListener::bind(metrics_addr)
-        .await
-        .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
-    let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
-    if debug_graph {
-        metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));
-    }
-    tracing::info!(
-        addr = %metrics_listener.local_addr()?,
-        debug_graph,
-        "serving /metrics, /healthz, /readyz (and with --debug-graph /debug/graph)"
-    );
-    let metrics_server = axum::serve(metrics_listener, metrics_router)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let metrics_server = tokio::spawn(metrics_server.into_future());
-
-    let (leading_tx, leading) = tokio::sync::watch::channel(election_timing.is_none());
-    // Without an election this replica always leads: the sender lives as long as `run`.
-    let (election, _always_leading) = if let Some(timing) = election_timing {
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "syncgc".to_owned());
-            format!("{host}-{}", std::process::id())
-        });
-        let (namespace, from) = leader::lease_namespace_here(leader_election_namespace);
-        tracing::info!(%identity, lease = %leader_election_lease, %namespace, namespace_from = from, "electing a leader");
-        let election = Election {
-            namespace,
-            name: leader_election_lease,
-            identity,
-            timing,
+                },
+            ));
+            cert
         };
-        // Not rate-limited with the collector's calls, and answered within the renew deadline.
-        let cluster = Cluster::new(client.clone(), None, timing.renew_deadline, metrics.clone());
-        let task = tokio::spawn(election.run(
-            cluster,
-            leading_tx,
-            readiness.clone(),
-            metrics.clone(),
+        let graph = Arc::new(RwLock::new(Graph::new(mode)));
+        tracing::info!(?mode, "garbage collector mode");
+        let webhook = handler::router(Webhook {
+            graph: graph.clone(),
+            policy: Policy { unarmed_delete },
+            metrics: metrics.clone(),
+            cluster: webhook_cluster.clone(),
+            body_timeout: Duration::from_secs(10),
+        });
+        let webhook_listener = TcpListener::bind(webhook_addr)
+            .await
+            .with_context(|| format!("binding the webhook address {webhook_addr}"))?;
+        tracing::info!(
+            addr = %webhook_listener.local_addr()?,
+            "serving the admission webhook (HTTPS, POST /mutate)"
+        );
+        let webhook_server = tokio::spawn(server::serve(
+            webhook_listener,
+            cert.clone(),
+            webhook,
+            Limits::default(),
             shutdown.clone(),
         ));
-        (Some(task), None)
-    } else {
-        metrics.leader.set(1);
-        (None, Some(leading_tx))
-    };
-    let managed = managed_client.map(|reached| {
+
+        let gc = Arc::new(gc::Collector::new(
+            graph,
+            gc_cluster,
+            metrics.clone(),
+            GcConfig {
+                timeouts: Timeouts {
+                    base: timeout_base,
+                    per_dependent: timeout_per_dependent,
+                    max: timeout_max,
+                },
+                workers: usize::from(workers),
+                ignored: ignored_resources,
+                rediscovery: rediscovery_interval,
+                initial_list,
+                barrier: release_barrier,
+            },
+        ));
+        let metrics_listener = TcpListener::bind(metrics_addr)
+            .await
+            .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
+        let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
+        if debug_graph {
+            metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));
+        }
+        tracing::info!(
+            addr = %metrics_listener.local_addr()?,
+            debug_graph,
+            "serving /metrics, /healthz, /readyz (and with --debug-graph /debug/graph)"
+        );
+        let metrics_server = axum::serve(metrics_listener, metrics_router)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let metrics_server = tokio::spawn(metrics_server.into_future());
+
+        let (leading_tx, leading) = tokio::sync::watch::channel(election_timing.is_none());
+        // Without an election this replica always leads: the sender lives as long as `run`.
+        let (election, _always_leading) = if let Some(timing) = election_timing {
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "syncgc".to_owned());
+                format!("{host}-{}", std::process::id())
+            });
+            let (namespace, from) = leader::lease_namespace_here(leader_election_namespace);
+            tracing::info!(%identity, lease = %leader_election_lease, %namespace, namespace_from = from, "electing a leader");
+            let election = Election {
+                namespace,
+                name: leader_election_lease,
+                identity,
+                timing,
+            };
+            // Not rate-limited with the collector's calls, and answered within the renew deadline.
+            let cluster =
+                Cluster::new(client.clone(), None, timing.renew_deadline, metrics.clone());
+            let task = tokio::spawn(election.run(
+                cluster,
+                leading_tx,
+                readiness.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            (Some(task), None)
+        } else {
+            metrics.leader.set(1);
+            (None, Some(leading_tx))
+        };
+        let managed = managed_client.map(|reached| {
         let ca = match tls_secret {
             Some(secret) => CaSource::Secret(Box::new(Keeper::new(
                 &webhook_cluster,
@@ -250,34 +488,35 @@ pub async fn run(args: RunArgs, collector_runtime: RuntimeBuilder) -> anyhow::Re
         };
         tokio::spawn(managed.run(shutdown.clone()))
     });
-    let collector = {
-        let run = gc::run(gc, readiness.clone(), leading, shutdown.clone());
-        std::thread::Builder::new()
-            .name("collector".into())
-            .spawn(move || collector_runtime.block_on(run))
-            .context("starting the collector's thread")?
-    };
+        let collector = {
+            let run = gc::run(gc, readiness.clone(), leading, shutdown.clone());
+            std::thread::Builder::new()
+                .name("collector".into())
+                .spawn(move || collector_runtime.block_on(run))
+                .context("starting the collector's thread")?
+        };
 
-    tokio::select! {
-        () = shutdown.cancelled() => {}
-        () = watch_apiserver(&client, &metrics) => {}
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = watch_apiserver(&client, &metrics) => {}
+        }
+        readiness.set(false);
+        tokio::task::spawn_blocking(move || collector.join())
+            .await
+            .context("garbage collector thread")?
+            .map_err(|_| anyhow::anyhow!("the garbage collector panicked"))?;
+        if let Some(election) = election {
+            election.await.context("leader election task")?;
+        }
+        if let Some(managed) = managed {
+            managed.await.context("webhook management task")?;
+        }
+        tracing::info!("shutting down: finishing in-flight admission reviews");
+        webhook_server.await.context("webhook server task")?;
+        metrics_server.await.context("metrics server task")??;
+        tracing::info!("stopped");
+        Ok(())
     }
-    readiness.set(false);
-    tokio::task::spawn_blocking(move || collector.join())
-        .await
-        .context("garbage collector thread")?
-        .map_err(|_| anyhow::anyhow!("the garbage collector panicked"))?;
-    if let Some(election) = election {
-        election.await.context("leader election task")?;
-    }
-    if let Some(managed) = managed {
-        managed.await.context("webhook management task")?;
-    }
-    tracing::info!("shutting down: finishing in-flight admission reviews");
-    webhook_server.await.context("webhook server task")?;
-    metrics_server.await.context("metrics server task")??;
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// Keeps `syncgc_apiserver_connected` true to whether the apiserver answers, checking more often

@@ -15,8 +15,8 @@ use kube::api::{DynamicObject, ListParams};
 use k8s_openapi::api::core::v1::Event;
 
 use crate::gc::barrier::BARRIER_REASON;
-use crate::gc::decide::{self, Order, Wave};
 use crate::gc::discovery::{self, Resource};
+use crate::graph::{Order, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
     SYNCHRONOUS_FINALIZER,
@@ -193,7 +193,7 @@ fn tree_of(
 /// waves left, the one in progress (the highest), and what holds each of its objects.
 fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option<String> {
     let wave_of = |o: &Object| {
-        decide::order(
+        Order::of(
             o.meta
                 .annotations
                 .as_ref()

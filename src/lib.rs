@@ -15,19 +15,25 @@
 //!                                                                    metrics / readyz / debug endpoints
 //! ```
 //!
-//! Modules, imports pointing down only:
+//! Modules, from the top down; a module imports only from the modules below its own line
+//! (`tests/layout.rs` checks it, and that the parts of [`gc`] use each other without a circle):
 //!
-//! - [`cli`]: the command line (`syncgc run`, `syncgc certs`), parsed with clap.
-//! - [`app`]: `run`, which wires every part of the `run` subcommand together.
-//! - [`explain`]: `syncgc explain`, what keeps an object from going.
-//! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision).
+//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `explain`), parsed with clap.
+//! - [`app`]: `syncgc run`: its flags ([`app::RunArgs`]) next to what runs them, wiring every
+//!   part together.
+//! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision);
+//!   [`explain`]: `syncgc explain`, what keeps an object from going.
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
-//! - [`leader`]: leader election with a Lease; only the leader's workers act.
-//! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure.
-//! - [`certs`]: development certificates (a CA and a serving certificate signed by it).
-//! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`, `/readyz`.
-//! - [`api`]: the seam every Kubernetes call goes through.
-//! - [`names`], [`duration`]: the names that are a contract; Go-style durations.
+//! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure; [`certs`]:
+//!   development certificates; [`leader`]: leader election with a Lease.
+//! - [`api`]: the seam every Kubernetes call goes through, and the metadata-only list decoding
+//!   ([`api::meta`], [`api::proto`]).
+//! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`,
+//!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations.
+//!
+//! Locks are `parking_lot`'s (no poisoning). Where two are held at once, the graph's is taken
+//! first, then the discovered resources', then a part's own (the barrier's state, the
+//! deadlines, the orders).
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -1,7 +1,8 @@
 //! Prometheus metrics and the plain-HTTP endpoints `/metrics`, `/healthz` and `/readyz`.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -405,8 +406,7 @@ impl Readiness {
     }
 
     fn failing_mut(&self) -> MutexGuard<'_, BTreeMap<Condition, String>> {
-        // The map is valid after any panic: every change is one insert or remove.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock()
     }
 }
 

@@ -5,19 +5,13 @@
 //! `kubectl.kubernetes.io/last-applied-configuration` — is skipped as it is parsed, never
 //! allocated: a list of 100,000 objects costs what the graph keeps of them.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::api::null_is_empty;
-use crate::graph::{FinalizerPlaces, Flags, Uid};
-use crate::names::{
-    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION,
-    SYNCHRONOUS_FINALIZER,
-};
+use super::null_is_empty;
 
 /// The prefix of the labels and annotations that are kept.
 const OWN: &str = "syncgc.io/";
@@ -77,62 +71,6 @@ impl Own {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
-}
-
-impl Meta {
-    /// The flags the graph keeps.
-    pub fn flags(&self) -> Flags {
-        flags(
-            self.finalizers.iter().map(String::as_str),
-            self.annotations.get(SYNCHRONOUS_ANNOTATION),
-            self.labels.get(ARMED_LABEL),
-            self.deletion_timestamp.is_some(),
-        )
-    }
-
-    /// Where the finalizers the collector removes stand in its list.
-    pub fn places(&self) -> FinalizerPlaces {
-        FinalizerPlaces::of(self.finalizers.iter().map(|f| finalizer_flag(f)))
-    }
-}
-
-/// The flag that stands for the finalizer `finalizer` (empty for the finalizers of others).
-pub fn finalizer_flag(finalizer: &str) -> Flags {
-    match finalizer {
-        SYNCHRONOUS_FINALIZER => Flags::ARMED,
-        FOREGROUND_FINALIZER => Flags::FOREGROUND,
-        ORPHAN_FINALIZER => Flags::ORPHAN,
-        _ => Flags::empty(),
-    }
-}
-
-/// The flags of an object read in full (a GET).
-pub fn flags_of(meta: &ObjectMeta) -> Flags {
-    fn get<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
-        map.as_ref()?.get(key).map(String::as_str)
-    }
-    flags(
-        meta.finalizers.iter().flatten().map(String::as_str),
-        get(&meta.annotations, SYNCHRONOUS_ANNOTATION),
-        get(&meta.labels, ARMED_LABEL),
-        meta.deletion_timestamp.is_some(),
-    )
-}
-
-/// The graph's flags from an object's finalizers, opt-in annotation, armed label and whether
-/// it is being deleted.
-fn flags<'a>(
-    finalizers: impl Iterator<Item = &'a str>,
-    opt_in: Option<&str>,
-    armed_label: Option<&str>,
-    deleting: bool,
-) -> Flags {
-    finalizers
-        .map(finalizer_flag)
-        .fold(Flags::empty(), |flags, f| flags.with(f, true))
-        .with(Flags::LABELLED, armed_label == Some("true"))
-        .with(Flags::DELETING, deleting)
-        .with(Flags::OPTED_IN, opt_in == Some("true"))
 }
 
 /// Reads a map of strings (or null), keeping the `syncgc.io/` entries.
@@ -198,16 +136,14 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-impl Reference {
-    pub fn uid(&self) -> Uid {
-        Uid::parse(&self.uid)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    use crate::names::{
+        ARMED_LABEL, FOREGROUND_FINALIZER, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    };
 
     #[test]
     fn what_the_collector_does_not_need_is_skipped_and_the_rest_read_as_in_full() {
@@ -224,12 +160,6 @@ mod tests {
             "generation": 3,
         });
         let meta: Meta = serde_json::from_value(metadata.clone()).unwrap();
-        let full: ObjectMeta = serde_json::from_value(metadata).unwrap();
-        assert_eq!(meta.flags(), flags_of(&full));
-        assert_eq!(
-            meta.flags().names(),
-            ["deleting", "armed", "opted-in", "foreground", "labelled"]
-        );
         assert_eq!(
             meta.labels,
             Own(vec![(ARMED_LABEL.into(), "true".into())]),
@@ -238,34 +168,5 @@ mod tests {
         assert_eq!(meta.annotations.get(SYNCHRONOUS_ANNOTATION), Some("true"));
         assert_eq!(meta.owner_references[0].block_owner_deletion, Some(true));
         assert_eq!(meta.resource_version.as_deref(), Some("42"));
-    }
-
-    #[test]
-    fn nulls_and_absences_are_empty() {
-        let meta: Meta = serde_json::from_value(json!({ "name": "a", "labels": null,
-            "annotations": null, "ownerReferences": null, "finalizers": null }))
-        .unwrap();
-        assert_eq!(meta.flags(), Flags::empty());
-    }
-
-    #[test]
-    fn the_collector_s_finalizers_are_found_in_the_first_three_places() {
-        let meta: Meta = serde_json::from_value(json!({ "name": "a",
-            "finalizers": ["example.com/x", FOREGROUND_FINALIZER, SYNCHRONOUS_FINALIZER, ORPHAN_FINALIZER] }))
-        .unwrap();
-        let places = meta.places();
-        assert_eq!(places.of_finalizer(Flags::FOREGROUND), Some(1));
-        assert_eq!(places.of_finalizer(Flags::ARMED), Some(2));
-        assert_eq!(
-            places.of_finalizer(Flags::ORPHAN),
-            None,
-            "fourth: read first"
-        );
-        assert_eq!(places.of_finalizer(Flags::DELETING), None);
-        let first: Meta =
-            serde_json::from_value(json!({ "name": "a", "finalizers": [ORPHAN_FINALIZER] }))
-                .unwrap();
-        assert_eq!(first.places().of_finalizer(Flags::ORPHAN), Some(0));
-        assert_eq!(first.places().of_finalizer(Flags::FOREGROUND), None);
     }
 }

@@ -2,6 +2,9 @@
 //! patches and deletes single objects with preconditions, a client-side rate limit, a timeout
 //! per call and a count of errors by verb.
 
+pub mod meta;
+pub mod proto;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +28,8 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::gc::meta::{Item, Meta};
-use crate::gc::proto::{self, ListDecoder};
+use self::meta::{Item, Meta};
+use self::proto::ListDecoder;
 use crate::metrics::Metrics;
 use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
 

@@ -432,10 +432,9 @@ mod tests {
                 meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
                 Some(1_795_000_000)
             );
-            assert_eq!(
-                meta.flags().names(),
-                ["deleting", "armed", "opted-in", "labelled"]
-            );
+            assert_eq!(meta.finalizers, [SYNCHRONOUS_FINALIZER]);
+            assert_eq!(meta.labels.get(ARMED_LABEL), Some("true"));
+            assert_eq!(meta.annotations.get(SYNCHRONOUS_ANNOTATION), Some("true"));
             assert_eq!(
                 meta.labels.get("app"),
                 None,

@@ -47,8 +47,9 @@
 //! cache. So a lone release costs a round whose length grows with the number of kinds served;
 //! many releases share rounds, whatever their namespaces.
 
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -57,9 +58,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::discovery::{self, Rediscovery, Resource, Resources};
-use super::meta;
 use super::watch;
-use crate::api::{Cluster, RateLimiter, Target};
+use crate::api::{Cluster, RateLimiter, Target, meta};
 use crate::graph::{Coordinates, Flags, Graph, Node, Uid};
 use crate::metrics::Metrics;
 
@@ -434,11 +434,11 @@ impl Barrier {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     fn graph(&self) -> RwLockReadGuard<'_, Graph> {
-        self.reads.graph.read().unwrap_or_else(|e| e.into_inner())
+        self.reads.graph.read()
     }
 
     /// `owner`, which the graph shows free of what keeps it, arrives at the barrier: whether
@@ -615,11 +615,7 @@ impl Barrier {
         self.reads.metrics.barrier_rounds.inc();
         // Discovery as of the round's start: the resources read are those it had taken in.
         let (reads, known) = {
-            let resources = self
-                .reads
-                .resources
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
+            let resources = self.reads.resources.read();
             let reads: Vec<(Resource, bool, Option<Source>)> = resources
                 .served()
                 .filter(|(_, r)| r.watched)
@@ -686,13 +682,7 @@ impl Barrier {
             &resource.api,
             if referrers { scope.namespace() } else { None },
         );
-        let aliases = self
-            .reads
-            .resources
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .aliases()
-            .clone();
+        let aliases = self.reads.resources.read().aliases().clone();
         let mut found = Found::default();
         let result = self
             .reads

@@ -7,8 +7,9 @@
 //! at once (after a short pause that gathers a burst) when a CustomResourceDefinition or an
 //! APIService changes, since those change what is served.
 
+use parking_lot::RwLock;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch as signal};
@@ -115,7 +116,7 @@ impl Builder {
             let failed: Vec<String> = resources.failed_groups().iter().cloned().collect();
             (failed, resources.aliases().clone())
         };
-        *self.aliases.write().unwrap_or_else(|e| e.into_inner()) = aliases;
+        *self.aliases.write() = aliases;
         let metrics = self.collector.metrics.clone();
         metrics
             .discovery_failed_groups

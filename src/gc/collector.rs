@@ -2,32 +2,39 @@
 //! `attemptToDeleteItem`, `attemptToOrphan`, `processDeletingDependentsItem`, and arming the
 //! opted-in objects found unarmed). Each worker takes an item from the queue, reads the graph
 //! (and the live object where the graph cannot decide), asks [`super::decide`], and acts
-//! through the API seam. The synchronous finalizer's part is in [`super::synchronous`].
+//! through the API seam. What the parts decide is theirs: the deadlines in
+//! [`super::synchronous`], the deletion order in [`super::order`], the release barrier in
+//! [`super::barrier`].
 
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::DynamicObject;
 use kube::runtime::events::EventType;
 use tokio::sync::watch as signal;
 
 use super::GcConfig;
 use super::absent::{self, AbsentOwners};
 use super::barrier::{self, Barrier, Hold, Owner, Reads, Verdict};
-use super::decide::{self, Attempt, Dependent, OwnerState, Propagation};
+use super::decide::{
+    self, Attempt, Deadline, Dependent, OwnerState, Propagation, Release, Unproven,
+};
 use super::discovery::{Rediscovery, Resources};
-use super::meta::{finalizer_flag, flags_of};
-use super::order::Orders;
+use super::order::{self, Abandoned, Orders};
 use super::queue::WorkQueue;
+use super::synchronous::{self, Deadlines};
 use super::watch::{GraphEvent, WatchState};
 use crate::api::{ApiError, Changed, Cluster, Marks, Target};
 use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
 use crate::metrics::Metrics;
 use crate::names::{
-    DEADLINE_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER,
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
+    SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
 };
 
 /// The Event said when the release barrier is overruled by a bound.
@@ -55,19 +62,13 @@ pub struct Collector {
     deleted: Mutex<HashMap<Uid, Instant>>,
     /// How far each waiting owner's deletion order has gone.
     pub(super) orders: Mutex<Orders>,
-    /// The deadlines in force for waiting owners, kept here whether or not they could be
-    /// stored on the owners (see [`super::synchronous`]).
-    pub(super) deadlines: Mutex<HashMap<Uid, Timestamp>>,
+    /// The deadlines in force for waiting owners (see [`super::synchronous`]).
+    deadlines: Deadlines,
     /// Asks the graph builder for a discovery.
     pub(super) rediscovery: Arc<Rediscovery>,
     pub(super) barrier: Barrier,
     /// How many discoveries changed what is served (0 before the first).
     discoveries: tokio::sync::watch::Sender<u64>,
-}
-
-/// Locks `mutex`, whatever a panicking holder left in it (every value here stays valid).
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Collector {
@@ -98,7 +99,7 @@ impl Collector {
             absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
             deleted: Mutex::default(),
             orders: Mutex::default(),
-            deadlines: Mutex::default(),
+            deadlines: Deadlines::default(),
             rediscovery,
             barrier,
             discoveries: tokio::sync::watch::Sender::new(0),
@@ -107,11 +108,11 @@ impl Collector {
     }
 
     pub fn graph_read(&self) -> RwLockReadGuard<'_, Graph> {
-        self.graph.read().unwrap_or_else(|e| e.into_inner())
+        self.graph.read()
     }
 
     pub fn resources(&self) -> RwLockReadGuard<'_, Resources> {
-        self.resources.read().unwrap_or_else(|e| e.into_inner())
+        self.resources.read()
     }
 
     /// Follows how many discoveries changed what is served (the resources or the groups
@@ -125,7 +126,7 @@ impl Collector {
     }
 
     pub(super) fn resources_write(&self) -> RwLockWriteGuard<'_, Resources> {
-        self.resources.write().unwrap_or_else(|e| e.into_inner())
+        self.resources.write()
     }
 
     pub fn mode(&self) -> Mode {
@@ -151,11 +152,12 @@ impl Collector {
     }
 
     fn note_deleted(&self, uid: Uid) {
-        lock(&self.deleted).insert(uid, Instant::now());
+        self.deleted.lock().insert(uid, Instant::now());
     }
 
     pub(super) fn recently_deleted(&self, uid: Uid) -> bool {
-        lock(&self.deleted)
+        self.deleted
+            .lock()
             .get(&uid)
             .is_some_and(|at| at.elapsed() < DELETED_GRACE)
     }
@@ -165,7 +167,7 @@ impl Collector {
     /// of the work queued before: its release may be what the rest of its tree waits for.
     pub(super) fn apply(&self, event: GraphEvent) {
         let work: Vec<(Work, bool)> = {
-            let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
+            let mut graph = self.graph.write();
             let work: Vec<Work> = match event {
                 GraphEvent::Apply(id, observed) => graph.apply(id, observed),
                 GraphEvent::Page(id, page) => page
@@ -173,7 +175,7 @@ impl Collector {
                     .flat_map(|observed| graph.apply(id, observed))
                     .collect(),
                 GraphEvent::Delete(_, uid) => {
-                    lock(&self.deleted).remove(&uid);
+                    self.deleted.lock().remove(&uid);
                     graph.delete(uid)
                 }
                 GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
@@ -221,10 +223,10 @@ impl Collector {
                 waiting += 1;
                 oldest = oldest.max(since.map_or(0, |s| now - s));
             }
-            lock(&self.deadlines)
-                .retain(|uid, _| graph.node(*uid).is_some_and(|n| !n.is(Flags::VIRTUAL)));
-            lock(&self.orders).forget(&graph);
-            lock(&self.deleted)
+            self.deadlines.forget_gone(&graph);
+            self.orders.lock().forget(&graph);
+            self.deleted
+                .lock()
                 .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
             self.barrier.forget(&graph, self.config.timeouts.max);
             (observed, virtual_nodes, waiting, oldest)
@@ -460,7 +462,7 @@ impl Collector {
         let at = self
             .graph_read()
             .node(uid)
-            .and_then(|n| n.places.of_finalizer(finalizer_flag(finalizer)));
+            .and_then(|n| n.places.of_finalizer(Flags::of_finalizer(finalizer)));
         let changed = self
             .act(
                 "remove_finalizer",
@@ -552,7 +554,7 @@ impl Collector {
             let graph = self.graph_read();
             (
                 graph.mode(),
-                self.dependent_of(&graph, uid, flags_of(&meta)),
+                self.dependent_of(&graph, uid, Flags::of_object(&meta)),
             )
         };
         let uids = |indices: &[usize]| -> Vec<String> {
@@ -570,20 +572,13 @@ impl Collector {
                 .await
             }
             Attempt::Arm => {
-                // It waits under the earliest deadline of the owners that wait for it, so that
-                // their own timeouts bound the whole transitive wait.
-                let inherited = {
-                    let deadlines = lock(&self.deadlines);
+                let inherited = self.deadlines.inherit(
+                    uid,
                     references
                         .iter()
-                        .zip(&owners)
-                        .filter(|(_, state)| **state == OwnerState::WaitingSynchronous)
-                        .filter_map(|(r, _)| deadlines.get(&Uid::parse(&r.uid)).copied())
-                        .min()
-                };
-                if let Some(deadline) = inherited {
-                    lock(&self.deadlines).insert(uid, deadline);
-                }
+                        .map(|r| Uid::parse(&r.uid))
+                        .zip(owners.iter().copied()),
+                );
                 let value = inherited.map(|d| d.to_string());
                 let annotation = value.as_deref().map(|v| (DEADLINE_ANNOTATION, v));
                 let armed = self
@@ -734,7 +729,7 @@ impl Collector {
             name: reference.name.clone(),
             uid: reference.uid.clone(),
         };
-        if lock(&self.absent).contains(&key) {
+        if self.absent.lock().contains(&key) {
             return Ok(OwnerState::Absent);
         }
         let owner = Target {
@@ -744,10 +739,10 @@ impl Collector {
             uid: reference.uid.clone(),
         };
         let Some(meta) = self.cluster.get_metadata(&owner).await? else {
-            lock(&self.absent).insert(key);
+            self.absent.lock().insert(key);
             return Ok(OwnerState::Absent);
         };
-        Ok(state_of(flags_of(&meta)))
+        Ok(state_of(Flags::of_object(&meta)))
     }
 
     async fn invalid_namespace(&self, dependent: &Target, note: String) {
@@ -811,7 +806,7 @@ impl Collector {
         let Some(meta) = self.cluster.get_metadata(&target).await? else {
             return Ok(());
         };
-        if !flags_of(&meta).needs_arming() {
+        if !Flags::of_object(&meta).needs_arming() {
             return Ok(());
         }
         match self.act("arm", self.cluster.arm(&target)).await {
@@ -822,6 +817,252 @@ impl Collector {
             Err(ApiError::Terminating(_) | ApiError::Replaced(..)) => Ok(()),
             Err(err) => Err(err),
         }
+    }
+
+    /// Queues the attempts to delete the dependents of the waiting owner `uid` that its order
+    /// has reached ([`Orders::next`]). A wave that starts gets a `SyncGCWave` Event on
+    /// `target`; a dependent with an invalid order, a Warning of its own the first time.
+    pub(super) async fn delete_dependents(&self, uid: Uid, target: &Target) {
+        let batch = {
+            let graph = self.graph_read();
+            self.orders
+                .lock()
+                .next(&graph, uid, |dependent| self.recently_deleted(dependent))
+        };
+        if let Some((wave, count)) = batch.started {
+            self.metrics.waves_started.inc();
+            tracing::info!(owner = %target, wave = wave.0, count, "deleting a wave of dependents");
+            let note = format!("deleting wave {}: {count} dependent(s)", wave.0);
+            self.cluster
+                .new_event(target, EventType::Normal, order::WAVE_REASON, note)
+                .await;
+        }
+        for (dependent, value) in batch.invalid {
+            let Some((dependent, _)) = self.observed(dependent) else {
+                continue;
+            };
+            let note = format!(
+                "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer; it is deleted in wave 0"
+            );
+            tracing::warn!(%dependent, "{note}");
+            self.event(&dependent, EventType::Warning, order::INVALID_REASON, note)
+                .await;
+        }
+        for dependent in batch.uids {
+            self.enqueue(Work::AttemptToDelete(dependent));
+        }
+    }
+
+    /// The owner `uid`'s deadline passed: abandons its order if waves are left besides the
+    /// current one ([`Orders::abandon`]), saying so on `target`. Whether it did.
+    pub(super) async fn abandon_order(&self, uid: Uid, target: &Target) -> bool {
+        let abandoned = {
+            let graph = self.graph_read();
+            self.orders.lock().abandon(&graph, uid)
+        };
+        let Some(Abandoned { current, later }) = abandoned else {
+            return false;
+        };
+        tracing::warn!(owner = %target, wave = current.0, later, "the deadline passed before the last wave: the order is abandoned");
+        let note = format!(
+            "the deadline passed while wave {} was being deleted: the order is abandoned and the {later} dependent(s) of the later waves are deleted at once",
+            current.0
+        );
+        self.cluster
+            .new_event(target, EventType::Warning, order::ABANDONED_REASON, note)
+            .await;
+        true
+    }
+
+    /// An armed owner being deleted: fix its deadline, delete its dependents, release it when
+    /// they are gone or the deadline passes.
+    pub(super) async fn sync_synchronous(&self, uid: Uid, target: &Target) -> Result<(), ApiError> {
+        let Some(object) = self.cluster.get(target).await? else {
+            return Ok(());
+        };
+        let meta = &object.metadata;
+        let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+        let Some(deleted_at) = meta.deletion_timestamp.as_ref().map(|t| t.0) else {
+            return Ok(());
+        };
+        if !finalizers.iter().any(|f| f == SYNCHRONOUS_FINALIZER) {
+            return Ok(());
+        }
+        let deadline = self.deadline(uid, target, &object, deleted_at).await;
+        let left = self.graph_read().valid_dependents(uid).count();
+        let now = Timestamp::now();
+        let observed = object.data["status"]["observedGeneration"].as_i64();
+        let until_deadline = deadline.duration_since(now).unsigned_abs();
+        let release = decide::release(now, deadline, left, meta.generation, observed);
+        if release != Release::Now {
+            self.barrier.kept(uid, false);
+        }
+        match release {
+            Release::Now => {
+                let verdict = self.through_barrier(uid, target, false).await;
+                let recheck = match &verdict {
+                    Verdict::Pass => return self.release(uid, target, deleted_at, None).await,
+                    Verdict::Held { since, .. } => barrier::recheck(since.elapsed()),
+                    // The round queues it; the deadline bounds the wait should it never end.
+                    Verdict::Round => until_deadline,
+                };
+                match decide::unproven(now, deadline, recheck) {
+                    Unproven::TimedOut => {
+                        let hold = match verdict {
+                            Verdict::Held { hold, .. } => Some(hold),
+                            _ => self.barrier.holding(uid),
+                        };
+                        let unproven = hold.map_or_else(
+                            || "its read had not ended".to_owned(),
+                            |hold| format!("it was waiting for {hold}"),
+                        );
+                        let left = format!(
+                            "no dependent left that the graph knows of, and the release barrier could not confirm it: {unproven}"
+                        );
+                        self.release(uid, target, deleted_at, Some(left)).await
+                    }
+                    Unproven::LookAgain(after) => {
+                        self.queue.add_after(Work::SyncOwner(uid), after);
+                        Ok(())
+                    }
+                }
+            }
+            Release::TimedOut => {
+                if self.abandon_order(uid, target).await {
+                    self.delete_dependents(uid, target).await;
+                    // Behind them: they are deleted while it still waits.
+                    self.enqueue(Work::SyncOwner(uid));
+                    return Ok(());
+                }
+                let left = self.graph_read().valid_dependents(uid).count();
+                let left = format!("{left} dependent(s) left");
+                self.release(uid, target, deleted_at, Some(left)).await
+            }
+            Release::WaitForGeneration => {
+                let recheck = synchronous::GENERATION_RECHECK.min(until_deadline);
+                self.queue.add_after(Work::SyncOwner(uid), recheck);
+                Ok(())
+            }
+            Release::Wait => {
+                if !finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
+                    self.delete_dependents(uid, target).await;
+                }
+                self.queue.add_after(Work::SyncOwner(uid), until_deadline);
+                Ok(())
+            }
+        }
+    }
+
+    /// The deadline in force for the owner `uid`, deleted at `deleted_at`: the one in memory
+    /// (fixed earlier, or inherited) while it lies within bounds; otherwise the stored one
+    /// within bounds, or a new one, which is then stored — best-effort.
+    async fn deadline(
+        &self,
+        uid: Uid,
+        target: &Target,
+        object: &DynamicObject,
+        deleted_at: Timestamp,
+    ) -> Timestamp {
+        let max = self.config.timeouts.max;
+        if let Some(at) = self.deadlines.within_bounds(uid, deleted_at, max) {
+            return at;
+        }
+        let (count, names) = {
+            let graph = self.graph_read();
+            let names: Vec<String> = graph
+                .valid_dependents(uid)
+                .take(synchronous::NAMES_IN_EVENTS)
+                .map(|(_, n, _)| n.name.to_string())
+                .collect();
+            (graph.transitive_dependents(uid), names)
+        };
+        let base = synchronous::annotation(object, TIMEOUT_ANNOTATION)
+            .and_then(|t| crate::duration::parse(t).ok());
+        let timeout = self.config.timeouts.for_owner(count, base);
+        let choice = decide::deadline(
+            deleted_at,
+            synchronous::annotation(object, DEADLINE_ANNOTATION),
+            timeout,
+            max,
+        );
+        let at = choice.at();
+        self.deadlines.fix(uid, at);
+        if let Deadline::Stored(_) = choice {
+            return at;
+        }
+        if let Deadline::Replaced { stored, .. } = &choice {
+            let note = format!(
+                "its {DEADLINE_ANNOTATION} {stored:?} lies outside [deletionTimestamp, deletionTimestamp + {max:?}] (copied from elsewhere?); waiting until {at} instead"
+            );
+            tracing::warn!(owner = %target, "{note}");
+            self.event(target, EventType::Warning, "SyncGCDeadlineReplaced", note)
+                .await;
+        }
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { DEADLINE_ANNOTATION: at.to_string() } }
+        });
+        if let Err(err) = self
+            .act(
+                "store_deadline",
+                self.cluster.merge_metadata(target, &patch),
+            )
+            .await
+        {
+            tracing::warn!(owner = %target, %err, "could not store the deadline; it is kept in memory");
+            let note = format!(
+                "could not store the deadline {at} ({}, HTTP {}); it is kept in memory, and a restart of syncgc fixes it again from the deletionTimestamp",
+                err.reason(),
+                err.status().unwrap_or_default()
+            );
+            self.event(target, EventType::Warning, "SyncGCDeadlineNotStored", note)
+                .await;
+        }
+        let mut note = format!("waiting for {count} dependent(s) to be deleted, until {at}");
+        if !names.is_empty() {
+            note.push_str(&format!(": {}", names.join(", ")));
+        }
+        self.event(target, EventType::Normal, "SyncGCWaiting", note)
+            .await;
+        at
+    }
+
+    /// Removes syncgc's finalizer from the owner: all its dependents gone, or `timed_out`
+    /// with what was left.
+    async fn release(
+        &self,
+        uid: Uid,
+        target: &Target,
+        deleted_at: Timestamp,
+        timed_out: Option<String>,
+    ) -> Result<(), ApiError> {
+        self.finish(uid, target, SYNCHRONOUS_FINALIZER).await?;
+        self.deadlines.forget(uid);
+        let waited = Timestamp::now()
+            .duration_since(deleted_at)
+            .as_secs_f64()
+            .max(0.0);
+        let outcome = if timed_out.is_some() {
+            "timed_out"
+        } else {
+            "released"
+        };
+        self.metrics
+            .synchronous_deletion_duration
+            .with_label_values(&[outcome])
+            .observe(waited);
+        if let Some(left) = timed_out {
+            self.metrics.timeouts.inc();
+            tracing::warn!(owner = %target, waited, %left, "released by timeout");
+            let note = format!("released after {waited:.0}s by its timeout, {left}");
+            self.event(target, EventType::Warning, "SyncGCTimedOut", note)
+                .await;
+        } else {
+            tracing::info!(owner = %target, waited, "released: all dependents are gone");
+            let note = format!("all dependents are gone after {waited:.1}s");
+            self.event(target, EventType::Normal, "SyncGCReleased", note)
+                .await;
+        }
+        Ok(())
     }
 
     /// Runs an action, counting it by result.
@@ -868,7 +1109,7 @@ impl Collector {
                 flags.contains(Flags::ORPHAN),
                 flags.contains(Flags::FOREGROUND),
             ),
-            in_turn: self.in_turn(graph, uid, graph.wave(uid)),
+            in_turn: self.orders.lock().in_turn(graph, uid, graph.wave(uid)),
         }
     }
 }

@@ -13,7 +13,8 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::Collector;
-use crate::graph::Uid;
+use super::discovery::Resources;
+use crate::graph::{Graph, Uid};
 
 #[derive(Debug, Deserialize)]
 struct Params {
@@ -52,14 +53,13 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .with_state(collector)
 }
 
-impl Collector {
-    /// The neighbourhood of `uid` (see [`crate::graph::Graph::neighbourhood`]).
-    pub fn view(&self, uid: Uid) -> GraphView {
-        let graph = self.graph_read();
-        let resources = self.resources();
+impl GraphView {
+    /// The neighbourhood of `uid` (see [`crate::graph::Graph::neighbourhood`]), with the kinds
+    /// of `resources`.
+    pub fn of(graph: &Graph, resources: &Resources, uid: Uid) -> Self {
         let uids = graph.neighbourhood(uid);
         let shown: HashSet<Uid> = uids.iter().copied().collect();
-        let mut view = GraphView {
+        let mut view = Self {
             nodes: Vec::new(),
             edges: Vec::new(),
         };
@@ -97,7 +97,11 @@ async fn serve(State(collector): State<Arc<Collector>>, Query(params): Query<Par
         )
             .into_response();
     };
-    let view = collector.view(Uid::parse(&uid));
+    let view = GraphView::of(
+        &collector.graph_read(),
+        &collector.resources(),
+        Uid::parse(&uid),
+    );
     if view.nodes.is_empty() {
         return (
             StatusCode::NOT_FOUND,

@@ -7,7 +7,6 @@ use jiff::{SignedDuration, Timestamp};
 
 pub use crate::api::Propagation;
 use crate::graph::Mode;
-pub use crate::graph::{Order, Wave};
 
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,28 +42,8 @@ pub struct Dependent {
     pub armed: bool,
     /// The policy its own finalizers ask for.
     pub own: Propagation,
-    /// Every owner that waits for it has reached its wave (see [`in_turn`]).
+    /// Every owner that waits for it has reached its wave (see [`Wave::in_turn`](crate::graph::Wave::in_turn)).
     pub in_turn: bool,
-}
-
-/// What `syncgc.io/deletion-order: value` says: wave 0 without it; an invalid order (to be
-/// warned about, and taken for wave 0) for a value that is not an integer.
-pub fn order(value: Option<&str>) -> Order {
-    match value {
-        None => Order::default(),
-        Some(value) => value
-            .trim()
-            .parse()
-            .map_or_else(|_| Order::Invalid(value.into()), |n| Order::Wave(Wave(n))),
-    }
-}
-
-/// Whether a dependent in `wave` may be deleted for an owner whose dependents still in the
-/// graph (this one among them, and those being deleted) are in `waves`: no higher wave is
-/// left. Objects without the annotation are all in wave 0, so an owner without an order
-/// deletes every dependent at once, as before.
-pub fn in_turn(wave: Wave, waves: impl IntoIterator<Item = Wave>) -> bool {
-    waves.into_iter().all(|other| other <= wave)
 }
 
 /// What to do with a dependent.
@@ -372,28 +351,6 @@ mod tests {
         assert_eq!(
             both(&[WaitingSynchronous, Solid], later),
             Attempt::Keep { drop: vec![0] }
-        );
-    }
-
-    #[test]
-    fn waves_go_from_the_highest_and_default_to_zero() {
-        assert_eq!(order(None), Order::Wave(Wave(0)));
-        assert_eq!(order(Some("3")), Order::Wave(Wave(3)));
-        assert_eq!(order(Some(" -2 ")), Order::Wave(Wave(-2)));
-        assert_eq!(order(Some("first")), Order::Invalid("first".into()));
-        assert_eq!(order(Some("1.5")).wave(), Wave(0));
-        assert_eq!(order(Some("")).wave(), Wave(0));
-        let left = [Wave(0), Wave(2), Wave(2), Wave(-1)];
-        assert!(in_turn(Wave(2), left));
-        assert!(!in_turn(Wave(0), left));
-        assert!(!in_turn(Wave(-1), left));
-        assert!(
-            in_turn(Wave(0), [Wave(0), Wave(0)]),
-            "no order: all at once"
-        );
-        assert!(
-            in_turn(Wave(-1), [Wave(-1)]),
-            "the last wave, once the others are gone"
         );
     }
 

@@ -6,16 +6,18 @@
 //! Its parts, as the upstream collector's:
 //!
 //! - [`discovery`]: which resources to watch (per GroupResource, partial failures tolerated).
-//! - [`watch`]: one metadata-only watch per resource, reading [`meta`]: the metadata the
-//!   collector needs and nothing else.
+//! - [`watch`]: one metadata-only watch per resource, reading [`crate::api::meta`]: the
+//!   metadata the collector needs and nothing else.
 //! - [`builder`]: the graph builder, the graph's one writer: discovery, the watches, and the
 //!   work their events bring up; rediscovers at once when CRDs or APIServices change.
 //! - [`queue`]: the deduplicating, delaying, backing-off work queue.
 //! - [`decide`]: the pure decisions.
 //! - [`collector`]: the workers and their actions (attempt to delete, orphan, foreground,
-//!   arm), through [`crate::api::Cluster`].
-//! - [`synchronous`]: the synchronous finalizer: deadlines, and releasing waiting owners.
-//! - [`order`]: deletion order: a waiting owner's dependents in waves.
+//!   the synchronous finalizer, arm), through [`crate::api::Cluster`]; it asks the parts below
+//!   and acts on their answers.
+//! - [`synchronous`]: the synchronous finalizer's deadlines ([`synchronous::Deadlines`]).
+//! - [`order`]: deletion order: which of a waiting owner's dependents go next, in waves
+//!   ([`order::Orders`], decided from the graph).
 //! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
 //!   nothing refers to it any more.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
@@ -30,9 +32,7 @@ pub mod collector;
 pub mod debug;
 pub mod decide;
 pub mod discovery;
-pub mod meta;
 pub mod order;
-pub mod proto;
 pub mod queue;
 pub mod synchronous;
 pub mod watch;

@@ -2,20 +2,13 @@
 //! the highest first, and the next wave starts only when every object of the current one is
 //! gone (transitively: an object with dependents of its own waits for them before it goes).
 //! The graph keeps each object's order; [`Orders`] keeps, per waiting owner, the wave its
-//! deletion has reached, so that a dependent's turn costs one look-up; [`super::decide::in_turn`] is
+//! deletion has reached, so that a dependent's turn costs one look-up; [`Wave::in_turn`] is
 //! the rule. The owner's deadline bounds the whole sequence: when it passes, the order is
 //! abandoned and the remaining waves go at once.
 
 use std::collections::{HashMap, HashSet};
 
-use kube::runtime::events::EventType;
-
-use super::Collector;
-use super::collector::lock;
-use super::decide::Wave;
-use crate::api::Target;
-use crate::graph::{Flags, Graph, Uid, Work};
-use crate::names::DELETION_ORDER_ANNOTATION;
+use crate::graph::{Flags, Graph, Uid, Wave};
 
 /// The reason of the Event that says a wave of ordered dependents starts.
 pub const WAVE_REASON: &str = "SyncGCWave";
@@ -47,7 +40,7 @@ impl Orders {
     /// its deletion has reached when known, from its dependents in the graph otherwise. A wave
     /// remembered too high (the last object of the wave just went) only makes the dependent
     /// wait for the owner's next look, which deletes it.
-    pub fn in_turn(&self, graph: &Graph, owner: Uid, wave: Wave) -> bool {
+    fn owner_in_turn(&self, graph: &Graph, owner: Uid, wave: Wave) -> bool {
         match self.owners.get(&owner) {
             Some(order) => order.abandoned || wave >= order.current,
             None => graph.in_turn_of(owner, wave),
@@ -63,61 +56,41 @@ impl Orders {
     }
 }
 
-/// What [`Collector::delete_dependents`] found.
-struct Batch {
-    uids: Vec<Uid>,
+/// The next dependents of a waiting owner to delete ([`Orders::next`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub uids: Vec<Uid>,
     /// A wave that starts, with how many objects it holds.
-    started: Option<(Wave, usize)>,
+    pub started: Option<(Wave, usize)>,
     /// Dependents to warn about an invalid order, with the value.
-    invalid: Vec<(Uid, String)>,
+    pub invalid: Vec<(Uid, String)>,
 }
 
-impl Collector {
+/// The deadline passed before the last wave: the wave in progress, and how many dependents
+/// of the later waves now go at once ([`Orders::abandon`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned {
+    pub current: Wave,
+    pub later: usize,
+}
+
+impl Orders {
     /// Whether `uid`, in `wave`, may be deleted for every owner of it that waits.
-    pub(super) fn in_turn(&self, graph: &Graph, uid: Uid, wave: Wave) -> bool {
-        let orders = lock(&self.orders);
+    pub fn in_turn(&self, graph: &Graph, uid: Uid, wave: Wave) -> bool {
         graph
             .waiting_owners_of(uid)
-            .all(|owner| orders.in_turn(graph, owner, wave))
+            .all(|owner| self.owner_in_turn(graph, owner, wave))
     }
 
-    /// Queues the attempts to delete the dependents of the waiting owner `uid` that are still
-    /// to be deleted (not being deleted, and not just deleted by this collector) in the wave
-    /// its order has reached: the highest among its dependents still in the graph, or all of
-    /// them once the order is abandoned. A wave that starts gets a `SyncGCWave` Event on
-    /// `target`; a dependent with an invalid order, a Warning of its own the first time.
-    pub(super) async fn delete_dependents(&self, uid: Uid, target: &Target) {
-        let batch = self.batch(uid);
-        if let Some((wave, count)) = batch.started {
-            self.metrics.waves_started.inc();
-            tracing::info!(owner = %target, wave = wave.0, count, "deleting a wave of dependents");
-            let note = format!("deleting wave {}: {count} dependent(s)", wave.0);
-            self.cluster
-                .new_event(target, EventType::Normal, WAVE_REASON, note)
-                .await;
-        }
-        for (dependent, value) in batch.invalid {
-            let Some((dependent, _)) = self.observed(dependent) else {
-                continue;
-            };
-            let note = format!(
-                "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer; it is deleted in wave 0"
-            );
-            tracing::warn!(%dependent, "{note}");
-            self.event(&dependent, EventType::Warning, INVALID_REASON, note)
-                .await;
-        }
-        for dependent in batch.uids {
-            self.enqueue(Work::AttemptToDelete(dependent));
-        }
-    }
-
-    fn batch(&self, uid: Uid) -> Batch {
-        let graph = self.graph_read();
-        let mut orders = lock(&self.orders);
-        let waves = waves_of(&graph, uid);
+    /// The dependents of the waiting owner `owner` still to be deleted (not being deleted,
+    /// and not `deleted` already by this collector) in the wave its order has reached: the
+    /// highest among its dependents still in the graph, or all of them once the order is
+    /// abandoned; the wave that starts, if one does (an order spans two waves at least); and
+    /// the dependents with an invalid order not warned about yet.
+    pub fn next(&mut self, graph: &Graph, owner: Uid, deleted: impl Fn(Uid) -> bool) -> Batch {
+        let waves = waves_of(graph, owner);
         let highest = waves.iter().max().copied().unwrap_or_default();
-        let known = orders.owners.get(&uid).copied();
+        let known = self.owners.get(&owner).copied();
         let abandoned = known.is_some_and(|o| o.abandoned);
         let current = if abandoned { Wave(i32::MIN) } else { highest };
         // Ordered once its dependents span two waves (all in one, as the ReplicaSets of a
@@ -125,68 +98,53 @@ impl Collector {
         let ordered = known.is_some_and(|o| o.ordered) || waves.iter().any(|w| *w != highest);
         let started = (ordered && !abandoned && known.is_none_or(|o| o.current != highest))
             .then(|| (highest, waves.iter().filter(|w| **w == highest).count()));
-        orders.owners.insert(
-            uid,
+        self.owners.insert(
+            owner,
             OwnerOrder {
                 current,
                 ordered,
                 abandoned,
             },
         );
-        let mut uids = Vec::new();
-        let mut invalid = Vec::new();
-        for (dependent, node, _) in graph.valid_dependents(uid) {
-            if let Some(value) = graph.invalid_order(dependent)
-                && orders.warned.insert(dependent)
-            {
-                invalid.push((dependent, value.to_owned()));
-            }
-            if !node.is(Flags::DELETING)
-                && !self.recently_deleted(dependent)
-                && graph.wave(dependent) >= current
-            {
-                uids.push(dependent);
-            }
-        }
-        Batch {
-            uids,
+        let mut batch = Batch {
             started,
-            invalid,
+            ..Batch::default()
+        };
+        for (dependent, node, _) in graph.valid_dependents(owner) {
+            if let Some(value) = graph.invalid_order(dependent)
+                && self.warned.insert(dependent)
+            {
+                batch.invalid.push((dependent, value.to_owned()));
+            }
+            if !node.is(Flags::DELETING) && !deleted(dependent) && graph.wave(dependent) >= current
+            {
+                batch.uids.push(dependent);
+            }
         }
+        batch
     }
 
-    /// The owner `uid`'s deadline passed: when waves of its ordered dependents are left
-    /// besides the current one, says so on `target` and lets them all go at once. Whether it
-    /// did (the owner then waits for its next look, so that the rest is deleted while it still
-    /// waits).
-    pub(super) async fn abandon_order(&self, uid: Uid, target: &Target) -> bool {
-        let (current, later) = {
-            let graph = self.graph_read();
-            let mut orders = lock(&self.orders);
-            let waves = waves_of(&graph, uid);
-            // Unknown after a restart: the wave in progress is the highest left.
-            let order = orders.owners.entry(uid).or_insert(OwnerOrder {
-                current: waves.iter().max().copied().unwrap_or_default(),
-                ordered: false,
-                abandoned: false,
-            });
-            let later = waves.iter().filter(|w| **w < order.current).count();
-            if order.abandoned || later == 0 {
-                return false;
-            }
-            order.abandoned = true;
-            order.ordered = true;
-            (order.current, later)
-        };
-        tracing::warn!(owner = %target, wave = current.0, later, "the deadline passed before the last wave: the order is abandoned");
-        let note = format!(
-            "the deadline passed while wave {} was being deleted: the order is abandoned and the {later} dependent(s) of the later waves are deleted at once",
-            current.0
-        );
-        self.cluster
-            .new_event(target, EventType::Warning, ABANDONED_REASON, note)
-            .await;
-        true
+    /// The owner `owner`'s deadline passed: when waves of its ordered dependents are left
+    /// besides the current one, the order is abandoned and they all go at once (the owner then
+    /// waits for its next look, so that the rest is deleted while it still waits).
+    pub fn abandon(&mut self, graph: &Graph, owner: Uid) -> Option<Abandoned> {
+        let waves = waves_of(graph, owner);
+        // Unknown after a restart: the wave in progress is the highest left.
+        let order = self.owners.entry(owner).or_insert(OwnerOrder {
+            current: waves.iter().max().copied().unwrap_or_default(),
+            ordered: false,
+            abandoned: false,
+        });
+        let later = waves.iter().filter(|w| **w < order.current).count();
+        if order.abandoned || later == 0 {
+            return None;
+        }
+        order.abandoned = true;
+        order.ordered = true;
+        Some(Abandoned {
+            current: order.current,
+            later,
+        })
     }
 }
 
@@ -213,12 +171,92 @@ mod tests {
             abandoned,
         };
         orders.owners.insert(owner, order(2, false));
-        assert!(orders.in_turn(&graph, owner, Wave(2)));
-        assert!(orders.in_turn(&graph, owner, Wave(3)));
-        assert!(!orders.in_turn(&graph, owner, Wave(1)));
+        assert!(orders.owner_in_turn(&graph, owner, Wave(2)));
+        assert!(orders.owner_in_turn(&graph, owner, Wave(3)));
+        assert!(!orders.owner_in_turn(&graph, owner, Wave(1)));
         orders.owners.insert(owner, order(2, true));
-        assert!(orders.in_turn(&graph, owner, Wave(-5)));
+        assert!(orders.owner_in_turn(&graph, owner, Wave(-5)));
         // Unknown: from the graph, where nothing is ordered.
-        assert!(orders.in_turn(&graph, Uid::from_u128(2), Wave(0)));
+        assert!(orders.owner_in_turn(&graph, Uid::from_u128(2), Wave(0)));
+    }
+
+    /// An armed owner being deleted (uid 1) with a dependent in each of `waves` (uids 10…).
+    fn ordered(waves: &[Option<&str>]) -> Graph {
+        use crate::graph::{Coordinates, Mode, Observed, Order, OwnerLink, ResourceId};
+        let object = |n: u128, owner: Option<u128>, flags: Flags, order: Option<&str>| Observed {
+            uid: Uid::from_u128(n),
+            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
+            namespace: Some("ns".into()),
+            name: format!("o{n}"),
+            resource_version: 1,
+            owners: owner
+                .map(|o| OwnerLink {
+                    uid: Uid::from_u128(o),
+                    coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{o}")),
+                    block_owner_deletion: true,
+                })
+                .into_iter()
+                .collect(),
+            deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
+            flags,
+            places: Default::default(),
+            order: Order::of(order),
+        };
+        let mut graph = Graph::new(Mode::Cooperative);
+        let waiting = Flags::ARMED.with(Flags::DELETING, true);
+        graph.apply(ResourceId::new(0), object(1, None, waiting, None));
+        for (i, wave) in waves.iter().enumerate() {
+            let n = 10 + i as u128;
+            graph.apply(
+                ResourceId::new(0),
+                object(n, Some(1), Flags::empty(), *wave),
+            );
+        }
+        graph
+    }
+
+    #[test]
+    fn an_order_deletes_the_highest_wave_first_and_announces_each_wave_once() {
+        let graph = ordered(&[Some("2"), Some("2"), None, Some("x")]);
+        let (owner, uid) = (Uid::from_u128(1), Uid::from_u128);
+        let mut orders = Orders::default();
+        let batch = orders.next(&graph, owner, |_| false);
+        let mut uids = batch.uids.clone();
+        uids.sort();
+        assert_eq!(uids, [uid(10), uid(11)], "wave 2 first");
+        assert_eq!(batch.started, Some((Wave(2), 2)));
+        assert_eq!(batch.invalid, [(uid(13), "x".to_owned())]);
+        let again = orders.next(&graph, owner, |d| d == uid(10));
+        assert_eq!(again.uids, [uid(11)], "not what was just deleted");
+        assert_eq!(again.started, None, "announced once");
+        assert!(again.invalid.is_empty(), "warned once");
+        assert!(!orders.in_turn(&graph, uid(12), Wave(0)), "wave 0 waits");
+        assert!(orders.in_turn(&graph, uid(10), Wave(2)));
+    }
+
+    #[test]
+    fn at_the_deadline_an_order_is_abandoned_once_and_every_wave_goes() {
+        let graph = ordered(&[Some("1"), None, Some("-1")]);
+        let (owner, uid) = (Uid::from_u128(1), Uid::from_u128);
+        let mut orders = Orders::default();
+        assert_eq!(
+            orders.abandon(&graph, owner),
+            Some(Abandoned {
+                current: Wave(1),
+                later: 2
+            }),
+            "unknown after a restart: the highest wave is in progress"
+        );
+        assert_eq!(orders.abandon(&graph, owner), None, "once");
+        let batch = orders.next(&graph, owner, |_| false);
+        assert_eq!(batch.uids.len(), 3);
+        assert_eq!(batch.started, None, "no wave announced once abandoned");
+        assert!(orders.in_turn(&graph, uid(12), Wave(-1)));
+        let unordered = ordered(&[None, None]);
+        assert_eq!(
+            Orders::default().abandon(&unordered, owner),
+            None,
+            "nothing later"
+        );
     }
 }

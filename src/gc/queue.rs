@@ -2,9 +2,9 @@
 //! work queue: an item is handed to one worker at a time; added again while being worked on,
 //! it comes back once that worker is done.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -74,8 +74,8 @@ impl<T: Clone + Eq + Hash> State<T> {
 }
 
 impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
-    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, State<T>> {
+        self.state.lock()
     }
 
     /// Queues `item` now, unless it is queued already.

@@ -1,8 +1,9 @@
 //! One metadata-only watch per resource (a reflector: list, then watch from the list's
 //! version), turned into graph events for the graph's one writer.
 
+use parking_lot::RwLock;
 use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -12,10 +13,12 @@ use kube::api::{ApiResource, ListParams, WatchEvent, WatchParams};
 use tokio::sync::mpsc;
 
 use super::discovery::{Aliases, Resource};
-use super::meta::{Item, Meta};
 use crate::api::MetaList;
+use crate::api::meta::{Item, Meta};
 use crate::duration::Backoff;
-use crate::graph::{Coordinates, Observed, OwnerLink, ResourceId, Uid, UidHash};
+use crate::graph::{
+    Coordinates, FinalizerPlaces, Flags, Observed, OwnerLink, ResourceId, Uid, UidHash,
+};
 use crate::metrics::Metrics;
 use crate::names::DELETION_ORDER_ANNOTATION;
 
@@ -54,14 +57,14 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
             .owner_references
             .iter()
             .map(|r| OwnerLink {
-                uid: r.uid(),
+                uid: Uid::parse(&r.uid),
                 coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
                 block_owner_deletion: r.block_owner_deletion == Some(true),
             })
             .collect(),
-        flags: meta.flags(),
-        places: meta.places(),
-        order: super::decide::order(meta.annotations.get(DELETION_ORDER_ANNOTATION)),
+        flags: Flags::of(meta),
+        places: FinalizerPlaces::of(meta),
+        order: crate::graph::Order::of(meta.annotations.get(DELETION_ORDER_ANNOTATION)),
         deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     })
 }
@@ -171,7 +174,7 @@ enum Ended {
 
 impl Reflector<'_> {
     fn observe(&self, meta: &Meta) -> Option<Observed> {
-        let aliases = self.aliases.read().unwrap_or_else(|e| e.into_inner());
+        let aliases = self.aliases.read();
         observe(&self.resource.api, meta, &aliases)
     }
 
@@ -282,7 +285,7 @@ impl Reflector<'_> {
     ) -> Result<(), Closed> {
         for batch in objects.chunks(BATCH) {
             let observed: Vec<Observed> = {
-                let aliases = self.aliases.read().unwrap_or_else(|e| e.into_inner());
+                let aliases = self.aliases.read();
                 batch
                     .iter()
                     .filter_map(|meta| observe(&self.resource.api, meta, &aliases))

@@ -4,6 +4,7 @@
 //!
 //! One task writes the graph; everyone else reads. Nothing here does I/O.
 
+mod flags;
 mod uid;
 
 use std::collections::{HashMap, HashSet};
@@ -12,6 +13,7 @@ use std::num::NonZeroU16;
 use std::ops::Deref;
 use std::sync::Arc;
 
+pub use flags::{FinalizerPlaces, Flags};
 pub use uid::{Uid, UidHash};
 
 /// Which deletions syncgc carries out.
@@ -94,50 +96,20 @@ pub struct Observed {
     pub deleted_at: Option<i64>,
 }
 
-/// Bits of an object's state, packed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Flags(u8);
-
-impl Flags {
-    /// Referenced as an owner but not (or no longer) seen by any watch.
-    pub const VIRTUAL: Self = Self(1);
-    /// Has a `deletionTimestamp`.
-    pub const DELETING: Self = Self(1 << 1);
-    /// Carries `syncgc.io/synchronous`.
-    pub const ARMED: Self = Self(1 << 2);
-    /// Annotated `syncgc.io/synchronous: "true"`.
-    pub const OPTED_IN: Self = Self(1 << 3);
-    /// Carries `foregroundDeletion`.
-    pub const FOREGROUND: Self = Self(1 << 4);
-    /// Carries `orphan`.
-    pub const ORPHAN: Self = Self(1 << 5);
-    /// A virtual node for an object a watch saw deleted: its uid will never exist again.
-    pub const GONE: Self = Self(1 << 6);
-    /// Labelled `syncgc.io/armed: "true"`.
-    pub const LABELLED: Self = Self(1 << 7);
-
-    pub const fn empty() -> Self {
-        Self(0)
-    }
-
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    #[must_use]
-    pub const fn with(self, other: Self, on: bool) -> Self {
-        if on {
-            Self(self.0 | other.0)
-        } else {
-            Self(self.0 & !other.0)
-        }
-    }
-}
-
 /// A dependent's wave in its waiting owners' deletion order (`syncgc.io/deletion-order`):
 /// the highest wave is deleted first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Wave(pub i32);
+
+impl Wave {
+    /// Whether a dependent in this wave may be deleted for an owner whose dependents still in
+    /// the graph (this one among them, and those being deleted) are in `waves`: no higher wave
+    /// is left. Objects without the annotation are all in wave 0, so an owner without an order
+    /// deletes every dependent at once.
+    pub fn in_turn(self, waves: impl IntoIterator<Item = Wave>) -> bool {
+        waves.into_iter().all(|other| other <= self)
+    }
+}
 
 /// What `syncgc.io/deletion-order` says of an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,79 +127,23 @@ impl Default for Order {
 }
 
 impl Order {
+    /// What `syncgc.io/deletion-order: value` says: wave 0 without it; an invalid order (to be
+    /// warned about, and taken for wave 0) for a value that is not an integer.
+    pub fn of(value: Option<&str>) -> Self {
+        match value {
+            None => Self::default(),
+            Some(value) => value
+                .trim()
+                .parse()
+                .map_or_else(|_| Self::Invalid(value.into()), |n| Self::Wave(Wave(n))),
+        }
+    }
+
     pub fn wave(&self) -> Wave {
         match self {
             Self::Wave(wave) => *wave,
             Self::Invalid(_) => Wave::default(),
         }
-    }
-}
-
-/// Where the finalizers that [`Flags::ARMED`], [`Flags::FOREGROUND`] and [`Flags::ORPHAN`]
-/// stand for are in an object's list, when among its first three: so that the collector can
-/// remove one by its index without reading the object first. Two bits each, the index plus
-/// one; 0 when it is not there, or further down.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct FinalizerPlaces(u8);
-
-impl FinalizerPlaces {
-    const FINALIZERS: [Flags; 3] = [Flags::ARMED, Flags::FOREGROUND, Flags::ORPHAN];
-
-    /// The places in a list whose finalizers are `list` (each the flag it stands for, or
-    /// none).
-    pub fn of(list: impl IntoIterator<Item = Flags>) -> Self {
-        let mut places = 0u8;
-        for (index, finalizer) in list.into_iter().take(3).enumerate() {
-            if let Some(slot) = Self::slot(finalizer) {
-                places |= (index as u8 + 1) << (2 * slot);
-            }
-        }
-        Self(places)
-    }
-
-    fn slot(finalizer: Flags) -> Option<usize> {
-        Self::FINALIZERS.iter().position(|f| *f == finalizer)
-    }
-
-    /// The index of the finalizer `finalizer` stands for, when known.
-    pub fn of_finalizer(self, finalizer: Flags) -> Option<usize> {
-        let place = (self.0 >> (2 * Self::slot(finalizer)?)) & 0b11;
-        (place != 0).then(|| usize::from(place) - 1)
-    }
-}
-
-impl Flags {
-    /// Opted in, without the finalizer or its label, and not being deleted (created while the
-    /// webhook was away, or armed before the label existed): to be armed.
-    pub const fn needs_arming(self) -> bool {
-        self.contains(Self::OPTED_IN)
-            && !(self.contains(Self::ARMED) && self.contains(Self::LABELLED))
-            && !self.contains(Self::DELETING)
-    }
-
-    /// The names of the bits set, for people.
-    pub fn names(self) -> Vec<&'static str> {
-        [
-            (Self::VIRTUAL, "virtual"),
-            (Self::DELETING, "deleting"),
-            (Self::ARMED, "armed"),
-            (Self::OPTED_IN, "opted-in"),
-            (Self::FOREGROUND, "foreground"),
-            (Self::ORPHAN, "orphan"),
-            (Self::GONE, "gone"),
-            (Self::LABELLED, "labelled"),
-        ]
-        .into_iter()
-        .filter(|(flag, _)| self.contains(*flag))
-        .map(|(_, name)| name)
-        .collect()
-    }
-}
-
-impl std::ops::BitOr for Flags {
-    type Output = Self;
-    fn bitor(self, other: Self) -> Self {
-        Self(self.0 | other.0)
     }
 }
 
@@ -463,13 +379,10 @@ impl Graph {
     }
 
     /// Whether a dependent in `wave` may be deleted for the owner `owner` (see
-    /// [`crate::gc::decide::in_turn`]).
+    /// [`Wave::in_turn`]).
     pub fn in_turn_of(&self, owner: Uid, wave: Wave) -> bool {
         self.orders.is_empty()
-            || crate::gc::decide::in_turn(
-                wave,
-                self.valid_dependents(owner).map(|(d, ..)| self.wave(d)),
-            )
+            || wave.in_turn(self.valid_dependents(owner).map(|(d, ..)| self.wave(d)))
     }
 
     /// The dependents of `uid` whose references really reach it (see
@@ -722,6 +635,25 @@ impl Graph {
 mod tests {
     use super::*;
 
+    #[test]
+    fn waves_go_from_the_highest_and_default_to_zero() {
+        assert_eq!(Order::of(None), Order::Wave(Wave(0)));
+        assert_eq!(Order::of(Some("3")), Order::Wave(Wave(3)));
+        assert_eq!(Order::of(Some(" -2 ")), Order::Wave(Wave(-2)));
+        assert_eq!(Order::of(Some("first")), Order::Invalid("first".into()));
+        assert_eq!(Order::of(Some("1.5")).wave(), Wave(0));
+        assert_eq!(Order::of(Some("")).wave(), Wave(0));
+        let left = [Wave(0), Wave(2), Wave(2), Wave(-1)];
+        assert!(Wave(2).in_turn(left));
+        assert!(!Wave(0).in_turn(left));
+        assert!(!Wave(-1).in_turn(left));
+        assert!(Wave(0).in_turn([Wave(0), Wave(0)]), "no order: all at once");
+        assert!(
+            Wave(-1).in_turn([Wave(-1)]),
+            "the last wave, once the others are gone"
+        );
+    }
+
     const CM: ResourceId = ResourceId::new(0);
 
     fn uid(n: u128) -> Uid {
@@ -755,9 +687,9 @@ mod tests {
         in_namespace("ns", n, owners, flags)
     }
 
-    const WAITING: Flags = Flags(Flags::ARMED.0 | Flags::DELETING.0);
-    const FOREGROUND: Flags = Flags(Flags::FOREGROUND.0 | Flags::DELETING.0);
-    const ORPHANING: Flags = Flags(Flags::ORPHAN.0 | Flags::DELETING.0);
+    const WAITING: Flags = Flags::ARMED.with(Flags::DELETING, true);
+    const FOREGROUND: Flags = Flags::FOREGROUND.with(Flags::DELETING, true);
+    const ORPHANING: Flags = Flags::ORPHAN.with(Flags::DELETING, true);
 
     /// The graph's invariant: each owner's dependents are exactly the objects naming it.
     fn check(g: &Graph) {

@@ -11,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::api::ApiResource;
 
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 
 use super::admit::{Decision, Policy, admit};
 use super::review::Operation;
@@ -96,7 +97,7 @@ async fn mutate(
             .as_ref()
             .and_then(|m| m.uid.as_deref())
             .map_or(0, |uid| {
-                let graph = webhook.graph.read().unwrap_or_else(|e| e.into_inner());
+                let graph = webhook.graph.read();
                 graph.transitive_dependents(Uid::parse(uid))
             }),
         _ => 0,

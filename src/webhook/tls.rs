@@ -2,9 +2,10 @@
 //! change (cert-manager rotates them), or set from the Secret syncgc keeps (`--tls-secret`). A
 //! new pair that does not load is logged and counted, and the old one kept.
 
+use parking_lot::{Mutex, RwLock};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
@@ -84,10 +85,7 @@ impl ReloadingCert {
 
     /// Whether it has a pair to serve.
     pub fn is_loaded(&self) -> bool {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.current.read().is_some()
     }
 
     /// Reads the files again and swaps the pair in when it changed and loads.
@@ -123,12 +121,12 @@ impl ReloadingCert {
             cert: cert.to_vec(),
             key: key.to_vec(),
         };
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut loaded = self.loaded.lock();
         if loaded.as_ref() == Some(&pair) {
             return Ok(Reload::Unchanged);
         }
         let certified = certified_key(cert_origin, key_origin, &pair)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(certified));
+        *self.current.write() = Some(Arc::new(certified));
         *loaded = Some(pair);
         Ok(Reload::Reloaded)
     }
@@ -178,10 +176,7 @@ impl ReloadingCert {
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.read().clone()
     }
 }
 
@@ -225,7 +220,7 @@ mod tests {
     }
 
     fn serving(cert: &ReloadingCert) -> Vec<u8> {
-        cert.current.read().unwrap().as_ref().unwrap().cert[0].to_vec()
+        cert.current.read().as_ref().unwrap().cert[0].to_vec()
     }
 
     #[test]

@@ -1,0 +1,139 @@
+//! The crate's layout: imports point down. Each top-level module may use only the modules of
+//! the layers below its own (the order of [`LAYERS`], as `src/lib.rs` describes them), and the
+//! parts of the garbage collector (`src/gc/`) use each other without a circle. Doc comments and
+//! unit tests are not imports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// From the bottom up; a module uses only modules of lower layers.
+const LAYERS: &[&[&str]] = &[
+    &["names", "duration", "metrics"],
+    &["api"],
+    &["graph", "certs", "leader"],
+    &["gc"],
+    &["webhook", "explain"],
+    &["app"],
+    &["cli"],
+];
+
+/// Every `.rs` file under `dir`, with its module path below `src/` (`gc/barrier.rs` is
+/// `["gc", "barrier"]`, `api/mod.rs` is `["api"]`).
+fn sources(dir: &Path, out: &mut Vec<(Vec<String>, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path.strip_prefix("src").unwrap().with_extension("");
+            let mut parts: Vec<String> = relative
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // The code, without unit tests and comments.
+            let code = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            out.push((parts, code));
+        }
+    }
+}
+
+/// The names that follow `prefix` (`crate::gc::watch` after `crate::` is `gc`).
+fn used_after<'a>(code: &'a str, prefix: &str) -> BTreeSet<&'a str> {
+    code.match_indices(prefix)
+        .filter(|(at, _)| {
+            // `crate::x` and `super::x`, not `foo_crate::x`.
+            !code[..*at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+        .map(|(at, _)| {
+            let rest = &code[at + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+fn layer(module: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|layer| layer.contains(&module))
+        .unwrap_or_else(|| panic!("src/{module} is in no layer of tests/layout.rs"))
+}
+
+#[test]
+fn imports_point_down() {
+    let mut files = Vec::new();
+    sources(Path::new("src"), &mut files);
+    let mut wrong = Vec::new();
+    for (parts, code) in &files {
+        let top = parts[0].as_str();
+        if top == "lib" || top == "main" {
+            continue;
+        }
+        for used in used_after(code, "crate::") {
+            if used != top && layer(used) >= layer(top) {
+                wrong.push(format!("src/{} uses crate::{used}", parts.join("/")));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that do not point down:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_parts_of_the_collector_use_each_other_without_a_circle() {
+    let mut files = Vec::new();
+    sources(Path::new("src/gc"), &mut files);
+    let parts: BTreeSet<String> = files
+        .iter()
+        .filter_map(|(p, _)| p.get(1).cloned())
+        .collect();
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, code) in &files {
+        let Some(part) = path.get(1) else { continue };
+        let used = used_after(code, "super::")
+            .into_iter()
+            .chain(used_after(code, "crate::gc::"))
+            .filter(|u| u != part && parts.contains(*u))
+            .map(str::to_owned);
+        uses.entry(part.clone()).or_default().extend(used);
+    }
+    // Depth-first search for a way back.
+    fn reaches(
+        uses: &BTreeMap<String, BTreeSet<String>>,
+        from: &str,
+        to: &str,
+        seen: &mut BTreeSet<String>,
+    ) -> bool {
+        uses.get(from)
+            .into_iter()
+            .flatten()
+            .any(|next| next == to || (seen.insert(next.clone()) && reaches(uses, next, to, seen)))
+    }
+    let circles: Vec<String> = uses
+        .iter()
+        .flat_map(|(part, used)| used.iter().map(move |u| (part, u)))
+        .filter(|(part, used)| reaches(&uses, used, part, &mut BTreeSet::new()))
+        .map(|(part, used)| format!("gc::{part} uses gc::{used}, which leads back to it"))
+        .collect();
+    assert!(circles.is_empty(), "{}", circles.join("\n"));
+}
