@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Event;
 
 use crate::gc::barrier::BARRIER_REASON;
 use crate::gc::discovery::{self, Resource};
-use crate::graph::{Order, Wave};
+use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
     SYNCHRONOUS_FINALIZER,
@@ -25,6 +25,8 @@ use crate::names::{
 /// An object as the report shows it.
 #[derive(Debug, Clone)]
 pub struct Object {
+    /// Its API group ("" for the core group).
+    pub group: String,
     pub kind: String,
     pub meta: ObjectMeta,
 }
@@ -40,6 +42,14 @@ impl Object {
 
     fn finalizers(&self) -> &[String] {
         self.meta.finalizers.as_deref().unwrap_or_default()
+    }
+
+    fn coordinates(&self) -> Coordinates {
+        Coordinates::in_group(
+            &self.group,
+            &self.kind,
+            self.meta.name.as_deref().unwrap_or_default(),
+        )
     }
 
     fn has(&self, finalizer: &str) -> bool {
@@ -136,16 +146,33 @@ fn tree_of(
     let mut blocking = 0;
     for dependent in dependents.get(&uid).into_iter().flatten() {
         let dependent_uid = dependent.meta.uid.clone().unwrap_or_default();
-        let block_owner_deletion = dependent
+        // As the collector sees it: a reference with the owner's uid that names another object
+        // (group, kind, name), or a namespaced owner elsewhere, is no dependency.
+        let link = dependent
             .meta
             .owner_references
             .iter()
             .flatten()
-            .any(|r| r.uid == uid && r.block_owner_deletion == Some(true));
+            .filter(|r| r.uid == uid)
+            .map(|r| OwnerLink {
+                uid: Uid::parse(&r.uid),
+                coordinates: Coordinates::of(&r.api_version, &r.kind, &r.name),
+                block_owner_deletion: r.block_owner_deletion == Some(true),
+            })
+            .find(|link| {
+                link.reaches(
+                    owner.coordinates(),
+                    owner.meta.namespace.as_deref(),
+                    dependent.meta.namespace.as_deref(),
+                )
+            });
         let mut why = Vec::new();
-        if owner.has(SYNCHRONOUS_FINALIZER) {
+        let blocks = |finalizer: &str| {
+            owner.has(finalizer) && link.is_some_and(|l| l.blocks(Flags::of_finalizer(finalizer)))
+        };
+        if blocks(SYNCHRONOUS_FINALIZER) {
             why.push("the owner waits for every dependent".to_owned());
-        } else if owner.has(FOREGROUND_FINALIZER) && block_owner_deletion {
+        } else if blocks(FOREGROUND_FINALIZER) {
             why.push("blockOwnerDeletion".to_owned());
         }
         if !why.is_empty() {
@@ -174,7 +201,10 @@ fn tree_of(
         } else {
             ""
         };
-        let marks = if why.is_empty() {
+        let marks = if link.is_none() {
+            "  (its reference has the owner's uid but names another object: not a dependent)"
+                .to_owned()
+        } else if why.is_empty() {
             String::new()
         } else {
             format!("  BLOCKS: {}", why.join("; "))
@@ -285,6 +315,7 @@ pub async fn explain(
         return Ok(false);
     };
     let object = Object {
+        group: resource.api.group.clone(),
         kind: resource.api.kind.clone(),
         meta,
     };
@@ -307,6 +338,7 @@ pub async fn explain(
                     .entry(reference.uid.clone())
                     .or_default()
                     .push(Object {
+                        group: candidate.api.group.clone(),
                         kind: candidate.api.kind.clone(),
                         meta: item.metadata.clone(),
                     });
@@ -376,16 +408,25 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
-    fn object(name: &str, uid: &str, owner: Option<(&str, bool)>, finalizers: &[&str]) -> Object {
+    fn object(
+        name: &str,
+        uid: &str,
+        owner: Option<(&str, &str, bool)>,
+        finalizers: &[&str],
+    ) -> Object {
         Object {
+            group: String::new(),
             kind: "ConfigMap".into(),
             meta: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 uid: Some(uid.into()),
                 finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
-                owner_references: owner.map(|(o, block)| {
+                owner_references: owner.map(|(o, name, block)| {
                     vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "ConfigMap".into(),
+                        name: name.into(),
                         uid: o.into(),
                         block_owner_deletion: Some(block),
                         ..Default::default()
@@ -400,9 +441,9 @@ mod tests {
     fn a_deleting_owner_names_what_blocks_it_and_why() {
         let mut owner = object("owner", "1", None, &[FOREGROUND_FINALIZER, "x/y"]);
         owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        let held = object("held", "2", Some(("1", true)), &["x/y"]);
-        let free = object("free", "3", Some(("1", false)), &[]);
-        let below = object("below", "4", Some(("2", true)), &[]);
+        let held = object("held", "2", Some(("1", "owner", true)), &["x/y"]);
+        let free = object("free", "3", Some(("1", "owner", false)), &[]);
+        let below = object("below", "4", Some(("2", "held", true)), &[]);
         let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
         dependents
             .entry("1".into())
@@ -448,7 +489,7 @@ mod tests {
         let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
         owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         let ordered = |name: &str, uid: &str, order: Option<&str>, finalizers: &[&str]| {
-            let mut o = object(name, uid, Some(("1", true)), finalizers);
+            let mut o = object(name, uid, Some(("1", "owner", true)), finalizers);
             o.meta.annotations = order.map(|v| {
                 [(DELETION_ORDER_ANNOTATION.to_owned(), v.to_owned())]
                     .into_iter()
@@ -465,10 +506,12 @@ mod tests {
             ordered("secret", "4", None, &[]),
             ordered("odd", "5", Some("last"), &[]),
         ]);
-        dependents
-            .entry("2".into())
-            .or_default()
-            .push(object("pod", "6", Some(("2", true)), &[]));
+        dependents.entry("2".into()).or_default().push(object(
+            "pod",
+            "6",
+            Some(("2", "app", true)),
+            &[],
+        ));
         let (text, _) = report(&owner, &dependents, None);
         assert!(
             text.contains(
@@ -484,6 +527,33 @@ mod tests {
         );
         let (plain, _) = report(&owner, &HashMap::new(), None);
         assert!(!plain.contains("deletion order"), "{plain}");
+    }
+
+    #[test]
+    fn a_reference_with_the_owner_s_uid_naming_another_object_blocks_nothing() {
+        // The collector does not wait for it (see `OwnerLink::reaches`); neither does the report.
+        let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
+        owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let renamed = object("renamed", "2", Some(("1", "another", true)), &[]);
+        let mut elsewhere = object("elsewhere", "3", Some(("1", "owner", true)), &[]);
+        elsewhere.meta.namespace = Some("other".into());
+        let real = object("real", "4", Some(("1", "owner", true)), &[]);
+        let dependents = HashMap::from([("1".to_owned(), vec![renamed, elsewhere, real])]);
+        let (text, blocked) = report(&owner, &dependents, None);
+        assert!(blocked);
+        assert!(text.contains("dependents (1 blocking):"), "{text}");
+        assert!(
+            text.contains("ConfigMap ns/renamed  (its reference has the owner's uid but names another object: not a dependent)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ConfigMap other/elsewhere  (its reference"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ConfigMap ns/real  BLOCKS: the owner waits for every dependent"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -368,7 +368,7 @@ impl Collector {
         let blocking = self
             .graph_read()
             .valid_dependents(uid)
-            .filter(|(.., link)| link.block_owner_deletion)
+            .filter(|(.., link)| link.blocks(Flags::FOREGROUND))
             .count();
         if !decide::foreground_done(blocking) {
             self.barrier.kept(uid, true);

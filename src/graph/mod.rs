@@ -78,6 +78,28 @@ pub struct OwnerLink {
     pub block_owner_deletion: bool,
 }
 
+impl OwnerLink {
+    /// Whether this reference, from a dependent in the namespace `from`, really refers to the
+    /// owner with its uid, seen as `owner` (group, kind, name) in `owner_namespace`: it names
+    /// that object, and a namespaced owner is in the dependent's namespace. The one rule of
+    /// the workers, the graph and `syncgc explain`.
+    pub fn reaches(
+        &self,
+        owner: Coordinates,
+        owner_namespace: Option<&str>,
+        from: Option<&str>,
+    ) -> bool {
+        self.coordinates == owner && (owner_namespace.is_none() || owner_namespace == from)
+    }
+
+    /// Whether the dependent holding this reference keeps an owner from losing `finalizer`
+    /// ([`Flags::ARMED`]: every dependent; [`Flags::FOREGROUND`]: those with
+    /// `blockOwnerDeletion`).
+    pub fn blocks(&self, finalizer: Flags) -> bool {
+        finalizer == Flags::ARMED || (finalizer == Flags::FOREGROUND && self.block_owner_deletion)
+    }
+}
+
 /// What the graph needs of an object, read from its metadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
@@ -289,7 +311,7 @@ impl Node {
         if !self.seen() {
             return true;
         }
-        link.coordinates == self.coordinates && self.in_reach_of(dependent.namespace())
+        link.reaches(self.coordinates, self.namespace(), dependent.namespace())
     }
 }
 
