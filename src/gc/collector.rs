@@ -63,7 +63,7 @@ pub struct Collector {
     /// How far each waiting owner's deletion order has gone.
     pub(super) orders: Mutex<Orders>,
     /// The deadlines in force for waiting owners (see [`super::synchronous`]).
-    deadlines: Deadlines,
+    pub(super) deadlines: Deadlines,
     /// Asks the graph builder for a discovery.
     pub(super) rediscovery: Arc<Rediscovery>,
     pub(super) barrier: Barrier,

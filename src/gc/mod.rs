@@ -32,6 +32,8 @@ pub mod collector;
 pub mod debug;
 pub mod decide;
 pub mod discovery;
+#[cfg(test)]
+mod harness;
 pub mod order;
 pub mod queue;
 pub mod synchronous;
