@@ -41,11 +41,14 @@ struct Sent {
     body: Value,
 }
 
+/// Answers by method and path: status and body.
+type Script = HashMap<(String, String), VecDeque<(u16, Value)>>;
+
 /// The fake apiserver: scripted answers by method and path (each answer used once, the last
 /// one for good), Events created as they come, anything else a 500 the test then sees.
 #[derive(Default)]
 struct Fake {
-    answers: Mutex<HashMap<(String, String), VecDeque<(u16, Value)>>>,
+    answers: Mutex<Script>,
     sent: Mutex<Vec<Sent>>,
 }
 
