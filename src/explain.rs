@@ -14,11 +14,10 @@ use kube::api::{DynamicObject, ListParams};
 
 use k8s_openapi::api::core::v1::Event;
 
-use crate::gc::barrier::BARRIER_REASON;
 use crate::gc::discovery::{self, Resource};
 use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
 use crate::names::{
-    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Reason,
     SYNCHRONOUS_FINALIZER,
 };
 
@@ -362,7 +361,7 @@ async fn barrier_note(client: &kube::Client, object: &Object) -> Option<String> 
     let list = events.list(&params).await.ok()?;
     list.items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(BARRIER_REASON))
+        .filter(|e| e.reason.as_deref() == Some(Reason::Barrier.as_str()))
         // The latest written: resourceVersions grow with every write.
         .max_by_key(|e| {
             e.metadata

@@ -21,3 +21,63 @@ pub const DELETION_ORDER_ANNOTATION: &str = "syncgc.io/deletion-order";
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 /// The apiserver's finalizer for orphaning dependents.
 pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// The reasons of the Events syncgc records: a contract too (alerts and
+/// `kubectl get events --field-selector reason=…` select on them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// An armed owner waits for its dependents, until its deadline.
+    Waiting,
+    /// An armed owner was released: its dependents are gone.
+    Released,
+    /// An armed owner was released by its deadline.
+    TimedOut,
+    /// A stored deadline out of bounds was replaced.
+    DeadlineReplaced,
+    /// The deadline could not be stored on the owner.
+    DeadlineNotStored,
+    /// The release barrier holds an owner the graph shows free.
+    Barrier,
+    /// `foregroundDeletion` removed after `--timeout-base` held by the release barrier.
+    BarrierTimedOut,
+    /// A wave of ordered dependents starts.
+    Wave,
+    /// The deadline passed before the last wave.
+    OrderAbandoned,
+    /// A dependent's deletion order is not an integer.
+    InvalidOrder,
+    /// An ownerReference that cannot reach its owner (upstream's reason).
+    OwnerRefInvalidNamespace,
+}
+
+impl Reason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "SyncGCWaiting",
+            Self::Released => "SyncGCReleased",
+            Self::TimedOut => "SyncGCTimedOut",
+            Self::DeadlineReplaced => "SyncGCDeadlineReplaced",
+            Self::DeadlineNotStored => "SyncGCDeadlineNotStored",
+            Self::Barrier => "SyncGCBarrier",
+            Self::BarrierTimedOut => "SyncGCBarrierTimedOut",
+            Self::Wave => "SyncGCWave",
+            Self::OrderAbandoned => "SyncGCOrderAbandoned",
+            Self::InvalidOrder => "SyncGCInvalidOrder",
+            Self::OwnerRefInvalidNamespace => "OwnerRefInvalidNamespace",
+        }
+    }
+
+    /// The Event's action: syncgc's own work, or the garbage collector's as upstream says it.
+    pub const fn action(self) -> &'static str {
+        match self {
+            Self::OwnerRefInvalidNamespace => "GarbageCollection",
+            _ => "SynchronousDeletion",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -66,7 +66,7 @@ async fn an_unreadable_kind_holds_a_foreground_owner_until_the_timeout_base() {
         &ns,
         Wait::Foreground,
         std::time::Duration::from_secs(20),
-        syncgc::gc::collector::BARRIER_TIMED_OUT,
+        syncgc::names::Reason::BarrierTimedOut.as_str(),
     )
     .await;
 }

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use self::meta::{Item, Meta};
 use self::proto::ListDecoder;
 use crate::metrics::Metrics;
-use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
+use crate::names::{ARMED_LABEL, Reason, SYNCHRONOUS_FINALIZER};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -849,7 +849,7 @@ impl Cluster {
     /// like every call). Events are advisory: a failure is logged, never returned. Events of
     /// one object with the same reason make one series, which keeps the first note; a note
     /// that says something new goes through [`Cluster::new_event`].
-    pub async fn event(&self, regarding: &Target, type_: EventType, reason: &str, note: String) {
+    pub async fn event(&self, regarding: &Target, type_: EventType, reason: Reason, note: String) {
         self.record(regarding, type_, reason, note, true).await;
     }
 
@@ -859,7 +859,7 @@ impl Cluster {
         &self,
         regarding: &Target,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         note: String,
     ) {
         self.record(regarding, type_, reason, note, false).await;
@@ -869,7 +869,7 @@ impl Cluster {
         &self,
         regarding: &Target,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         mut note: String,
         series: bool,
     ) {
@@ -891,16 +891,11 @@ impl Cluster {
             resource_version: None,
             field_path: None,
         };
-        let action = if reason.starts_with("SyncGC") {
-            "SynchronousDeletion"
-        } else {
-            "GarbageCollection"
-        };
         let event = Event {
             type_,
-            reason: reason.to_owned(),
+            reason: reason.as_str().to_owned(),
             note: Some(note),
-            action: action.to_owned(),
+            action: reason.action().to_owned(),
             secondary: None,
         };
         let published = if series && reference.namespace.is_some() {
@@ -915,7 +910,7 @@ impl Cluster {
                 .await
         };
         if let Err(err) = published {
-            tracing::debug!(%err, reason, "could not record an event");
+            tracing::debug!(%err, %reason, "could not record an event");
         }
     }
 

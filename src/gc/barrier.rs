@@ -816,9 +816,6 @@ impl Source {
     }
 }
 
-/// The name of the Event that says why the barrier holds an owner.
-pub const BARRIER_REASON: &str = "SyncGCBarrier";
-
 #[cfg(test)]
 mod tests {
     use super::*;

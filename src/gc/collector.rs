@@ -25,7 +25,7 @@ use super::decide::{
     self, Attempt, Deadline, Dependent, OwnerState, Propagation, Release, Unproven,
 };
 use super::discovery::{Rediscovery, Resources};
-use super::order::{self, Abandoned, Orders};
+use super::order::{Abandoned, Orders};
 use super::queue::WorkQueue;
 use super::synchronous::{self, Deadlines};
 use super::watch::{GraphEvent, WatchState};
@@ -33,12 +33,10 @@ use crate::api::{ApiError, Changed, Cluster, Marks, Target};
 use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
 use crate::metrics::Metrics;
 use crate::names::{
-    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Reason,
     SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
 };
 
-/// The Event said when the release barrier is overruled by a bound.
-pub const BARRIER_TIMED_OUT: &str = "SyncGCBarrierTimedOut";
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
 /// How many absent owners are remembered.
@@ -382,7 +380,7 @@ impl Collector {
                     "no dependent blocking its deletion is left that the graph knows of; removing foregroundDeletion after {bound:?} held by the release barrier, which could not confirm it: waiting for {hold}"
                 );
                 tracing::warn!(owner = %target, %hold, "{note}");
-                self.event(target, EventType::Warning, BARRIER_TIMED_OUT, note)
+                self.event(target, EventType::Warning, Reason::BarrierTimedOut, note)
                     .await;
             }
             Verdict::Held { since, .. } => {
@@ -441,7 +439,7 @@ impl Collector {
             "every dependent the graph knows of is gone; before releasing, waiting for {hold}"
         );
         self.cluster
-            .new_event(target, EventType::Normal, barrier::BARRIER_REASON, note)
+            .new_event(target, EventType::Normal, Reason::Barrier, note)
             .await;
     }
 
@@ -750,7 +748,7 @@ impl Collector {
         self.event(
             dependent,
             EventType::Warning,
-            "OwnerRefInvalidNamespace",
+            Reason::OwnerRefInvalidNamespace,
             note,
         )
         .await;
@@ -834,7 +832,7 @@ impl Collector {
             tracing::info!(owner = %target, wave = wave.0, count, "deleting a wave of dependents");
             let note = format!("deleting wave {}: {count} dependent(s)", wave.0);
             self.cluster
-                .new_event(target, EventType::Normal, order::WAVE_REASON, note)
+                .new_event(target, EventType::Normal, Reason::Wave, note)
                 .await;
         }
         for (dependent, value) in batch.invalid {
@@ -845,7 +843,7 @@ impl Collector {
                 "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer; it is deleted in wave 0"
             );
             tracing::warn!(%dependent, "{note}");
-            self.event(&dependent, EventType::Warning, order::INVALID_REASON, note)
+            self.event(&dependent, EventType::Warning, Reason::InvalidOrder, note)
                 .await;
         }
         for dependent in batch.uids {
@@ -869,7 +867,7 @@ impl Collector {
             current.0
         );
         self.cluster
-            .new_event(target, EventType::Warning, order::ABANDONED_REASON, note)
+            .new_event(target, EventType::Warning, Reason::OrderAbandoned, note)
             .await;
         true
     }
@@ -995,7 +993,7 @@ impl Collector {
                 "its {DEADLINE_ANNOTATION} {stored:?} lies outside [deletionTimestamp, deletionTimestamp + {max:?}] (copied from elsewhere?); waiting until {at} instead"
             );
             tracing::warn!(owner = %target, "{note}");
-            self.event(target, EventType::Warning, "SyncGCDeadlineReplaced", note)
+            self.event(target, EventType::Warning, Reason::DeadlineReplaced, note)
                 .await;
         }
         let patch = serde_json::json!({
@@ -1014,14 +1012,14 @@ impl Collector {
                 err.reason(),
                 err.status().unwrap_or_default()
             );
-            self.event(target, EventType::Warning, "SyncGCDeadlineNotStored", note)
+            self.event(target, EventType::Warning, Reason::DeadlineNotStored, note)
                 .await;
         }
         let mut note = format!("waiting for {count} dependent(s) to be deleted, until {at}");
         if !names.is_empty() {
             note.push_str(&format!(": {}", names.join(", ")));
         }
-        self.event(target, EventType::Normal, "SyncGCWaiting", note)
+        self.event(target, EventType::Normal, Reason::Waiting, note)
             .await;
         at
     }
@@ -1054,12 +1052,12 @@ impl Collector {
             self.metrics.timeouts.inc();
             tracing::warn!(owner = %target, waited, %left, "released by timeout");
             let note = format!("released after {waited:.0}s by its timeout, {left}");
-            self.event(target, EventType::Warning, "SyncGCTimedOut", note)
+            self.event(target, EventType::Warning, Reason::TimedOut, note)
                 .await;
         } else {
             tracing::info!(owner = %target, waited, "released: all dependents are gone");
             let note = format!("all dependents are gone after {waited:.1}s");
-            self.event(target, EventType::Normal, "SyncGCReleased", note)
+            self.event(target, EventType::Normal, Reason::Released, note)
                 .await;
         }
         Ok(())
@@ -1084,7 +1082,7 @@ impl Collector {
         &self,
         target: &Target,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         note: String,
     ) {
         self.cluster.event(target, type_, reason, note).await;

@@ -30,7 +30,7 @@ use crate::graph::{
 };
 use crate::metrics::Metrics;
 use crate::names::{
-    DEADLINE_ANNOTATION, ORPHAN_FINALIZER, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    DEADLINE_ANNOTATION, ORPHAN_FINALIZER, Reason, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
 };
 
 /// A request the fake apiserver received.
@@ -384,7 +384,7 @@ async fn at_the_deadline_an_ordered_owner_abandons_its_order_and_every_wave_is_q
         [format!("GET {}", path(1))],
         "the stored deadline is kept"
     );
-    assert_eq!(h.events(), [super::order::ABANDONED_REASON]);
+    assert_eq!(h.events(), [Reason::OrderAbandoned.as_str()]);
     assert_eq!(
         h.queued(),
         BTreeSet::from([
@@ -539,14 +539,11 @@ async fn the_release_barrier_holds_an_owner_while_a_read_finds_a_dependent_and_t
         .filter(|s| **s == format!("GET {collection}"))
         .count();
     assert_eq!(reads, 2, "a round that holds it, a round that lets it go");
-    assert_eq!(
-        h.events(),
-        [super::barrier::BARRIER_REASON, "SyncGCReleased"]
-    );
+    assert_eq!(h.events(), [Reason::Barrier.as_str(), "SyncGCReleased"]);
     let held = h
         .requests()
         .into_iter()
-        .find(|s| s.body["reason"] == super::barrier::BARRIER_REASON)
+        .find(|s| s.body["reason"] == Reason::Barrier.as_str())
         .unwrap();
     let note = held.body["note"].as_str().unwrap_or_default();
     assert!(note.contains("o9"), "names what holds it: {note}");

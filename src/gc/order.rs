@@ -10,13 +10,6 @@ use std::collections::{HashMap, HashSet};
 
 use crate::graph::{Flags, Graph, Uid, Wave};
 
-/// The reason of the Event that says a wave of ordered dependents starts.
-pub const WAVE_REASON: &str = "SyncGCWave";
-/// The reason of the Event that says the deadline passed before the last wave.
-pub const ABANDONED_REASON: &str = "SyncGCOrderAbandoned";
-/// The reason of the Warning Event on a dependent whose order is not an integer.
-pub const INVALID_REASON: &str = "SyncGCInvalidOrder";
-
 /// The deletion order of each waiting owner, as far as its deletion has gone.
 #[derive(Debug, Default)]
 pub struct Orders {
