@@ -210,7 +210,7 @@ impl Collector {
 
     /// Refreshes the gauges that describe the graph and the waiting owners (from the graph
     /// alone), and forgets what no longer matters.
-    pub(super) fn observe(&self) {
+    pub(super) fn refresh_gauges(&self) {
         let now = Timestamp::now().as_second();
         let (observed, virtual_nodes, waiting, oldest) = {
             let graph = self.graph_read();
@@ -396,7 +396,8 @@ impl Collector {
             }
         }
         tracing::debug!(owner = %target, "no blocking dependent left: removing foregroundDeletion");
-        self.finish(uid, target, FOREGROUND_FINALIZER).await
+        self.remove_finalizer(uid, target, FOREGROUND_FINALIZER)
+            .await
     }
 
     /// The release barrier for the owner `uid`, which the graph shows free of what keeps it
@@ -451,7 +452,7 @@ impl Collector {
     }
 
     /// Removes a finalizer whose work is done from the object `uid`, counting it.
-    pub(super) async fn finish(
+    pub(super) async fn remove_finalizer(
         &self,
         uid: Uid,
         target: &Target,
@@ -716,7 +717,7 @@ impl Collector {
             );
             self.invalid_namespace(dependent, note).await;
         }
-        let key = absent::Coordinates {
+        let key = absent::Key {
             namespace: if namespaced {
                 dependent.namespace.clone()
             } else {
@@ -790,7 +791,7 @@ impl Collector {
             .await;
         results.into_iter().collect::<Result<(), _>>()?;
         tracing::debug!(owner = %target, "dependents orphaned: removing orphan");
-        self.finish(uid, &target, ORPHAN_FINALIZER).await
+        self.remove_finalizer(uid, &target, ORPHAN_FINALIZER).await
     }
 
     /// An opted-in object found without the finalizer (created while the webhook was away).
@@ -1033,7 +1034,8 @@ impl Collector {
         deleted_at: Timestamp,
         timed_out: Option<String>,
     ) -> Result<(), ApiError> {
-        self.finish(uid, target, SYNCHRONOUS_FINALIZER).await?;
+        self.remove_finalizer(uid, target, SYNCHRONOUS_FINALIZER)
+            .await?;
         self.deadlines.forget(uid);
         let waited = Timestamp::now()
             .duration_since(deleted_at)

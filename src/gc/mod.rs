@@ -66,7 +66,7 @@ pub struct GcConfig {
 }
 
 /// How often the gauges that describe the graph are refreshed.
-const OBSERVE_INTERVAL: Duration = Duration::from_secs(5);
+const GAUGES_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Runs the collector until `shutdown`: the graph builder (discovery and watches), and — once
 /// every watch has listed — the workers, which act while this replica leads.
@@ -104,11 +104,11 @@ pub async fn run(
             .map(|_| tokio::spawn(collector::work(collector.clone(), leading.clone())))
             .collect()
     };
-    let mut observe = tokio::time::interval(OBSERVE_INTERVAL);
+    let mut gauges = tokio::time::interval(GAUGES_INTERVAL);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
-            _ = observe.tick() => collector.observe(),
+            _ = gauges.tick() => collector.refresh_gauges(),
         }
     }
     readiness.set(false);
