@@ -85,7 +85,10 @@ fn main() {
                 metrics.clone(),
             ),
             metrics,
-            graph: Default::default(),
+            graph: syncgc::graph::Writer::new(syncgc::graph::Graph::new(
+                syncgc::graph::Mode::Cooperative,
+            ))
+            .reader(),
             body_timeout: Duration::from_secs(10),
         })
     });

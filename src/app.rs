@@ -1,6 +1,5 @@
 //! `syncgc run`: wires the parts together and runs them until SIGTERM or SIGINT.
 
-use parking_lot::RwLock;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use crate::duration::Backoff;
 use crate::gc::decide::Timeouts;
 use crate::gc::watch::InitialList;
 use crate::gc::{self, GcConfig};
-use crate::graph::{Graph, Mode};
+use crate::graph::{Graph, Mode, Writer};
 use crate::leader::{self, Election, Timing};
 use crate::metrics::{self, Metrics, Readiness};
 use crate::webhook::admit::{Policy, UnarmedDelete};
@@ -379,10 +378,10 @@ impl RunArgs {
             ));
             cert
         };
-        let graph = Arc::new(RwLock::new(Graph::new(mode)));
+        let graph = Writer::new(Graph::new(mode));
         tracing::info!(?mode, "garbage collector mode");
         let webhook = handler::router(Webhook {
-            graph: graph.clone(),
+            graph: graph.reader(),
             policy: Policy { unarmed_delete },
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),
@@ -404,7 +403,7 @@ impl RunArgs {
         ));
 
         let gc = Arc::new(gc::Collector::new(
-            graph,
+            graph.reader(),
             gc_cluster,
             metrics.clone(),
             GcConfig {
@@ -489,7 +488,7 @@ impl RunArgs {
         tokio::spawn(managed.run(shutdown.clone()))
     });
         let collector = {
-            let run = gc::run(gc, readiness.clone(), leading, shutdown.clone());
+            let run = gc::run(gc, graph, readiness.clone(), leading, shutdown.clone());
             std::thread::Builder::new()
                 .name("collector".into())
                 .spawn(move || collector_runtime.block_on(run))

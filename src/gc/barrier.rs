@@ -60,7 +60,7 @@ use tokio_util::sync::CancellationToken;
 use super::discovery::{self, Rediscovery, Resource, Resources};
 use super::watch;
 use crate::api::{Cluster, RateLimiter, Target, meta};
-use crate::graph::{Coordinates, Flags, Graph, Node, Uid};
+use crate::graph::{Coordinates, Flags, Graph, Node, Reader, Uid};
 use crate::metrics::Metrics;
 
 /// How soon an owner held by the barrier is looked at again, at first and at the most.
@@ -404,7 +404,7 @@ impl State {
 /// views of what the graph builder keeps.
 pub struct Reads {
     pub cluster: Cluster,
-    pub graph: Arc<RwLock<Graph>>,
+    pub graph: Reader,
     pub resources: Arc<RwLock<Resources>>,
     pub rediscovery: Arc<Rediscovery>,
     pub metrics: Metrics,

@@ -20,8 +20,9 @@ use crate::duration::Backoff;
 
 use super::Collector;
 use super::discovery::{self, Aliases, Found};
+use super::watch::WatchState;
 use super::watch::{self, GraphEvent};
-use crate::graph::ResourceId;
+use crate::graph::{ResourceId, Work, Writer};
 
 /// How long a burst of CRD or APIService changes is gathered before discovering again.
 const GATHER: Duration = Duration::from_millis(200);
@@ -30,6 +31,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 struct Builder {
     collector: Arc<Collector>,
+    /// The graph's one writer.
+    graph: Writer,
     events: mpsc::Sender<GraphEvent>,
     watches: HashMap<ResourceId, JoinHandle<()>>,
     aliases: Arc<RwLock<Aliases>>,
@@ -44,6 +47,7 @@ struct Builder {
 /// discovery has listed (or failed to, three times).
 pub async fn run(
     collector: Arc<Collector>,
+    graph: Writer,
     synced: signal::Sender<bool>,
     shutdown: CancellationToken,
 ) {
@@ -52,6 +56,7 @@ pub async fn run(
     let discoverer = tokio::spawn(discover(collector.clone(), found_tx, shutdown.clone()));
     let mut builder = Builder {
         collector,
+        graph,
         events: events_tx,
         watches: HashMap::new(),
         aliases: Arc::default(),
@@ -88,7 +93,7 @@ pub async fn run(
                     }
                     GraphEvent::Unserved(_) | GraphEvent::State(..) => {}
                 }
-                builder.collector.apply(event);
+                apply(&builder.graph, &builder.collector, event);
             }
         }
     }
@@ -96,6 +101,54 @@ pub async fn run(
         task.abort();
     }
     let _ = discoverer.await;
+}
+
+/// Applies one watch event to the graph and queues the work it brings up on `collector`. An
+/// owner waiting for its dependents that has none left goes ahead of the work queued before:
+/// its release may be what the rest of its tree waits for.
+pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
+    let work: Vec<(Work, bool)> = {
+        let mut graph = graph.write();
+        let work: Vec<Work> = match event {
+            GraphEvent::Apply(id, observed) => graph.apply(id, observed),
+            GraphEvent::Page(id, page) => page
+                .into_iter()
+                .flat_map(|observed| graph.apply(id, observed))
+                .collect(),
+            GraphEvent::Delete(_, uid) => {
+                collector.gone(uid);
+                graph.delete(uid)
+            }
+            GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
+            GraphEvent::Unserved(id) => graph.unserve(id),
+            GraphEvent::State(_, state) => {
+                // A read that failed with the watch may succeed now.
+                if state == WatchState::Watching {
+                    collector.wake_held();
+                }
+                Vec::new()
+            }
+            GraphEvent::ListFailed(_) => Vec::new(),
+        };
+        work.into_iter()
+            .map(|work| {
+                let first = match work {
+                    Work::SyncOwner(uid) => {
+                        graph.node(uid).is_some_and(|n| n.dependents.is_empty())
+                    }
+                    _ => false,
+                };
+                (work, first)
+            })
+            .collect()
+    };
+    for (work, first) in work {
+        if first {
+            collector.enqueue_first(work);
+        } else {
+            collector.enqueue(work);
+        }
+    }
 }
 
 impl Builder {

@@ -28,9 +28,8 @@ use super::discovery::{Rediscovery, Resources};
 use super::order::{Abandoned, Orders};
 use super::queue::WorkQueue;
 use super::synchronous::{self, Deadlines};
-use super::watch::{GraphEvent, WatchState};
 use crate::api::{ApiError, Changed, Cluster, Marks, Target};
-use crate::graph::{Flags, Graph, Mode, Node, Uid, Work};
+use crate::graph::{Flags, Graph, Mode, Node, Reader, Uid, Work};
 use crate::metrics::Metrics;
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Reason,
@@ -45,10 +44,10 @@ const ABSENT_OWNERS: usize = 1024;
 /// gone (it may be held by finalizers, or the watch may lag).
 const DELETED_GRACE: Duration = Duration::from_secs(30);
 
-/// What the collector's tasks share. The graph has one writer (the graph builder); workers
-/// and the webhook only read it.
+/// What the collector's tasks share. The graph has one writer (the graph builder, which holds
+/// its [`crate::graph::Writer`]); the workers only read it.
 pub struct Collector {
-    pub graph: Arc<RwLock<Graph>>,
+    graph: Reader,
     resources: Arc<RwLock<Resources>>,
     pub queue: WorkQueue<Work>,
     pub(super) cluster: Cluster,
@@ -70,12 +69,7 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(
-        graph: Arc<RwLock<Graph>>,
-        cluster: Cluster,
-        metrics: Metrics,
-        config: GcConfig,
-    ) -> Self {
+    pub fn new(graph: Reader, cluster: Cluster, metrics: Metrics, config: GcConfig) -> Self {
         let resources = Arc::<RwLock<Resources>>::default();
         let rediscovery = Arc::<Rediscovery>::default();
         let barrier = Barrier::new(
@@ -131,6 +125,10 @@ impl Collector {
         self.graph_read().mode()
     }
 
+    pub fn graph(&self) -> &Reader {
+        &self.graph
+    }
+
     pub(super) fn enqueue(&self, work: Work) {
         self.count_add(work);
         self.queue.add(work);
@@ -160,52 +158,9 @@ impl Collector {
             .is_some_and(|at| at.elapsed() < DELETED_GRACE)
     }
 
-    /// Applies one watch event to the graph and queues the work it brings up (the graph
-    /// builder's one call). An owner waiting for its dependents that has none left goes ahead
-    /// of the work queued before: its release may be what the rest of its tree waits for.
-    pub(super) fn apply(&self, event: GraphEvent) {
-        let work: Vec<(Work, bool)> = {
-            let mut graph = self.graph.write();
-            let work: Vec<Work> = match event {
-                GraphEvent::Apply(id, observed) => graph.apply(id, observed),
-                GraphEvent::Page(id, page) => page
-                    .into_iter()
-                    .flat_map(|observed| graph.apply(id, observed))
-                    .collect(),
-                GraphEvent::Delete(_, uid) => {
-                    self.deleted.lock().remove(&uid);
-                    graph.delete(uid)
-                }
-                GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
-                GraphEvent::Unserved(id) => graph.unserve(id),
-                GraphEvent::State(_, state) => {
-                    // A read that failed with the watch may succeed now.
-                    if state == WatchState::Watching {
-                        self.wake_held();
-                    }
-                    Vec::new()
-                }
-                GraphEvent::ListFailed(_) => Vec::new(),
-            };
-            work.into_iter()
-                .map(|work| {
-                    let first = match work {
-                        Work::SyncOwner(uid) => {
-                            graph.node(uid).is_some_and(|n| n.dependents.is_empty())
-                        }
-                        _ => false,
-                    };
-                    (work, first)
-                })
-                .collect()
-        };
-        for (work, first) in work {
-            if first {
-                self.enqueue_first(work);
-            } else {
-                self.enqueue(work);
-            }
-        }
+    /// Forgets that this collector deleted `uid`: a watch reported it gone.
+    pub(super) fn gone(&self, uid: Uid) {
+        self.deleted.lock().remove(&uid);
     }
 
     /// Refreshes the gauges that describe the graph and the waiting owners (from the graph

@@ -15,7 +15,7 @@ use hyper::body::Bytes;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ApiResource;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::GcConfig;
@@ -26,7 +26,7 @@ use super::watch::GraphEvent;
 use crate::api::Cluster;
 use crate::graph::{
     Coordinates, FinalizerPlaces, Flags, Graph, Mode, Observed, Order, OwnerLink, ResourceId, Uid,
-    Work,
+    Work, Writer,
 };
 use crate::metrics::Metrics;
 use crate::names::{
@@ -155,6 +155,7 @@ fn object(n: u128, owners: &[u128], metadata: Value) -> Value {
 
 struct Harness {
     collector: Arc<Collector>,
+    graph: Writer,
     fake: Arc<Fake>,
     configmaps: ResourceId,
 }
@@ -193,8 +194,8 @@ impl Harness {
             initial_list: Default::default(),
             barrier,
         };
-        let graph = Arc::new(RwLock::new(Graph::new(mode)));
-        let collector = Arc::new(Collector::new(graph, cluster, metrics, config));
+        let graph = Writer::new(Graph::new(mode));
+        let collector = Arc::new(Collector::new(graph.reader(), cluster, metrics, config));
         collector.resources_write().update(Found {
             resources: vec![Resource {
                 api: ApiResource::erase::<ConfigMap>(&()),
@@ -215,6 +216,7 @@ impl Harness {
         }
         Self {
             collector,
+            graph,
             fake,
             configmaps: ResourceId::new(0),
         }
@@ -223,8 +225,11 @@ impl Harness {
     /// Feeds watch events to the graph, and forgets the work they queued.
     fn watched(&self, objects: impl IntoIterator<Item = Observed>) {
         for object in objects {
-            self.collector
-                .apply(GraphEvent::Apply(self.configmaps, object));
+            super::builder::apply(
+                &self.graph,
+                &self.collector,
+                GraphEvent::Apply(self.configmaps, object),
+            );
         }
         self.queued();
     }

@@ -72,12 +72,18 @@ const GAUGES_INTERVAL: Duration = Duration::from_secs(5);
 /// every watch has listed — the workers, which act while this replica leads.
 pub async fn run(
     collector: Arc<Collector>,
+    graph: crate::graph::Writer,
     readiness: Readiness,
     leading: signal::Receiver<bool>,
     shutdown: CancellationToken,
 ) {
     let (synced_tx, mut synced_rx) = signal::channel(false);
-    let builder = tokio::spawn(builder::run(collector.clone(), synced_tx, shutdown.clone()));
+    let builder = tokio::spawn(builder::run(
+        collector.clone(),
+        graph,
+        synced_tx,
+        shutdown.clone(),
+    ));
     let barrier = {
         let collector = collector.clone();
         let shutdown = shutdown.clone();

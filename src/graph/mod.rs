@@ -5,6 +5,7 @@
 //! One task writes the graph; everyone else reads. Nothing here does I/O.
 
 mod flags;
+mod shared;
 mod uid;
 
 use std::collections::{HashMap, HashSet};
@@ -14,6 +15,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 pub use flags::{FinalizerPlaces, Flags};
+pub use shared::{Reader, Writer};
 pub use uid::{Uid, UidHash};
 
 /// Which deletions syncgc carries out.

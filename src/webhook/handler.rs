@@ -11,14 +11,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::api::ApiResource;
 
-use parking_lot::RwLock;
 use std::sync::Arc;
 
 use super::admit::{Decision, Policy, admit};
 use super::review::Operation;
 use super::review::{self, Answer, Review};
 use crate::api::{Cluster, Target};
-use crate::graph::{Graph, Uid};
+use crate::graph::{Reader, Uid};
 use crate::metrics::Metrics;
 
 /// The largest review accepted: the apiserver's objects are up to ~3 MiB, and a review of an
@@ -39,7 +38,7 @@ pub struct Webhook {
     /// The seam for side effects on DELETE.
     pub cluster: Cluster,
     /// The ownership graph, read for the dependents of an object being deleted.
-    pub graph: Arc<RwLock<Graph>>,
+    pub graph: Reader,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
 }

@@ -62,7 +62,10 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         policy,
         metrics: metrics.clone(),
         cluster: syncgc::api::Cluster::new(client, None, Duration::from_secs(30), metrics.clone()),
-        graph: Default::default(),
+        graph: syncgc::graph::Writer::new(syncgc::graph::Graph::new(
+            syncgc::graph::Mode::Cooperative,
+        ))
+        .reader(),
         body_timeout: Duration::from_secs(2),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
