@@ -153,6 +153,21 @@ fn object(n: u128, owners: &[u128], metadata: Value) -> Value {
     json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta })
 }
 
+/// The armed owner 1 as the apiserver answers a read of it: deleted at `deleted`, with its
+/// deadline stored when `deadline` says one.
+fn waiting_owner(deleted: Timestamp, deadline: Option<Timestamp>) -> Value {
+    let mut annotations = json!({ SYNCHRONOUS_ANNOTATION: "true" });
+    if let Some(deadline) = deadline {
+        annotations[DEADLINE_ANNOTATION] = json!(deadline.to_string());
+    }
+    object(
+        1,
+        &[],
+        json!({ "deletionTimestamp": deleted.to_string(), "finalizers": [SYNCHRONOUS_FINALIZER],
+                "annotations": annotations }),
+    )
+}
+
 struct Harness {
     collector: Arc<Collector>,
     graph: Writer,
@@ -366,19 +381,12 @@ async fn at_the_deadline_an_ordered_owner_abandons_its_order_and_every_wave_is_q
         ordered(3, Some("1")),
         ordered(4, None),
     ]);
-    let deleted = "2026-01-01T00:00:00Z";
     h.script(
         "GET",
         &path(1),
         [(
             200,
-            object(
-                1,
-                &[],
-                json!({ "deletionTimestamp": deleted, "finalizers": [SYNCHRONOUS_FINALIZER],
-                        "annotations": { SYNCHRONOUS_ANNOTATION: "true",
-                                         DEADLINE_ANNOTATION: "2026-01-01T00:00:10Z" } }),
-            ),
+            waiting_owner(at("2026-01-01T00:00:00Z"), Some(at("2026-01-01T00:00:10Z"))),
         )],
     );
 
@@ -453,14 +461,11 @@ async fn orphaning_a_fan_out_drops_each_reference_then_the_finalizer() {
 async fn a_release_meeting_a_conflict_reads_again_and_an_owner_gone_meanwhile_is_released() {
     let h = Harness::new(Mode::Cooperative);
     h.watched([observed(1, &[], WAITING, &[Flags::ARMED])]);
-    let armed = object(
-        1,
-        &[],
-        json!({ "deletionTimestamp": Timestamp::now().to_string(),
-                "finalizers": [SYNCHRONOUS_FINALIZER],
-                "annotations": { SYNCHRONOUS_ANNOTATION: "true" } }),
+    h.script(
+        "GET",
+        &path(1),
+        [(200, waiting_owner(Timestamp::now(), None))],
     );
-    h.script("GET", &path(1), [(200, armed)]);
     h.script(
         "PATCH",
         &path(1),
@@ -506,16 +511,7 @@ async fn the_release_barrier_holds_an_owner_while_a_read_finds_a_dependent_and_t
     h.script(
         "GET",
         &path(1),
-        [(
-            200,
-            object(
-                1,
-                &[],
-                json!({ "deletionTimestamp": deleted.to_string(), "finalizers": [SYNCHRONOUS_FINALIZER],
-                        "annotations": { SYNCHRONOUS_ANNOTATION: "true",
-                                         DEADLINE_ANNOTATION: deadline.to_string() } }),
-            ),
-        )],
+        [(200, waiting_owner(deleted, Some(deadline)))],
     );
     // A dependent the watches have not delivered: the first read finds it, the next does not.
     let unseen = object(9, &[1], json!({}));

@@ -1,5 +1,6 @@
-//! `POST /mutate`: transport only. Reads the body within limits, asks [`admit`] for the
-//! decision, makes its side effect through the API before the apiserver's deadline, answers.
+//! `POST /mutate`: reads the body within limits, counts a DELETE's dependents in the graph
+//! (read-only, for the warning), asks [`admit`] for the decision, makes its side effect through
+//! the API before the apiserver's deadline, answers. It decides nothing itself.
 
 use std::time::{Duration, Instant};
 

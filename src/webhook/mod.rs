@@ -4,7 +4,8 @@
 //! - [`review`]: the AdmissionReview wire format, read leanly, answered in the version asked.
 //! - [`skim`]: the objects' unread parts of a review found and dropped before it is parsed.
 //! - [`admit`]: the pure decision (`request → patch | denial | side effect`).
-//! - [`handler`]: `POST /mutate`, transport only.
+//! - [`handler`]: `POST /mutate`: the body, the graph's count of a DELETE's dependents, the
+//!   side effect, the answer; no decision of its own.
 //! - [`server`]: HTTPS (HTTP/1.1 and HTTP/2) with bounds and graceful shutdown.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`registration`]: the MutatingWebhookConfiguration pointing at it.
