@@ -22,7 +22,7 @@ use super::GcConfig;
 use super::absent::{self, AbsentOwners};
 use super::barrier::{self, Barrier, Hold, Owner, Reads, Verdict};
 use super::decide::{
-    self, Attempt, Deadline, Dependent, OwnerState, Propagation, Release, Unproven,
+    self, Attempt, Deadline, Dependent, OwnerState, Plan, Propagation, Release, Unproven,
 };
 use super::discovery::{Rediscovery, Resources};
 use super::order::{Abandoned, Orders};
@@ -243,20 +243,6 @@ pub async fn work(collector: Arc<Collector>, mut leading: signal::Receiver<bool>
     }
 }
 
-/// What the graph alone says about a dependent.
-enum Plan {
-    /// Nothing to do.
-    Done,
-    /// Delete it, on the condition that it is still as the graph saw it.
-    Delete {
-        target: Target,
-        propagation: Propagation,
-        resource_version: u64,
-    },
-    /// The graph cannot decide (an owner it has not seen, or references to rewrite): read it.
-    Live(Target),
-}
-
 impl Collector {
     /// Works on one item. `Err` of a retryable error queues it again with backoff.
     pub(super) async fn process(&self, work: Work) -> Result<(), ApiError> {
@@ -440,55 +426,27 @@ impl Collector {
         if self.recently_deleted(uid) {
             return Ok(());
         }
-        let plan = {
+        let (plan, target) = {
             let graph = self.graph_read();
-            match graph.node(uid) {
-                Some(node) => self.plan(&graph, uid, node),
-                None => Plan::Done,
-            }
+            let Some(node) = graph.node(uid) else {
+                return Ok(());
+            };
+            let Some(target) = self.target_of(uid, node) else {
+                return Ok(());
+            };
+            let in_turn = self.in_turn(&graph, uid);
+            (decide::plan(&graph, uid, node, in_turn), target)
         };
         match plan {
             Plan::Done => Ok(()),
             Plan::Delete {
-                target,
                 propagation,
                 resource_version,
             } => {
                 self.delete_dependent(uid, &target, propagation, Some(resource_version))
                     .await
             }
-            Plan::Live(target) => self.attempt_to_delete_live(uid, &target).await,
-        }
-    }
-
-    fn plan(&self, graph: &Graph, uid: Uid, node: &Node) -> Plan {
-        if node.is(Flags::DELETING) {
-            return Plan::Done;
-        }
-        let Some(target) = self.target_of(uid, node) else {
-            return Plan::Done;
-        };
-        let mut owners = Vec::with_capacity(node.owners.len());
-        for link in node.owners.iter() {
-            match graph.node(link.uid) {
-                Some(owner) if owner.seen() && owner.is_owner_through(node, link) => {
-                    owners.push(state_of(owner.flags));
-                }
-                _ => return Plan::Live(target),
-            }
-        }
-        let dependent = self.dependent_of(graph, uid, node.flags);
-        match decide::attempt_to_delete(graph.mode(), &owners, dependent) {
-            Attempt::Wait => Plan::Done,
-            Attempt::Delete {
-                propagation,
-                unblock,
-            } if unblock.is_empty() && node.resource_version != 0 => Plan::Delete {
-                target,
-                propagation,
-                resource_version: node.resource_version,
-            },
-            _ => Plan::Live(target),
+            Plan::Live => self.attempt_to_delete_live(uid, &target).await,
         }
     }
 
@@ -506,9 +464,10 @@ impl Collector {
         }
         let (mode, dependent) = {
             let graph = self.graph_read();
+            let in_turn = self.in_turn(&graph, uid);
             (
                 graph.mode(),
-                self.dependent_of(&graph, uid, Flags::of_object(&meta)),
+                Dependent::of(&graph, uid, Flags::of_object(&meta), in_turn),
             )
         };
         let uids = |indices: &[usize]| -> Vec<String> {
@@ -634,7 +593,7 @@ impl Collector {
             match graph.node(uid) {
                 Some(owner) if owner.seen() && owner.coordinates == coordinates => {
                     if owner.in_reach_of(dependent.namespace.as_deref()) {
-                        return Ok(state_of(owner.flags));
+                        return Ok(OwnerState::of(owner.flags));
                     }
                     owner.namespace().map(str::to_owned)
                 }
@@ -696,7 +655,7 @@ impl Collector {
             self.absent.lock().insert(key);
             return Ok(OwnerState::Absent);
         };
-        Ok(state_of(Flags::of_object(&meta)))
+        Ok(OwnerState::of(Flags::of_object(&meta)))
     }
 
     async fn invalid_namespace(&self, dependent: &Target, note: String) {
@@ -1047,39 +1006,8 @@ impl Collector {
 }
 
 impl Collector {
-    /// What the decision needs of a dependent with `flags`: its own, and its dependents' and
-    /// its turn from the graph.
-    fn dependent_of(&self, graph: &Graph, uid: Uid, flags: Flags) -> Dependent {
-        let mut has_dependents = false;
-        let mut dependent_waits = false;
-        for (_, dependent, _) in graph.valid_dependents(uid) {
-            has_dependents = true;
-            dependent_waits |= dependent.waits_for_dependents();
-        }
-        Dependent {
-            has_dependents,
-            dependent_waits,
-            armed: flags.contains(Flags::ARMED),
-            own: Propagation::from_finalizers(
-                flags.contains(Flags::ORPHAN),
-                flags.contains(Flags::FOREGROUND),
-            ),
-            in_turn: self.orders.lock().in_turn(graph, uid, graph.wave(uid)),
-        }
-    }
-}
-
-/// How a dependent sees an owner with `flags` (see [`OwnerState`]).
-fn state_of(flags: Flags) -> OwnerState {
-    if flags.contains(Flags::GONE) {
-        OwnerState::Absent
-    } else if !flags.contains(Flags::DELETING) || flags.contains(Flags::ORPHAN) {
-        OwnerState::Solid
-    } else if flags.contains(Flags::ARMED) {
-        OwnerState::WaitingSynchronous
-    } else if flags.contains(Flags::FOREGROUND) {
-        OwnerState::WaitingForeground
-    } else {
-        OwnerState::Solid
+    /// Whether `uid` may be deleted now for every owner of it that waits (its wave reached).
+    fn in_turn(&self, graph: &Graph, uid: Uid) -> bool {
+        self.orders.lock().in_turn(graph, uid, graph.wave(uid))
     }
 }

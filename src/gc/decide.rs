@@ -6,7 +6,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 
 pub use crate::api::Propagation;
-use crate::graph::Mode;
+use crate::graph::{Flags, Graph, Mode, Node, Uid};
 
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,21 @@ pub enum OwnerState {
 }
 
 impl OwnerState {
+    /// How a dependent sees an owner with `flags`.
+    pub fn of(flags: Flags) -> Self {
+        if flags.contains(Flags::GONE) {
+            Self::Absent
+        } else if !flags.contains(Flags::DELETING) || flags.contains(Flags::ORPHAN) {
+            Self::Solid
+        } else if flags.contains(Flags::ARMED) {
+            Self::WaitingSynchronous
+        } else if flags.contains(Flags::FOREGROUND) {
+            Self::WaitingForeground
+        } else {
+            Self::Solid
+        }
+    }
+
     fn waiting(self) -> bool {
         matches!(self, Self::WaitingForeground | Self::WaitingSynchronous)
     }
@@ -44,6 +59,74 @@ pub struct Dependent {
     pub own: Propagation,
     /// Every owner that waits for it has reached its wave (see [`Wave::in_turn`](crate::graph::Wave::in_turn)).
     pub in_turn: bool,
+}
+
+impl Dependent {
+    /// What the decision needs of the dependent `uid` with `flags`: its own, its dependents'
+    /// from the graph, and whether its turn has come (`in_turn`, from the deletion order).
+    pub fn of(graph: &Graph, uid: Uid, flags: Flags, in_turn: bool) -> Self {
+        let mut has_dependents = false;
+        let mut dependent_waits = false;
+        for (_, dependent, _) in graph.valid_dependents(uid) {
+            has_dependents = true;
+            dependent_waits |= dependent.waits_for_dependents();
+        }
+        Self {
+            has_dependents,
+            dependent_waits,
+            armed: flags.contains(Flags::ARMED),
+            own: Propagation::from_finalizers(
+                flags.contains(Flags::ORPHAN),
+                flags.contains(Flags::FOREGROUND),
+            ),
+            in_turn,
+        }
+    }
+}
+
+/// What the graph alone says about a dependent (the fast path of `attemptToDeleteItem`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Nothing to do.
+    Done,
+    /// Delete it, on the condition that it is still as the graph saw it.
+    Delete {
+        propagation: Propagation,
+        resource_version: u64,
+    },
+    /// The graph cannot decide (an owner it has not seen or whose reference does not reach
+    /// it, references to rewrite, no resourceVersion to hold the deletion to): read it.
+    Live,
+}
+
+/// [`Plan`] for the dependent `uid`, seen as `node`, whose turn has come or not (`in_turn`):
+/// upstream's reference classification (each owner solid, waiting or absent) from the graph
+/// wherever it has seen every owner the references name.
+pub fn plan(graph: &Graph, uid: Uid, node: &Node, in_turn: bool) -> Plan {
+    if node.is(Flags::DELETING) {
+        return Plan::Done;
+    }
+    let mut owners = Vec::with_capacity(node.owners.len());
+    for link in node.owners.iter() {
+        match graph.node(link.uid) {
+            Some(owner) if owner.seen() && owner.is_owner_through(node, link) => {
+                owners.push(OwnerState::of(owner.flags));
+            }
+            _ => return Plan::Live,
+        }
+    }
+    let dependent = Dependent::of(graph, uid, node.flags, in_turn);
+    match attempt_to_delete(graph.mode(), &owners, dependent) {
+        Attempt::Wait => Plan::Done,
+        Attempt::Delete {
+            propagation,
+            unblock,
+        } if unblock.is_empty() && node.resource_version != 0 => Plan::Delete {
+            propagation,
+            resource_version: node.resource_version,
+        },
+        _ => Plan::Live,
+    }
 }
 
 /// What to do with a dependent.
@@ -530,5 +613,100 @@ mod tests {
     fn foreground_deletion_ends_with_the_last_blocking_dependent() {
         assert!(foreground_done(0));
         assert!(!foreground_done(1));
+    }
+
+    mod from_the_graph {
+        use super::super::*;
+        use crate::graph::{Coordinates, FinalizerPlaces, Observed, Order, OwnerLink, ResourceId};
+
+        fn object(n: u128, owners: &[(u128, &str)], flags: Flags) -> Observed {
+            Observed {
+                uid: Uid::from_u128(n),
+                coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
+                namespace: Some("ns".into()),
+                name: format!("o{n}"),
+                resource_version: 5,
+                owners: owners
+                    .iter()
+                    .map(|(o, name)| OwnerLink {
+                        uid: Uid::from_u128(*o),
+                        coordinates: Coordinates::of("v1", "ConfigMap", name),
+                        block_owner_deletion: true,
+                    })
+                    .collect(),
+                deleted_at: None,
+                flags,
+                places: FinalizerPlaces::default(),
+                order: Order::default(),
+            }
+        }
+
+        fn plan_of(mode: Mode, objects: Vec<Observed>, uid: u128) -> Plan {
+            let mut graph = Graph::new(mode);
+            for object in objects {
+                graph.apply(ResourceId::new(0), object);
+            }
+            let uid = Uid::from_u128(uid);
+            let node = graph.node(uid).unwrap().clone();
+            plan(&graph, uid, &node, true)
+        }
+
+        const WAITING: Flags = Flags::ARMED.with(Flags::DELETING, true);
+
+        #[test]
+        fn a_dependent_of_a_seen_waiting_owner_is_deleted_under_its_resource_version() {
+            let objects = vec![
+                object(1, &[], WAITING),
+                object(2, &[(1, "o1")], Flags::empty()),
+            ];
+            assert_eq!(
+                plan_of(Mode::Cooperative, objects, 2),
+                Plan::Delete {
+                    propagation: Propagation::Background,
+                    resource_version: 5
+                }
+            );
+        }
+
+        #[test]
+        fn an_owner_the_graph_cannot_vouch_for_is_read() {
+            // Never seen: a virtual node.
+            let unseen = vec![object(2, &[(1, "o1")], Flags::empty())];
+            assert_eq!(plan_of(Mode::Standalone, unseen, 2), Plan::Live);
+            // Seen, but the reference names another object.
+            let renamed = vec![
+                object(1, &[], WAITING),
+                object(2, &[(1, "other")], Flags::empty()),
+            ];
+            assert_eq!(plan_of(Mode::Cooperative, renamed, 2), Plan::Live);
+        }
+
+        #[test]
+        fn a_solid_owner_or_a_dependent_being_deleted_needs_nothing() {
+            let solid = vec![
+                object(1, &[], Flags::empty()),
+                object(2, &[(1, "o1")], Flags::empty()),
+            ];
+            assert_eq!(plan_of(Mode::Standalone, solid, 2), Plan::Done);
+            let deleting = vec![
+                object(1, &[], WAITING),
+                object(2, &[(1, "o1")], Flags::DELETING),
+            ];
+            assert_eq!(plan_of(Mode::Cooperative, deleting, 2), Plan::Done);
+        }
+
+        #[test]
+        fn owner_states_follow_the_flags() {
+            assert_eq!(OwnerState::of(Flags::empty()), OwnerState::Solid);
+            assert_eq!(OwnerState::of(WAITING), OwnerState::WaitingSynchronous);
+            let foreground = Flags::FOREGROUND.with(Flags::DELETING, true);
+            assert_eq!(OwnerState::of(foreground), OwnerState::WaitingForeground);
+            let orphaning = WAITING.with(Flags::ORPHAN, true);
+            assert_eq!(OwnerState::of(orphaning), OwnerState::Solid);
+            assert_eq!(
+                OwnerState::of(Flags::VIRTUAL.with(Flags::GONE, true)),
+                OwnerState::Absent
+            );
+        }
     }
 }
