@@ -464,7 +464,7 @@ impl Election {
     }
 
     fn api(&self, cluster: &Cluster) -> kube::Api<Lease> {
-        kube::Api::namespaced(cluster.client.clone(), &self.namespace)
+        cluster.namespaced(&self.namespace)
     }
 
     fn lease(&self) -> String {

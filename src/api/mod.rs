@@ -468,7 +468,7 @@ pub const EVENT_REPORTER: &str = "syncgc";
 /// Single-object calls with preconditions, rate limit, timeouts and error counts, and Events.
 #[derive(Clone)]
 pub struct Cluster {
-    pub client: Client,
+    client: Client,
     limiter: Option<Arc<RateLimiter>>,
     timeout: Duration,
     metrics: Metrics,
@@ -496,6 +496,37 @@ impl Cluster {
             metrics,
             recorder,
         }
+    }
+
+    /// The client, for the streams this seam does not wrap (the watches and discovery, which
+    /// hold their connections and read without a rate limit).
+    pub fn streams(&self) -> &Client {
+        &self.client
+    }
+
+    /// The apiserver's version (see [`server_version`]).
+    pub async fn server_version(&self) -> Result<String, ApiError> {
+        server_version(&self.client).await
+    }
+
+    /// The objects of the cluster-scoped kind `K`, whole, for [`Cluster::get_whole`] and its
+    /// kin.
+    pub fn all<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::all(self.client.clone())
+    }
+
+    /// The objects of the namespaced kind `K` in `namespace`, whole, for
+    /// [`Cluster::get_whole`] and its kin.
+    pub fn namespaced<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), namespace)
     }
 
     /// The same client and timeout under a budget of its own: calls made through it neither

@@ -254,7 +254,7 @@ impl Builder {
         };
         tracing::debug!(resource = %discovery::resource_name(&resource.api), version = %resource.api.version, "watching");
         let task = tokio::spawn(watch::watch(
-            self.collector.cluster.client.clone(),
+            self.collector.cluster.streams().clone(),
             id,
             resource,
             self.collector.config.initial_list,
@@ -278,22 +278,23 @@ async fn discover(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
     loop {
-        let wait =
-            match discovery::discover(&collector.cluster.client, &collector.config.ignored).await {
-                Ok(answer) => {
-                    backoff.reset();
-                    if found.send(answer).await.is_err() {
-                        return;
-                    }
-                    collector.config.rediscovery
+        let wait = match discovery::discover(collector.cluster.streams(), &collector.config.ignored)
+            .await
+        {
+            Ok(answer) => {
+                backoff.reset();
+                if found.send(answer).await.is_err() {
+                    return;
                 }
-                Err(err) => {
-                    collector.metrics.discovery_errors.inc();
-                    let wait = backoff.failed();
-                    tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
-                    wait
-                }
-            };
+                collector.config.rediscovery
+            }
+            Err(err) => {
+                collector.metrics.discovery_errors.inc();
+                let wait = backoff.failed();
+                tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
+                wait
+            }
+        };
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}

@@ -229,7 +229,7 @@ impl Keeper {
         validity: Validity,
     ) -> Self {
         Self {
-            api: Api::namespaced(cluster.client.clone(), &namespace),
+            api: cluster.namespaced(&namespace),
             namespace,
             name,
             sans,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::certificate::{self, Keeper, SecretError};
 use super::registration::{Registration, Scope, ServerVersion};
 use super::tls::ReloadingCert;
-use crate::api::{self, ApiError, Cluster};
+use crate::api::{ApiError, Cluster};
 use crate::duration::Backoff;
 use crate::gc::Collector;
 use crate::metrics::{Condition, Metrics, Readiness};
@@ -140,11 +140,13 @@ impl Managed {
     }
 
     async fn round(&self) -> Result<Written, ManageError> {
-        let server: ServerVersion = api::server_version(&self.cluster.client)
+        let server: ServerVersion = self
+            .cluster
+            .server_version()
             .await?
             .parse()
             .map_err(ManageError::Version)?;
-        let api: Api<MutatingWebhookConfiguration> = Api::all(self.cluster.client.clone());
+        let api: Api<MutatingWebhookConfiguration> = self.cluster.all();
         let name = &self.registration.name;
         let existing = self.cluster.get_whole(&api, name).await?;
         let ca_bundle = match &self.ca {
