@@ -265,6 +265,33 @@ pub struct LeaderElectionArgs {
 /// Builds a single-threaded runtime.
 pub type RuntimeBuilder = fn() -> std::io::Result<tokio::runtime::Runtime>;
 
+/// The collector's runtime, shut down without waiting when it is dropped: dropping a runtime
+/// waits for its tasks, which the async context `run` returns from forbids (a start-up error
+/// after it was built, such as a certificate file that cannot be read, would end in a panic).
+struct Background(Option<tokio::runtime::Runtime>);
+
+impl Background {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("the runtime until dropped").handle()
+    }
+
+    /// Runs `future` to its end on this runtime, on the calling thread.
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.0
+            .as_ref()
+            .expect("the runtime until dropped")
+            .block_on(future)
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 impl RunArgs {
     /// Runs syncgc until SIGTERM or SIGINT. The garbage collector (discovery, watches, graph
     /// builder, workers, release barrier, and its client's connections) runs on a runtime and a
@@ -346,10 +373,12 @@ impl RunArgs {
         let client = api::client(config.clone())?;
         // The webhook answers within the apiserver's timeout: its calls are not rate-limited.
         let webhook_cluster = Cluster::new(client.clone(), None, API_TIMEOUT, metrics.clone());
-        let collector_runtime = collector_runtime().context("starting the collector's runtime")?;
+        let collector_runtime = Background(Some(
+            collector_runtime().context("starting the collector's runtime")?,
+        ));
         // Built in the collector's runtime, so that the client's tasks run there.
         let gc_client = {
-            let _in = collector_runtime.enter();
+            let _in = collector_runtime.handle().enter();
             api::client(config)?
         };
         let limiter = Arc::new(RateLimiter::new(qps, burst));

@@ -1,6 +1,8 @@
 //! `syncgc certs` writes a CA and a serving certificate that a TLS client trusting only that CA
 //! accepts, for exactly the requested names.
 
+mod support;
+
 use std::net::IpAddr;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -203,4 +205,36 @@ async fn a_client_trusting_only_the_ca_completes_a_handshake() {
         lower.contains("unknownissuer") || lower.contains("badsignature"),
         "{err}"
     );
+}
+
+/// A serving certificate that cannot be read stops `syncgc run` with an error that names the
+/// file, exit code 1, never a panic.
+#[test]
+fn syncgc_run_names_a_certificate_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.crt");
+    std::fs::write(&empty, b"").unwrap();
+    let missing = dir.path().join("missing.crt");
+    for (cert, says) in [(&missing, "reading "), (&empty, "holds no PEM certificate")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+            .args([
+                "run",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--webhook-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(cert)
+            .env("SYNCGC_KUBECONFIG", support::kubeconfig_path())
+            .output()
+            .expect("running syncgc run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains(&*cert.to_string_lossy()), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }

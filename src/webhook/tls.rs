@@ -16,17 +16,18 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("reading {}: {source}", .path.display())]
+    /// (The cause is said in the message, not chained, so that it is said once.)
+    #[error("reading {}: {error}", .path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{0} holds no PEM certificate")]
     NoCertificate(String),
-    #[error("parsing {origin}: {source}")]
+    #[error("parsing {origin}: {error}")]
     Pem {
         origin: String,
-        source: rustls::pki_types::pem::Error,
+        error: rustls::pki_types::pem::Error,
     },
     #[error("the key does not fit the certificate: {0}")]
     Key(#[from] rustls::Error),
@@ -94,9 +95,9 @@ impl ReloadingCert {
             return Ok(Reload::Unchanged);
         };
         let read = |path: &Path| {
-            std::fs::read(path).map_err(|source| TlsError::Read {
+            std::fs::read(path).map_err(|error| TlsError::Read {
                 path: path.to_owned(),
-                source,
+                error,
             })
         };
         let (cert, key) = (read(cert_path)?, read(key_path)?);
@@ -187,16 +188,16 @@ fn certified_key(
 ) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(&pair.cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| TlsError::Pem {
+        .map_err(|error| TlsError::Pem {
             origin: cert_origin.to_owned(),
-            source,
+            error,
         })?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate(cert_origin.to_owned()));
     }
-    let key = PrivateKeyDer::from_pem_slice(&pair.key).map_err(|source| TlsError::Pem {
+    let key = PrivateKeyDer::from_pem_slice(&pair.key).map_err(|error| TlsError::Pem {
         origin: key_origin.to_owned(),
-        source,
+        error,
     })?;
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
