@@ -84,10 +84,10 @@ pub struct RunArgs {
     #[arg(long, env = "SYNCGC_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
     /// Client-side limit on the garbage collector's calls to the apiserver, per second.
-    #[arg(long, env = "SYNCGC_QPS", default_value_t = 50.0)]
+    #[arg(long, env = "SYNCGC_QPS", default_value_t = 50.0, value_parser = positive)]
     pub qps: f64,
     /// Calls allowed in a burst above --qps.
-    #[arg(long, env = "SYNCGC_BURST", default_value_t = 100)]
+    #[arg(long, env = "SYNCGC_BURST", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub burst: u32,
     /// Leader election among replicas (boxed: it would make every `Command` as big).
     #[command(flatten)]
@@ -262,6 +262,28 @@ pub struct LeaderElectionArgs {
     pub leader_election_retry_period: Duration,
 }
 
+/// A number above zero (a rate of zero would all but stop the collector).
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
+        Ok(_) => Err(format!("{text} is not above zero")),
+        Err(err) => Err(format!("{text:?} is not a number: {err}")),
+    }
+}
+
+impl RunArgs {
+    /// What the flags say together that each alone cannot: checked before anything starts.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.timeout_max >= self.timeout_base,
+            "--timeout-max ({:?}) is shorter than --timeout-base ({:?}): no owner could wait as long as the base says",
+            self.timeout_max,
+            self.timeout_base
+        );
+        Ok(())
+    }
+}
+
 /// Builds a single-threaded runtime.
 pub type RuntimeBuilder = fn() -> std::io::Result<tokio::runtime::Runtime>;
 
@@ -300,6 +322,7 @@ impl RunArgs {
     /// request), and on one thread none of those hand-overs wakes another thread. The webhook and
     /// the metrics keep the multi-threaded runtime.
     pub async fn run(self, collector_runtime: RuntimeBuilder) -> anyhow::Result<()> {
+        self.validate()?;
         let RunArgs {
             kubeconfig,
             metrics_addr,

@@ -245,6 +245,34 @@ mod tests {
     }
 
     #[test]
+    fn rates_above_zero_and_a_maximum_wait_no_shorter_than_the_base() {
+        let run = |args: &[&str]| {
+            Cli::try_parse_from([&["syncgc", "run"][..], args].concat()).map(|cli| {
+                match cli.command {
+                    Command::Run(args) => args,
+                    _ => panic!("not run"),
+                }
+            })
+        };
+        for bad in [
+            &["--qps", "0"][..],
+            &["--qps", "-1"],
+            &["--qps", "x"],
+            &["--burst", "0"],
+        ] {
+            let err = run(bad).unwrap_err().to_string();
+            assert!(err.contains(bad[1]), "{bad:?}: {err}");
+        }
+        assert!(run(&["--qps", "0.5"]).unwrap().validate().is_ok());
+        let err = run(&["--timeout-base", "2h"])
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--timeout-max"), "{err}");
+        assert!(run(&["--timeout-base", "1h"]).unwrap().validate().is_ok());
+    }
+
+    #[test]
     fn leader_election_has_client_gos_defaults_and_no_fixed_namespace() {
         let cli = Cli::try_parse_from(["syncgc", "run"]).unwrap();
         let Command::Run(args) = cli.command else {
