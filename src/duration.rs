@@ -45,7 +45,8 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// A wait that doubles after each failure, from `first` up to `max`, and starts over after a
-/// success.
+/// success. Each wait is longer by up to a fifth, at random ([`JITTER`]): loops that failed
+/// together (every watch, when the apiserver restarts) do not retry in lockstep.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     first: Duration,
@@ -66,7 +67,7 @@ impl Backoff {
     pub fn failed(&mut self) -> Duration {
         let wait = self.next;
         self.next = (self.next * 2).min(self.max);
-        wait
+        jittered(wait)
     }
 
     /// The wait the next failure will get.
@@ -80,6 +81,18 @@ impl Backoff {
     }
 }
 
+/// How much longer than its backoff a wait may be, as a fraction of it.
+pub const JITTER: f64 = 0.2;
+
+/// `wait`, longer by a random part of [`JITTER`] of it.
+fn jittered(wait: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    // Each RandomState has keys of its own: a random number without a generator to keep.
+    let random = std::collections::hash_map::RandomState::new().hash_one(wait);
+    let fraction = (random % 1_000_000) as f64 / 1_000_000.0;
+    wait.mul_f64(1.0 + JITTER * fraction)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,10 +100,26 @@ mod tests {
     #[test]
     fn backoff_doubles_up_to_its_cap_and_starts_over() {
         let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
-        let waits: Vec<u64> = (0..5).map(|_| backoff.failed().as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 5, 5]);
+        let within = |wait: Duration, secs: u64| {
+            let least = Duration::from_secs(secs);
+            assert!(
+                wait >= least && wait <= least.mul_f64(1.0 + JITTER),
+                "{wait:?} for {secs}s"
+            );
+        };
+        for secs in [1, 2, 4, 5, 5] {
+            within(backoff.failed(), secs);
+        }
         backoff.reset();
-        assert_eq!(backoff.failed(), Duration::from_secs(1));
+        within(backoff.failed(), 1);
+    }
+
+    #[test]
+    fn waits_that_start_together_spread_out() {
+        let waits: std::collections::HashSet<Duration> = (0..50)
+            .map(|_| Backoff::new(Duration::from_secs(1), Duration::from_secs(5)).failed())
+            .collect();
+        assert!(waits.len() > 40, "{} distinct waits of 50", waits.len());
     }
 
     #[test]
