@@ -37,7 +37,7 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Write development certificates: a CA and a serving certificate signed by it.
     Certs(CertsArgs),
-    /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL.
+    /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL or Service.
     WebhookConfig(WebhookConfigArgs),
     /// Say what keeps an object from going: its finalizers and who removes them, and the
     /// dependents that block it. Exits 1 while the object is being deleted and blocked.

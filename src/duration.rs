@@ -70,7 +70,7 @@ impl Backoff {
         jittered(wait)
     }
 
-    /// The wait the next failure will get.
+    /// The wait the next failure will get, before its jitter.
     pub fn peek(&self) -> Duration {
         self.next
     }

@@ -14,7 +14,7 @@ use kube::api::{DynamicObject, ListParams};
 
 use k8s_openapi::api::core::v1::Event;
 
-use crate::gc::discovery::{self, Resource};
+use crate::gc::discovery::{self, Aliases, Resource};
 use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Reason,
@@ -43,9 +43,15 @@ impl Object {
         self.meta.finalizers.as_deref().unwrap_or_default()
     }
 
-    fn coordinates(&self) -> Coordinates {
-        Coordinates::in_group(
-            &self.group,
+    /// As the graph knows it: under the group it is watched as.
+    fn coordinates(&self, aliases: &Aliases) -> Coordinates {
+        let api_version = if self.group.is_empty() {
+            "v1".to_owned()
+        } else {
+            format!("{}/v1", self.group)
+        };
+        aliases.coordinates(
+            &api_version,
             &self.kind,
             self.meta.name.as_deref().unwrap_or_default(),
         )
@@ -76,6 +82,7 @@ pub fn report(
     object: &Object,
     dependents: &HashMap<String, Vec<Object>>,
     barrier: Option<&str>,
+    aliases: &Aliases,
 ) -> (String, bool) {
     let mut out = String::new();
     let uid = object.meta.uid.clone().unwrap_or_default();
@@ -107,8 +114,8 @@ pub fn report(
     }
     let mut seen = vec![uid.clone()];
     let mut tree = String::new();
-    let blocking = tree_of(object, dependents, 4, &mut seen, &mut tree);
-    if seen.len() == 1 {
+    let blocking = tree_of(object, dependents, aliases, 4, &mut seen, &mut tree);
+    if tree.is_empty() {
         let _ = writeln!(out, "  no dependents");
     } else {
         let _ = writeln!(out, "  dependents ({} blocking):", blocking);
@@ -116,8 +123,14 @@ pub fn report(
     }
     let blocked = deleting.is_some() && !object.finalizers().is_empty();
     let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
-    let direct = dependents.get(&uid).map(Vec::as_slice).unwrap_or_default();
-    if waits && let Some(order) = waves(direct, dependents) {
+    let direct: Vec<Object> = dependents
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .filter(|d| link(object, d, aliases).is_some())
+        .cloned()
+        .collect();
+    if waits && let Some(order) = waves(&direct, dependents) {
         out.push_str(&order);
     }
     if let Some(note) = barrier.filter(|_| blocked && waits && blocking == 0) {
@@ -132,11 +145,37 @@ pub fn report(
     (out, blocked)
 }
 
+/// The reference of `dependent` to `owner`, when it really refers to it as the collector sees
+/// it ([`OwnerLink::reaches`], group aliases resolved): one with the owner's uid that names
+/// another object, or a namespaced owner from elsewhere, is no dependency.
+fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLink> {
+    let uid = owner.meta.uid.as_deref().unwrap_or_default();
+    dependent
+        .meta
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.uid == uid)
+        .map(|r| OwnerLink {
+            uid: Uid::parse(&r.uid),
+            coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
+            block_owner_deletion: r.block_owner_deletion == Some(true),
+        })
+        .find(|link| {
+            link.reaches(
+                owner.coordinates(aliases),
+                owner.meta.namespace.as_deref(),
+                dependent.meta.namespace.as_deref(),
+            )
+        })
+}
+
 /// Writes the dependents of `owner`, indented, and returns how many of its direct ones block
 /// it.
 fn tree_of(
     owner: &Object,
     dependents: &HashMap<String, Vec<Object>>,
+    aliases: &Aliases,
     depth: usize,
     seen: &mut Vec<String>,
     out: &mut String,
@@ -145,26 +184,7 @@ fn tree_of(
     let mut blocking = 0;
     for dependent in dependents.get(&uid).into_iter().flatten() {
         let dependent_uid = dependent.meta.uid.clone().unwrap_or_default();
-        // As the collector sees it: a reference with the owner's uid that names another object
-        // (group, kind, name), or a namespaced owner elsewhere, is no dependency.
-        let link = dependent
-            .meta
-            .owner_references
-            .iter()
-            .flatten()
-            .filter(|r| r.uid == uid)
-            .map(|r| OwnerLink {
-                uid: Uid::parse(&r.uid),
-                coordinates: Coordinates::of(&r.api_version, &r.kind, &r.name),
-                block_owner_deletion: r.block_owner_deletion == Some(true),
-            })
-            .find(|link| {
-                link.reaches(
-                    owner.coordinates(),
-                    owner.meta.namespace.as_deref(),
-                    dependent.meta.namespace.as_deref(),
-                )
-            });
+        let link = link(owner, dependent, aliases);
         let mut why = Vec::new();
         let blocks = |finalizer: &str| {
             owner.has(finalizer) && link.is_some_and(|l| l.blocks(Flags::of_finalizer(finalizer)))
@@ -201,7 +221,8 @@ fn tree_of(
             ""
         };
         let marks = if link.is_none() {
-            "  (its reference has the owner's uid but names another object: not a dependent)"
+            "  (refers to the owner's uid, but not to it: another name, kind or group, or \
+             another namespace; not a dependent)"
                 .to_owned()
         } else if why.is_empty() {
             String::new()
@@ -209,11 +230,11 @@ fn tree_of(
             format!("  BLOCKS: {}", why.join("; "))
         };
         let _ = writeln!(out, "{:depth$}{}{state}{marks}", "", dependent.title());
-        if seen.contains(&dependent_uid) {
+        if link.is_none() || seen.contains(&dependent_uid) {
             continue;
         }
         seen.push(dependent_uid);
-        tree_of(dependent, dependents, depth + 2, seen, out);
+        tree_of(dependent, dependents, aliases, depth + 2, seen, out);
     }
     blocking
 }
@@ -305,7 +326,9 @@ pub async fn explain(
     let namespace = namespace
         .map(str::to_owned)
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let resources = discovery::discover(&client, &[]).await?.resources;
+    let found = discovery::discover(&client, &[]).await?;
+    let aliases = Aliases::new(&found.aliases);
+    let resources = found.resources;
     let resource = resolve(&resources, kind)
         .with_context(|| format!("the apiserver serves no kind {kind:?} (with list and delete)"))?;
     let api = scoped(&client, resource, &namespace);
@@ -345,7 +368,7 @@ pub async fn explain(
         }
     }
     let barrier = barrier_note(&client, &object).await;
-    let (text, blocked) = report(&object, &dependents, barrier.as_deref());
+    let (text, blocked) = report(&object, &dependents, barrier.as_deref(), &aliases);
     print!("{text}");
     Ok(blocked)
 }
@@ -405,6 +428,7 @@ pub fn resolve<'a>(resources: &'a [Resource], kind: &str) -> Option<&'a Resource
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gc::discovery::Alias;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     fn object(
@@ -449,7 +473,7 @@ mod tests {
             .or_default()
             .extend([held, free]);
         dependents.entry("2".into()).or_default().push(below);
-        let (text, blocked) = report(&owner, &dependents, Some("earlier"));
+        let (text, blocked) = report(&owner, &dependents, Some("earlier"), &Aliases::default());
         assert!(blocked);
         assert!(!text.contains("release barrier"), "{text}");
         assert!(text.contains("being deleted since"), "{text}");
@@ -475,7 +499,7 @@ mod tests {
         let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
         owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         let note = "before releasing, waiting for a read of widgets.example.com to succeed";
-        let (text, blocked) = report(&owner, &HashMap::new(), Some(note));
+        let (text, blocked) = report(&owner, &HashMap::new(), Some(note), &Aliases::default());
         assert!(blocked);
         assert!(
             text.contains("held only by syncgc's release barrier") && text.contains(note),
@@ -511,7 +535,7 @@ mod tests {
             Some(("2", "app", true)),
             &[],
         ));
-        let (text, _) = report(&owner, &dependents, None);
+        let (text, _) = report(&owner, &dependents, None, &Aliases::default());
         assert!(
             text.contains(
                 "deletion order: wave 2 in progress (1 object(s) left), then wave(s) 1 (1), 0 (2)"
@@ -524,7 +548,7 @@ mod tests {
             ),
             "{text}"
         );
-        let (plain, _) = report(&owner, &HashMap::new(), None);
+        let (plain, _) = report(&owner, &HashMap::new(), None, &Aliases::default());
         assert!(!plain.contains("deletion order"), "{plain}");
     }
 
@@ -538,15 +562,15 @@ mod tests {
         elsewhere.meta.namespace = Some("other".into());
         let real = object("real", "4", Some(("1", "owner", true)), &[]);
         let dependents = HashMap::from([("1".to_owned(), vec![renamed, elsewhere, real])]);
-        let (text, blocked) = report(&owner, &dependents, None);
+        let (text, blocked) = report(&owner, &dependents, None, &Aliases::default());
         assert!(blocked);
         assert!(text.contains("dependents (1 blocking):"), "{text}");
         assert!(
-            text.contains("ConfigMap ns/renamed  (its reference has the owner's uid but names another object: not a dependent)"),
+            text.contains("ConfigMap ns/renamed  (refers to the owner's uid, but not to it"),
             "{text}"
         );
         assert!(
-            text.contains("ConfigMap other/elsewhere  (its reference"),
+            text.contains("ConfigMap other/elsewhere  (refers to the owner's uid, but not to it"),
             "{text}"
         );
         assert!(
@@ -556,8 +580,37 @@ mod tests {
     }
 
     #[test]
+    fn a_reference_through_a_group_alias_is_a_dependency_as_the_collector_sees_it() {
+        let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
+        (owner.group, owner.kind) = ("apps".into(), "Deployment".into());
+        owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let mut old = object("old", "2", Some(("1", "owner", true)), &[]);
+        let reference = &mut old.meta.owner_references.as_mut().unwrap()[0];
+        (reference.api_version, reference.kind) =
+            ("extensions/v1beta1".into(), "Deployment".into());
+        let dependents = HashMap::from([("1".to_owned(), vec![old])]);
+        let aliases = Aliases::new(&[Alias {
+            group: "extensions".into(),
+            kind: "Deployment".into(),
+            canonical: "apps".into(),
+        }]);
+        let (text, _) = report(&owner, &dependents, None, &aliases);
+        assert!(text.contains("dependents (1 blocking):"), "{text}");
+        let (text, _) = report(&owner, &dependents, None, &Aliases::default());
+        assert!(
+            text.contains("dependents (0 blocking):"),
+            "without the alias: {text}"
+        );
+    }
+
+    #[test]
     fn an_object_not_being_deleted_is_not_blocked() {
-        let (text, blocked) = report(&object("o", "1", None, &[]), &HashMap::new(), None);
+        let (text, blocked) = report(
+            &object("o", "1", None, &[]),
+            &HashMap::new(),
+            None,
+            &Aliases::default(),
+        );
         assert!(!blocked);
         assert!(
             text.contains("not being deleted") && text.contains("no dependents"),

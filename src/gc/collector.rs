@@ -2,9 +2,10 @@
 //! `attemptToDeleteItem`, `attemptToOrphan`, `processDeletingDependentsItem`, and arming the
 //! opted-in objects found unarmed). Each worker takes an item from the queue, reads the graph
 //! (and the live object where the graph cannot decide), asks [`super::decide`], and acts
-//! through the API seam. What the parts decide is theirs: the deadlines in
-//! [`super::synchronous`], the deletion order in [`super::order`], the release barrier in
-//! [`super::barrier`].
+//! through the API seam, here: arming, deleting, orphaning, fixing and storing an owner's
+//! deadline, releasing it. The rules are [`super::decide`]'s; the parts keep their own state
+//! and answer from it: the deadlines in force in [`super::synchronous`], the deletion order in
+//! [`super::order`], the release barrier in [`super::barrier`].
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;

@@ -1,6 +1,7 @@
-//! The synchronous finalizer: an armed owner being deleted waits for its dependents under a
-//! deadline, and is released (its `syncgc.io/synchronous` removed) when they are gone or the
-//! deadline passes.
+//! The deadlines in force for armed owners being deleted ([`Deadlines`]). Under the synchronous
+//! finalizer an armed owner waits for its dependents under a deadline, and is released (its
+//! `syncgc.io/synchronous` removed) when they are gone or the deadline passes; the workers in
+//! [`super::collector`] do that, by [`super::decide`]'s rules (`release`, `deadline`).
 //!
 //! The deadline is fixed in memory the first time the owner is looked at, counted from its
 //! `deletionTimestamp`, and stored on it (`syncgc.io/deadline`) so that a restart keeps it —

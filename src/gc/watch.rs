@@ -121,7 +121,8 @@ impl Feed {
 }
 
 /// Watches `resource` (metadata only) until the returned future is dropped, sending what it sees
-/// to `events`: a consistent list (paged), then a watch from the list's resourceVersion, resumed
+/// to `events`: a list (from the watch cache, all at once, or with `--initial-list etcd` and
+/// after a 410 consistent and paged), then a watch from the list's resourceVersion, resumed
 /// from the last version seen (events and bookmarks) when it ends, listed again when that
 /// version has expired. Every failure is logged, counted and retried with backoff; each change
 /// of state is reported.

@@ -83,8 +83,9 @@ pub struct OwnerLink {
 impl OwnerLink {
     /// Whether this reference, from a dependent in the namespace `from`, really refers to the
     /// owner with its uid, seen as `owner` (group, kind, name) in `owner_namespace`: it names
-    /// that object, and a namespaced owner is in the dependent's namespace. The one rule of
-    /// the workers, the graph and `syncgc explain`.
+    /// that object, and a namespaced owner is in the dependent's namespace. The rule of the
+    /// graph's [`Node::is_owner_through`] and of `syncgc explain`; the workers' live reads and
+    /// the release barrier check the same two conditions apart, to say which one failed.
     pub fn reaches(
         &self,
         owner: Coordinates,
