@@ -150,6 +150,7 @@ pub fn report(
 /// another object, or a namespaced owner from elsewhere, is no dependency.
 fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLink> {
     let uid = owner.meta.uid.as_deref().unwrap_or_default();
+    let owner_at = owner.coordinates(aliases);
     dependent
         .meta
         .owner_references
@@ -163,7 +164,7 @@ fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLi
         })
         .find(|link| {
             link.reaches(
-                owner.coordinates(aliases),
+                owner_at,
                 owner.meta.namespace.as_deref(),
                 dependent.meta.namespace.as_deref(),
             )

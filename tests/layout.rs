@@ -48,6 +48,15 @@ fn sources(dir: &Path, out: &mut Vec<(Vec<String>, String)>) {
     }
 }
 
+/// The name an item starts with (`watch` of `watch::{self, GraphEvent}`).
+fn leading_name(item: &str) -> &str {
+    let item = item.trim_start();
+    let end = item
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(item.len());
+    &item[..end]
+}
+
 /// The names that follow `prefix` (`crate::gc::watch` after `crate::` is `gc`; each top-level
 /// name of a group, `super::{a, b::c}` gives `a` and `b`).
 fn used_after<'a>(code: &'a str, prefix: &str) -> BTreeSet<&'a str> {
@@ -62,40 +71,26 @@ fn used_after<'a>(code: &'a str, prefix: &str) -> BTreeSet<&'a str> {
             continue;
         }
         let rest = &code[at + prefix.len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 0;
-            let end = group
-                .char_indices()
-                .find(|(_, c)| {
-                    depth += i32::from(*c == '{') - i32::from(*c == '}');
-                    depth < 0
-                })
-                .map_or(group.len(), |(i, _)| i);
-            let mut depth = 0;
-            let mut start = Some(0);
-            for (i, c) in group[..end].char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => start = Some(i + 1),
-                    _ => {}
+        let Some(group) = rest.strip_prefix('{') else {
+            names.insert(leading_name(rest));
+            continue;
+        };
+        // The group's items: split at its own commas, up to its closing brace.
+        let (mut depth, mut item) = (0, 0);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                ',' if depth == 0 => {
+                    names.insert(leading_name(&group[item..i]));
+                    item = i + 1;
                 }
-                if let Some(from) = start
-                    && depth == 0
-                    && !(c.is_alphanumeric() || c == '_' || c == ',' || c.is_whitespace())
-                {
-                    names.insert(group[from..i].trim());
-                    start = None;
+                '}' if depth == 0 => {
+                    names.insert(leading_name(&group[item..i]));
+                    break;
                 }
+                '}' => depth -= 1,
+                _ => {}
             }
-            if let Some(from) = start {
-                names.insert(group[from..end].trim());
-            }
-        } else {
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            names.insert(&rest[..end]);
         }
     }
     names.remove("");

@@ -20,8 +20,7 @@ use crate::duration::Backoff;
 
 use super::Collector;
 use super::discovery::{self, Aliases, Found};
-use super::watch::WatchState;
-use super::watch::{self, GraphEvent};
+use super::watch::{self, GraphEvent, WatchState};
 use crate::graph::{ResourceId, Work, Writer};
 
 /// How long a burst of CRD or APIService changes is gathered before discovering again.

@@ -126,10 +126,6 @@ impl Collector {
         self.graph_read().mode()
     }
 
-    pub fn graph(&self) -> &Reader {
-        &self.graph
-    }
-
     pub(super) fn enqueue(&self, work: Work) {
         self.count_add(work);
         self.queue.add(work);
@@ -432,11 +428,14 @@ impl Collector {
             let Some(node) = graph.node(uid) else {
                 return Ok(());
             };
+            let plan = decide::plan(&graph, uid, node, || self.in_turn(&graph, uid));
+            if plan == Plan::Done {
+                return Ok(());
+            }
             let Some(target) = self.target_of(uid, node) else {
                 return Ok(());
             };
-            let in_turn = self.in_turn(&graph, uid);
-            (decide::plan(&graph, uid, node, in_turn), target)
+            (plan, target)
         };
         match plan {
             Plan::Done => Ok(()),

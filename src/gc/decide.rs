@@ -99,10 +99,11 @@ pub enum Plan {
     Live,
 }
 
-/// [`Plan`] for the dependent `uid`, seen as `node`, whose turn has come or not (`in_turn`):
-/// upstream's reference classification (each owner solid, waiting or absent) from the graph
-/// wherever it has seen every owner the references name.
-pub fn plan(graph: &Graph, uid: Uid, node: &Node, in_turn: bool) -> Plan {
+/// [`Plan`] for the dependent `uid`, seen as `node`, whose turn has come or not (`in_turn`,
+/// asked only once every owner is classified): upstream's reference classification (each
+/// owner solid, waiting or absent) from the graph wherever it has seen every owner the
+/// references name.
+pub fn plan(graph: &Graph, uid: Uid, node: &Node, in_turn: impl FnOnce() -> bool) -> Plan {
     if node.is(Flags::DELETING) {
         return Plan::Done;
     }
@@ -115,7 +116,7 @@ pub fn plan(graph: &Graph, uid: Uid, node: &Node, in_turn: bool) -> Plan {
             _ => return Plan::Live,
         }
     }
-    let dependent = Dependent::of(graph, uid, node.flags, in_turn);
+    let dependent = Dependent::of(graph, uid, node.flags, in_turn());
     match attempt_to_delete(graph.mode(), &owners, dependent) {
         Attempt::Wait => Plan::Done,
         Attempt::Delete {
@@ -617,27 +618,12 @@ mod tests {
 
     mod from_the_graph {
         use super::super::*;
-        use crate::graph::{Coordinates, FinalizerPlaces, Observed, Order, OwnerLink, ResourceId};
+        use crate::graph::{Coordinates, Observed, ResourceId};
 
-        fn object(n: u128, owners: &[(u128, &str)], flags: Flags) -> Observed {
+        fn object(n: u128, owners: &[u128], flags: Flags) -> Observed {
             Observed {
-                uid: Uid::from_u128(n),
-                coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
-                namespace: Some("ns".into()),
-                name: format!("o{n}"),
                 resource_version: 5,
-                owners: owners
-                    .iter()
-                    .map(|(o, name)| OwnerLink {
-                        uid: Uid::from_u128(*o),
-                        coordinates: Coordinates::of("v1", "ConfigMap", name),
-                        block_owner_deletion: true,
-                    })
-                    .collect(),
-                deleted_at: None,
-                flags,
-                places: FinalizerPlaces::default(),
-                order: Order::default(),
+                ..Observed::config_map(n, owners, flags)
             }
         }
 
@@ -648,17 +634,14 @@ mod tests {
             }
             let uid = Uid::from_u128(uid);
             let node = graph.node(uid).unwrap().clone();
-            plan(&graph, uid, &node, true)
+            plan(&graph, uid, &node, || true)
         }
 
         const WAITING: Flags = Flags::ARMED.with(Flags::DELETING, true);
 
         #[test]
         fn a_dependent_of_a_seen_waiting_owner_is_deleted_under_its_resource_version() {
-            let objects = vec![
-                object(1, &[], WAITING),
-                object(2, &[(1, "o1")], Flags::empty()),
-            ];
+            let objects = vec![object(1, &[], WAITING), object(2, &[1], Flags::empty())];
             assert_eq!(
                 plan_of(Mode::Cooperative, objects, 2),
                 Plan::Delete {
@@ -671,13 +654,12 @@ mod tests {
         #[test]
         fn an_owner_the_graph_cannot_vouch_for_is_read() {
             // Never seen: a virtual node.
-            let unseen = vec![object(2, &[(1, "o1")], Flags::empty())];
+            let unseen = vec![object(2, &[1], Flags::empty())];
             assert_eq!(plan_of(Mode::Standalone, unseen, 2), Plan::Live);
             // Seen, but the reference names another object.
-            let renamed = vec![
-                object(1, &[], WAITING),
-                object(2, &[(1, "other")], Flags::empty()),
-            ];
+            let mut other = object(2, &[1], Flags::empty());
+            other.owners[0].coordinates = Coordinates::of("v1", "ConfigMap", "other");
+            let renamed = vec![object(1, &[], WAITING), other];
             assert_eq!(plan_of(Mode::Cooperative, renamed, 2), Plan::Live);
         }
 
@@ -685,13 +667,10 @@ mod tests {
         fn a_solid_owner_or_a_dependent_being_deleted_needs_nothing() {
             let solid = vec![
                 object(1, &[], Flags::empty()),
-                object(2, &[(1, "o1")], Flags::empty()),
+                object(2, &[1], Flags::empty()),
             ];
             assert_eq!(plan_of(Mode::Standalone, solid, 2), Plan::Done);
-            let deleting = vec![
-                object(1, &[], WAITING),
-                object(2, &[(1, "o1")], Flags::DELETING),
-            ];
+            let deleting = vec![object(1, &[], WAITING), object(2, &[1], Flags::DELETING)];
             assert_eq!(plan_of(Mode::Cooperative, deleting, 2), Plan::Done);
         }
 

@@ -25,8 +25,7 @@ use super::discovery::{Found, Resource};
 use super::watch::GraphEvent;
 use crate::api::Cluster;
 use crate::graph::{
-    Coordinates, FinalizerPlaces, Flags, Graph, Mode, Observed, Order, OwnerLink, ResourceId, Uid,
-    Work, Writer,
+    FinalizerPlaces, Flags, Graph, Mode, Observed, Order, ResourceId, Uid, Work, Writer,
 };
 use crate::metrics::Metrics;
 use crate::names::{
@@ -116,26 +115,11 @@ fn path(n: u128) -> String {
     format!("/api/v1/namespaces/{NS}/configmaps/{}", name(n))
 }
 
-/// A ConfigMap `n` in namespace `ns`, as the graph sees it.
+/// A ConfigMap `n` in namespace `ns`, as the graph sees it, its `finalizers` where they are.
 fn observed(n: u128, owners: &[u128], flags: Flags, finalizers: &[Flags]) -> Observed {
     Observed {
-        uid: uid(n),
-        coordinates: Coordinates::of("v1", "ConfigMap", &name(n)),
-        namespace: Some(NS.into()),
-        name: name(n),
-        resource_version: 7,
-        owners: owners
-            .iter()
-            .map(|o| OwnerLink {
-                uid: uid(*o),
-                coordinates: Coordinates::of("v1", "ConfigMap", &name(*o)),
-                block_owner_deletion: true,
-            })
-            .collect(),
-        deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
-        flags,
         places: FinalizerPlaces::of_list(finalizers.iter().copied()),
-        order: Order::default(),
+        ..Observed::config_map(n, owners, flags)
     }
 }
 
@@ -373,7 +357,7 @@ async fn at_the_deadline_an_ordered_owner_abandons_its_order_and_every_wave_is_q
     let h = Harness::new(Mode::Cooperative);
     let ordered = |n, order: Option<&str>| Observed {
         order: Order::of(order),
-        ..observed(n, &[1], Flags::empty(), &[])
+        ..Observed::config_map(n, &[1], Flags::empty())
     };
     h.watched([
         observed(1, &[], WAITING, &[Flags::ARMED]),

@@ -175,35 +175,16 @@ mod tests {
 
     /// An armed owner being deleted (uid 1) with a dependent in each of `waves` (uids 10…).
     fn ordered(waves: &[Option<&str>]) -> Graph {
-        use crate::graph::{Coordinates, Mode, Observed, Order, OwnerLink, ResourceId};
-        let object = |n: u128, owner: Option<u128>, flags: Flags, order: Option<&str>| Observed {
-            uid: Uid::from_u128(n),
-            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
-            namespace: Some("ns".into()),
-            name: format!("o{n}"),
-            resource_version: 1,
-            owners: owner
-                .map(|o| OwnerLink {
-                    uid: Uid::from_u128(o),
-                    coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{o}")),
-                    block_owner_deletion: true,
-                })
-                .into_iter()
-                .collect(),
-            deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
-            flags,
-            places: Default::default(),
-            order: Order::of(order),
-        };
+        use crate::graph::{Mode, Observed, Order, ResourceId};
         let mut graph = Graph::new(Mode::Cooperative);
         let waiting = Flags::ARMED.with(Flags::DELETING, true);
-        graph.apply(ResourceId::new(0), object(1, None, waiting, None));
+        graph.apply(ResourceId::new(0), Observed::config_map(1, &[], waiting));
         for (i, wave) in waves.iter().enumerate() {
-            let n = 10 + i as u128;
-            graph.apply(
-                ResourceId::new(0),
-                object(n, Some(1), Flags::empty(), *wave),
-            );
+            let dependent = Observed {
+                order: Order::of(*wave),
+                ..Observed::config_map(10 + i as u128, &[1], Flags::empty())
+            };
+            graph.apply(ResourceId::new(0), dependent);
         }
         graph
     }

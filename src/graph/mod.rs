@@ -121,6 +121,31 @@ pub struct Observed {
     pub deleted_at: Option<i64>,
 }
 
+#[cfg(test)]
+impl Observed {
+    /// For tests: the ConfigMap `o{n}` (uid `n`) in namespace `ns`, with blocking references
+    /// to the ConfigMaps `owners`, and `flags` (with a `deletionTimestamp` when deleting).
+    pub fn config_map(n: u128, owners: &[u128], flags: Flags) -> Self {
+        let link = |o: u128| OwnerLink {
+            uid: Uid::from_u128(o),
+            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{o}")),
+            block_owner_deletion: true,
+        };
+        Self {
+            uid: Uid::from_u128(n),
+            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
+            namespace: Some("ns".into()),
+            name: format!("o{n}"),
+            resource_version: 1,
+            owners: owners.iter().map(|o| link(*o)).collect(),
+            deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
+            flags,
+            places: FinalizerPlaces::default(),
+            order: Order::default(),
+        }
+    }
+}
+
 /// A dependent's wave in its waiting owners' deletion order (`syncgc.io/deletion-order`):
 /// the highest wave is deleted first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -695,21 +720,13 @@ mod tests {
 
     fn in_namespace(ns: &str, n: u128, owners: &[u128], flags: Flags) -> Observed {
         Observed {
-            uid: uid(n),
-            coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
             namespace: Some(ns.into()),
-            name: format!("o{n}"),
-            resource_version: 1,
-            owners: owners.iter().map(|o| link(*o, true)).collect(),
-            deleted_at: flags.contains(Flags::DELETING).then_some(1_000),
-            flags,
-            places: FinalizerPlaces::default(),
-            order: Order::default(),
+            ..Observed::config_map(n, owners, flags)
         }
     }
 
     fn object(n: u128, owners: &[u128], flags: Flags) -> Observed {
-        in_namespace("ns", n, owners, flags)
+        Observed::config_map(n, owners, flags)
     }
 
     const WAITING: Flags = Flags::ARMED.with(Flags::DELETING, true);
