@@ -47,6 +47,8 @@ pub struct Metrics {
     /// With --manage-webhook: writes of the webhook configuration and the certificate Secret,
     /// by object and what was written.
     pub managed_writes: IntCounterVec,
+    /// With --manage-webhook: rounds that checked the configuration and the Secret, by result.
+    pub managed_rounds: IntCounterVec,
     /// Failed calls to the apiserver, by verb.
     pub api_errors: IntCounterVec,
     /// Nodes in the ownership graph, by kind (observed, virtual).
@@ -61,6 +63,9 @@ pub struct Metrics {
     pub queue_adds: IntCounterVec,
     /// Items queued again after a failure, by item and reason.
     pub queue_retries: IntCounterVec,
+    /// Owners the graph did not hold, read from the apiserver, by what was found (present,
+    /// absent).
+    pub owner_reads: IntCounterVec,
     /// Garbage-collector actions, by action and result.
     pub gc_actions: IntCounterVec,
     /// Objects the garbage collector deleted, by the propagation policy it used.
@@ -149,6 +154,11 @@ impl Metrics {
                 "Writes of the webhook configuration and the certificate Secret syncgc keeps, by object and what was written",
                 &["object", "change"],
             )?,
+            managed_rounds: r.counter_vec(
+                "syncgc_managed_rounds_total",
+                "Rounds that checked the webhook configuration and the certificate Secret syncgc keeps, by result (ok, error)",
+                &["result"],
+            )?,
             api_errors: r.counter_vec(
                 "syncgc_api_errors_total",
                 "Failed calls to the Kubernetes apiserver, by verb",
@@ -174,6 +184,11 @@ impl Metrics {
                 "syncgc_queue_retries_total",
                 "Items queued again after a failure (with backoff; none is dropped), by item and reason",
                 &["item", "reason"],
+            )?,
+            owner_reads: r.counter_vec(
+                "syncgc_owner_reads_total",
+                "Owners the ownership graph did not hold, read from the apiserver, by what was found (present, absent)",
+                &["result"],
             )?,
             gc_actions: r.counter_vec(
                 "syncgc_gc_actions_total",

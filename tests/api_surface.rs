@@ -24,8 +24,8 @@ use support::surface::{
     reference_to, resource, seen, served, stays, waiting_for, waits_for_a_held,
 };
 use support::{
-    TestNamespace, clear_finalizers, create, eventually, exists, gone, held, kubectl, opted_in,
-    owner_ref,
+    TestNamespace, clear_finalizers, create, delete, eventually, exists, gone, held, kubectl,
+    opted_in, owner_ref,
 };
 /// Owners here wait this long unless they say otherwise.
 const BASE: &str = "4s";
@@ -214,7 +214,7 @@ async fn copied_deadlines_and_no_room_for_one_are_bounded_by_the_timeout() {
     }
     let deleted = Instant::now();
     for (name, _) in &cases {
-        api.delete(name, &DeleteParams::background()).await.unwrap();
+        delete(&api, name, &DeleteParams::background()).await;
     }
     stays("every owner waits", Duration::from_secs(2), || async {
         for (name, _) in &cases {
@@ -268,9 +268,7 @@ async fn the_owners_timeout_bounds_a_three_level_chain() {
     )
     .await;
     create(&api, &held("grandchild", vec![owner_ref(&child, true)])).await;
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     eventually("the grandchild is being deleted", WAIT, || {
         support::being_deleted(&api, "grandchild")
     })
@@ -326,9 +324,7 @@ async fn an_ingress_owner_is_never_released_early() {
         &held("old", vec![reference_to(&owner, &legacy)]),
     )
     .await;
-    api.delete("web", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "web", &DeleteParams::background()).await;
     eventually("both dependents are being deleted", WAIT, || async {
         support::being_deleted(&configmaps, "new").await?;
         support::being_deleted(&configmaps, "old").await

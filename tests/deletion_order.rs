@@ -14,8 +14,8 @@ use syncgc::names::TIMEOUT_ANNOTATION;
 use support::process::{WEBHOOK_LABEL, shared};
 use support::surface::stays;
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, exists, gone,
-    held, in_wave, opted_in, owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, delete, eventually, exists,
+    gone, held, in_wave, opted_in, owner_ref,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -71,7 +71,7 @@ async fn each_wave_waits_until_the_one_before_is_gone() {
     create(&api, &in_wave(config_map("second-b", reference()), " 1")).await;
     create(&api, &config_map("last", reference())).await;
 
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the first wave is deleted", WAIT, || async {
         (being_deleted(&api, "first-held").await.is_some() && !exists(&api, "first").await)
             .then_some(())
@@ -153,7 +153,7 @@ async fn a_wave_is_gone_only_when_its_objects_dependents_are() {
     create(&api, &held("child", vec![owner_ref(&parent, true)])).await;
     create(&api, &config_map("later", vec![owner_ref(&owner, true)])).await;
 
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the first wave's object is being deleted", WAIT, || async {
         (being_deleted(&api, "parent").await.is_some()
             && being_deleted(&api, "child").await.is_some())
@@ -189,7 +189,7 @@ async fn the_deadline_abandons_the_order_and_the_rest_goes_at_once() {
     create(&api, &in_wave(config_map("second", reference()), "1")).await;
     create(&api, &config_map("last", reference())).await;
 
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the first wave is being deleted", WAIT, || {
         being_deleted(&api, "first")
     })
@@ -236,7 +236,7 @@ async fn an_invalid_order_is_warned_about_and_counts_as_the_default_wave() {
     create(&api, &in_wave(config_map("odd", reference()), "first")).await;
     create(&api, &config_map("plain", reference())).await;
 
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually(
         "a Warning names the invalid order on its object",
         WAIT,
@@ -284,7 +284,7 @@ async fn a_dependent_with_a_second_live_owner_is_kept_and_the_order_moves_on() {
     .await;
     create(&api, &config_map("last", vec![owner_ref(&owner, true)])).await;
 
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the last wave goes, then the owner", WAIT, || async {
         (!exists(&api, "last").await && !exists(&api, "owner").await).then_some(())
     })
@@ -316,7 +316,7 @@ async fn orphaning_ignores_the_order() {
         propagation_policy: Some(PropagationPolicy::Orphan),
         ..Default::default()
     };
-    api.delete("owner", &orphan).await.unwrap();
+    delete(&api, "owner", &orphan).await;
     eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
     for name in ["first", "second", "last"] {
         let cm = api.get(name).await.unwrap();
@@ -329,5 +329,4 @@ async fn orphaning_ignores_the_order() {
             "{name} still refers to the owner"
         );
     }
-    clear_finalizers(&api, "first").await;
 }

@@ -13,8 +13,8 @@ use syncgc::names::TIMEOUT_ANNOTATION;
 
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{
-    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, exists,
-    gone, held, in_wave, opted_in, owner_ref, with_finalizer,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, delete, eventually,
+    exists, gone, held, in_wave, opted_in, owner_ref, with_finalizer,
 };
 
 /// The deadline of an owner whose dependents go in waves passes while syncgc is down: the
@@ -40,9 +40,7 @@ async fn an_order_whose_deadline_passed_while_syncgc_was_down_is_abandoned_at_on
     create(&api, &in_wave(config_map("second", reference()), "1")).await;
     create(&api, &config_map("last", reference())).await;
 
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     eventually(
         "the first wave is being deleted",
         Duration::from_secs(30),

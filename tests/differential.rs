@@ -15,7 +15,9 @@ use serde_json::json;
 
 use support::gc::{delete_with, reference};
 use support::process::Syncgc;
-use support::{HOLD, Kcm, TestNamespace, config_map, create, held, owner_ref, with_finalizer};
+use support::{
+    HOLD, Kcm, TestNamespace, config_map, create, delete, owner_and_held, owner_ref, with_finalizer,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Scenario {
@@ -70,25 +72,20 @@ async fn run(scenario: Scenario, ns: &TestNamespace) {
                 ),
             )
             .await;
-            maps.delete("owner", &DeleteParams::background())
-                .await
-                .unwrap();
+            delete(&maps, "owner", &DeleteParams::background()).await;
         }
         Scenario::ForegroundHeld => {
-            let owner = create(&maps, &cm("owner", vec![])).await;
-            create(&maps, &held("held", vec![owner_ref(&owner, true)])).await;
+            let owner = owner_and_held(&maps, &cm("owner", vec![])).await;
             create(&maps, &cm("blocking", vec![owner_ref(&owner, true)])).await;
             create(&maps, &cm("non-blocking", vec![owner_ref(&owner, false)])).await;
-            maps.delete("owner", &DeleteParams::foreground())
-                .await
-                .unwrap();
+            delete(&maps, "owner", &DeleteParams::foreground()).await;
         }
         Scenario::Orphan => {
             let owner = create(&maps, &cm("owner", vec![])).await;
             create(&maps, &cm("d1", vec![owner_ref(&owner, true)])).await;
             create(&maps, &cm("d2", vec![owner_ref(&owner, false)])).await;
             settle_watches().await;
-            maps.delete("owner", &DeleteParams::orphan()).await.unwrap();
+            delete(&maps, "owner", &DeleteParams::orphan()).await;
         }
         Scenario::SolidOwner => {
             let a = create(&maps, &cm("a", vec![])).await;
@@ -98,7 +95,7 @@ async fn run(scenario: Scenario, ns: &TestNamespace) {
                 &cm("d", vec![owner_ref(&a, true), owner_ref(&b, false)]),
             )
             .await;
-            maps.delete("a", &DeleteParams::foreground()).await.unwrap();
+            delete(&maps, "a", &DeleteParams::foreground()).await;
         }
         Scenario::NonexistentOwner => {
             let ghost = reference(
@@ -128,7 +125,7 @@ async fn run(scenario: Scenario, ns: &TestNamespace) {
             } else {
                 DeleteParams::background()
             };
-            maps.delete("root", &policy).await.unwrap();
+            delete(&maps, "root", &policy).await;
         }
         Scenario::WrongKind => {
             let owner = create(&maps, &cm("owner", vec![])).await;
@@ -143,13 +140,13 @@ async fn run(scenario: Scenario, ns: &TestNamespace) {
             maps.patch("a", &PatchParams::default(), &Patch::Merge(patch))
                 .await
                 .unwrap();
-            maps.delete("a", &DeleteParams::foreground()).await.unwrap();
+            delete(&maps, "a", &DeleteParams::foreground()).await;
         }
         Scenario::DoubleForeground => {
             create(&maps, &with_finalizer(cm("x", vec![]), "x/y")).await;
-            maps.delete("x", &DeleteParams::foreground()).await.unwrap();
+            delete(&maps, "x", &DeleteParams::foreground()).await;
             settle(&ns.client, &ns.name).await;
-            maps.delete("x", &DeleteParams::foreground()).await.unwrap();
+            delete(&maps, "x", &DeleteParams::foreground()).await;
         }
         Scenario::UnknownKind => {
             let unknown = reference("unknown.group/v1", "UnknownType", "u", "uid-u", None);
@@ -165,9 +162,7 @@ async fn run(scenario: Scenario, ns: &TestNamespace) {
         Scenario::OwnerKeptByFinalizer => {
             let owner = create(&maps, &with_finalizer(cm("owner", vec![]), "x/y")).await;
             create(&maps, &cm("d", vec![owner_ref(&owner, true)])).await;
-            maps.delete("owner", &DeleteParams::background())
-                .await
-                .unwrap();
+            delete(&maps, "owner", &DeleteParams::background()).await;
         }
         Scenario::OrphanTwiceWithFinalizer => {
             create(&maps, &with_finalizer(cm("x", vec![]), "x/y")).await;
@@ -299,9 +294,7 @@ async fn collecting() {
         &config_map("dependent", vec![owner_ref(&owner, false)]),
     )
     .await;
-    maps.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&maps, "owner", &DeleteParams::background()).await;
     support::eventually("the collector collects", Duration::from_secs(180), || {
         support::gone(&maps, "dependent")
     })

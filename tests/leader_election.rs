@@ -12,8 +12,8 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, create, eventually, gone, held, opted_in,
-    owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, delete, eventually, gone, opted_in,
+    owner_and_held,
 };
 
 /// The tests of this file one at a time: a replica that leads collects every armed owner, so
@@ -57,11 +57,8 @@ async fn one_replica_leads_and_another_takes_over_when_it_dies() {
     let ns =
         TestNamespace::with_labels(&client, "leader_election", &[(WEBHOOK_LABEL, &lease)]).await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
-    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    owner_and_held(&api, &opted_in("owner", vec![], &[])).await;
+    delete(&api, "owner", &DeleteParams::background()).await;
     eventually(
         "the leader deletes the dependent",
         Duration::from_secs(30),

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, config_map, create, eventually, gone, held, kubeconfig_path, kubectl, opted_in,
-    owner_ref,
+    TestNamespace, config_map, create, delete, eventually, gone, held, kubeconfig_path, kubectl,
+    opted_in, owner_ref,
 };
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
@@ -262,9 +262,7 @@ async fn syncgc_runs_with_the_manifests_service_account() {
         )
         .await;
     }
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     for i in 0..3 {
         let name = format!("d{i}");
         eventually(

@@ -10,8 +10,8 @@ use kube::ResourceExt;
 use kube::api::DeleteParams;
 
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, eventually, gone, held,
-    owner_ref,
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, delete, eventually, gone,
+    owner_and_held, owner_ref,
 };
 
 const GC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,15 +25,12 @@ async fn foreground_deletion_by_the_cluster_gc() {
     let ns = TestNamespace::new(&client, "foreground_deletion_by_the_cluster_gc").await;
     let api = ns.api::<ConfigMap>();
 
-    let owner = create(&api, &config_map("owner", vec![])).await;
-    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
+    let owner = owner_and_held(&api, &config_map("owner", vec![])).await;
     for name in ["free-1", "free-2"] {
         create(&api, &config_map(name, vec![owner_ref(&owner, true)])).await;
     }
 
-    api.delete("owner", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::foreground()).await;
 
     for name in ["free-1", "free-2"] {
         eventually(
@@ -86,9 +83,7 @@ async fn background_deletion_by_the_cluster_gc() {
     )
     .await;
 
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     eventually("the owner is gone", GC_TIMEOUT, || gone(&api, "owner")).await;
     eventually("the GC deleted the dependent", GC_TIMEOUT, || {
         gone(&api, "dependent")

@@ -12,9 +12,7 @@ use kube::api::DeleteParams;
 use syncgc::names::{DEADLINE_ANNOTATION, TIMEOUT_ANNOTATION};
 
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
-use support::{
-    TestNamespace, clear_finalizers, create, eventually, gone, held, opted_in, owner_ref,
-};
+use support::{TestNamespace, delete, eventually, gone, opted_in, owner_and_held};
 
 #[tokio::test]
 async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
@@ -24,16 +22,13 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
     let ns = TestNamespace::with_labels(&client, "sg16_restart", &[(WEBHOOK_LABEL, &name)]).await;
     let api = ns.api::<ConfigMap>();
 
-    let owner = create(
+    owner_and_held(
         &api,
         &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "6s")]),
     )
     .await;
-    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
 
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     let deadline: String = eventually("the deadline is fixed", Duration::from_secs(30), || async {
         api.get("owner")
             .await
@@ -66,5 +61,4 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
         "released at {released}, long after the deadline {deadline}"
     );
     assert!(second.metric("syncgc_timeouts_total") >= 1.0);
-    clear_finalizers(&api, "held").await;
 }

@@ -224,7 +224,21 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
             .sum()
     };
     let before = writes(&replicas);
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    let rounds =
+        |replica: &Syncgc| replica.metric_where("syncgc_managed_rounds_total", "result=\"ok\"");
+    let started: Vec<f64> = replicas.iter().map(rounds).collect();
+    eventually(
+        "every replica makes two more rounds",
+        Duration::from_secs(60),
+        || {
+            let done = replicas
+                .iter()
+                .zip(&started)
+                .all(|(r, s)| rounds(r) >= s + 2.0);
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
     assert_eq!(
         configurations.get(&name).await.unwrap().resource_version(),
         version

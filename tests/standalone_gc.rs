@@ -23,8 +23,8 @@ use support::surface::{
     create_as, cronjob, dynamic, ingress, pod_template, reference_to, resource, seen, stays,
 };
 use support::{
-    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete_crd,
-    eventually, exists, gone, in_wave, owner_ref, with_finalizer,
+    TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
+    delete_crd, eventually, exists, gone, in_wave, owner_ref, with_finalizer,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -46,6 +46,17 @@ async fn namespace(test: &str) -> TestNamespace {
     let ns = TestNamespace::new(&client, test).await;
     service_account_ready(&ns).await;
     ns
+}
+
+/// Waits until the collector's graph holds each of `objects`.
+async fn seen_all<K: kube::Resource>(objects: &[K]) {
+    for object in objects {
+        seen(
+            syncgc(),
+            &object.uid().expect("read back from the apiserver"),
+        )
+        .await;
+    }
 }
 
 async fn warnings(client: &kube::Client, object: &str, reason: &str) -> usize {
@@ -79,9 +90,7 @@ async fn gc01_cascading_deletion() {
     )
     .await;
 
-    rcs.delete("rc1", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&rcs, "rc1", &DeleteParams::background()).await;
     eventually("pod1 is collected", WAIT, || gone(&pods, "pod1")).await;
     eventually("pod3 loses its reference to rc1", WAIT, || async {
         let pod3 = pods.get("pod3").await.unwrap();
@@ -129,7 +138,7 @@ async fn gc03_stressing_cascading_deletion() {
             made.push((v, name.clone(), create(&rcs, &rc(&name, finalizers)).await));
         }
     }
-    futures::future::join_all(made.iter().flat_map(|(_, name, owner)| {
+    let dependents = futures::future::join_all(made.iter().flat_map(|(_, name, owner)| {
         let pods = &pods;
         (0..3).map(move |p| async move {
             let dependent = pod(&format!("{name}-{p}"), vec![owner_ref(owner, false)], &[]);
@@ -138,7 +147,7 @@ async fn gc03_stressing_cascading_deletion() {
     }))
     .await;
     // The orphan variants need the collector to have seen the pods (GCR-01).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    seen_all(&dependents).await;
     futures::future::join_all(made.iter().map(|(v, name, _)| {
         delete_with::<ReplicationController>(&ns.client, &ns.name, name, variants[*v].1.clone())
     }))
@@ -184,14 +193,12 @@ async fn gc04_orphaning() {
     let ns = namespace("gc04_orphaning").await;
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
     let owner = create(&rcs, &rc("rc", &[])).await;
+    let mut dependents = Vec::new();
     for i in 0..3 {
-        create(
-            &pods,
-            &pod(&format!("pod{i}"), vec![owner_ref(&owner, false)], &[]),
-        )
-        .await;
+        let dependent = pod(&format!("pod{i}"), vec![owner_ref(&owner, false)], &[]);
+        dependents.push(create(&pods, &dependent).await);
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    seen_all(&dependents).await;
     delete_with::<ReplicationController>(
         &ns.client,
         &ns.name,
@@ -229,9 +236,7 @@ async fn gc05_solid_owner_does_not_block_waiting_owner() {
         ),
     )
     .await;
-    rcs.delete("rc1", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&rcs, "rc1", &DeleteParams::foreground()).await;
     eventually("rc1 is gone", Duration::from_secs(30), || gone(&rcs, "rc1")).await;
     assert_eq!(owner_names(&pods.get("pod").await.unwrap()), ["rc2"]);
 }
@@ -246,7 +251,7 @@ async fn gc06_non_blocking_owner_ref_does_not_block() {
     unset.block_owner_deletion = None;
     create(&pods, &pod("pod1", vec![unset], &[X_Y])).await;
     create(&pods, &pod("pod2", vec![owner_ref(&owner, false)], &[X_Y])).await;
-    rcs.delete("rc", &DeleteParams::foreground()).await.unwrap();
+    delete(&rcs, "rc", &DeleteParams::foreground()).await;
     eventually("the RC is gone", Duration::from_secs(30), || {
         gone(&rcs, "rc")
     })
@@ -267,9 +272,7 @@ async fn gc07_double_deletion_with_finalizer() {
     let pods = ns.api::<Pod>();
     create(&pods, &pod("pod", vec![], &[X_Y])).await;
     for round in 0..2 {
-        pods.delete("pod", &DeleteParams::foreground())
-            .await
-            .unwrap();
+        delete(&pods, "pod", &DeleteParams::foreground()).await;
         eventually(
             &format!("foregroundDeletion is removed (round {round})"),
             Duration::from_secs(10),
@@ -299,7 +302,7 @@ async fn gc08_blocking_owner_ref_does_block() {
     let (rcs, pods) = (ns.api::<ReplicationController>(), ns.api::<Pod>());
     let owner = create(&rcs, &rc("rc", &[])).await;
     create(&pods, &pod("pod", vec![owner_ref(&owner, true)], &[X_Y])).await;
-    rcs.delete("rc", &DeleteParams::foreground()).await.unwrap();
+    delete(&rcs, "rc", &DeleteParams::foreground()).await;
     stays(
         "the RC waits, in foreground deletion",
         Duration::from_secs(15),
@@ -329,9 +332,7 @@ async fn gc09_custom_resource_cascading_deletion() {
         vec![custom_ref(&resource, &owner)],
     )
     .await;
-    api.delete("owner", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::foreground()).await;
     eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
     eventually("the dependent is gone", WAIT, || gone(&api, "dependent")).await;
     delete_crd(&ns.client, &resource).await;
@@ -372,9 +373,7 @@ async fn gc10_mixed_relationships() {
         gone(&maps, "core-dependent")
     })
     .await;
-    maps.delete("core-owner", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&maps, "core-owner", &DeleteParams::foreground()).await;
     eventually("the core owner is gone", WAIT, || gone(&maps, "core-owner")).await;
     eventually("its custom dependent is gone", WAIT, || {
         gone(&custom, "custom-dependent")
@@ -405,8 +404,9 @@ async fn gc11_crd_deletion_cascading() {
             &config_map(&dependent, vec![custom_ref(&resource, &owner)]),
         )
         .await;
-        // Upstream waits for the GC's resync period; syncgc rediscovers every 20 s.
-        tokio::time::sleep(Duration::from_secs(25)).await;
+        // Upstream waits for the GC's resync period; syncgc watches the new kind once its
+        // discovery finds it (within 20 s).
+        seen(syncgc(), &owner.uid().unwrap()).await;
         delete_crd(&ns.client, &resource).await;
         // Once the kind is gone, so is its URL: a 404 either way.
         eventually("the custom owner is gone", WAIT, || async {
@@ -483,7 +483,7 @@ async fn gc38_cluster_scoped_child_of_namespaced_owner_is_kept() {
         || exists(&roles, &name),
     )
     .await;
-    roles.delete(&name, &DeleteParams::default()).await.unwrap();
+    delete(&roles, &name, &DeleteParams::default()).await;
 }
 
 /// GC-45..47, GCR-12: a reference with the uid of an existing owner but another kind is
@@ -504,9 +504,7 @@ async fn gc45_reference_with_the_wrong_kind_is_dangling() {
         exists(&maps, "good")
     })
     .await;
-    maps.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&maps, "owner", &DeleteParams::background()).await;
     eventually("the good child follows its owner", WAIT, || {
         gone(&maps, "good")
     })
@@ -524,7 +522,7 @@ async fn gc54_default_propagation_per_type() {
         ns.api::<ReplicaSet>(),
     );
     let owner = create(&rcs, &rc("rc", &[])).await;
-    create(&pods, &pod("of-rc", vec![owner_ref(&owner, false)], &[])).await;
+    let of_rc = create(&pods, &pod("of-rc", vec![owner_ref(&owner, false)], &[])).await;
     let set: ReplicaSet = serde_json::from_value(json!({
         "metadata": { "name": "rs" },
         "spec": { "replicas": 0, "selector": { "matchLabels": { "rs": "rs" } },
@@ -533,10 +531,10 @@ async fn gc54_default_propagation_per_type() {
     }))
     .unwrap();
     let set = create(&sets, &set).await;
-    create(&pods, &pod("of-rs", vec![owner_ref(&set, false)], &[])).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    rcs.delete("rc", &DeleteParams::default()).await.unwrap();
-    sets.delete("rs", &DeleteParams::default()).await.unwrap();
+    let of_rs = create(&pods, &pod("of-rs", vec![owner_ref(&set, false)], &[])).await;
+    seen_all(&[of_rc, of_rs]).await;
+    delete(&rcs, "rc", &DeleteParams::default()).await;
+    delete(&sets, "rs", &DeleteParams::default()).await;
     eventually("the RC is gone", WAIT, || gone(&rcs, "rc")).await;
     eventually("the ReplicaSet's pod is collected", WAIT, || {
         gone(&pods, "of-rs")
@@ -559,14 +557,12 @@ async fn gc55_orphan_after_foreground_orphans() {
     let owner = create(&maps, &with_finalizer(config_map("owner", vec![]), X_Y)).await;
     let held = with_finalizer(config_map("held", vec![owner_ref(&owner, true)]), X_Y);
     create(&maps, &held).await;
-    maps.delete("owner", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&maps, "owner", &DeleteParams::foreground()).await;
     eventually("the held dependent is being deleted", WAIT, || {
         being_deleted(&maps, "held")
     })
     .await;
-    maps.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    delete(&maps, "owner", &DeleteParams::orphan()).await;
     eventually("the held dependent is orphaned", WAIT, || async {
         let held = maps.get("held").await.unwrap();
         held.owner_references().is_empty().then_some(())
@@ -576,8 +572,6 @@ async fn gc55_orphan_after_foreground_orphans() {
         (maps.get("owner").await.unwrap().finalizers() == [X_Y]).then_some(())
     })
     .await;
-    clear_finalizers(&maps, "owner").await;
-    clear_finalizers(&maps, "held").await;
 }
 
 /// GC-56: an owner deleted and made again under the same name: the old one's dependents go,
@@ -592,9 +586,7 @@ async fn gc56_same_name_new_uid() {
         &config_map("old-child", vec![owner_ref(&old, false)]),
     )
     .await;
-    maps.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&maps, "owner", &DeleteParams::background()).await;
     let new = create(&maps, &config_map("owner", vec![])).await;
     create(
         &maps,
@@ -621,9 +613,7 @@ async fn gc58_owner_kept_by_a_finalizer_is_solid() {
     let maps = ns.api::<ConfigMap>();
     let owner = create(&maps, &with_finalizer(config_map("owner", vec![]), X_Y)).await;
     create(&maps, &config_map("child", vec![owner_ref(&owner, true)])).await;
-    maps.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&maps, "owner", &DeleteParams::background()).await;
     stays(
         "the child stays while its owner exists",
         Duration::from_secs(5),
@@ -641,16 +631,16 @@ async fn gc61_orphan_one_owner_then_delete_the_other() {
     let maps = ns.api::<ConfigMap>();
     let a = create(&maps, &config_map("a", vec![])).await;
     let b = create(&maps, &config_map("b", vec![])).await;
-    create(
+    let d = create(
         &maps,
         &config_map("d", vec![owner_ref(&a, false), owner_ref(&b, false)]),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    maps.delete("a", &DeleteParams::orphan()).await.unwrap();
+    seen_all(&[d]).await;
+    delete(&maps, "a", &DeleteParams::orphan()).await;
     eventually("a is gone", WAIT, || gone(&maps, "a")).await;
     assert_eq!(owner_names(&maps.get("d").await.unwrap()), ["b"]);
-    maps.delete("b", &DeleteParams::background()).await.unwrap();
+    delete(&maps, "b", &DeleteParams::background()).await;
     eventually("d is collected", WAIT, || gone(&maps, "d")).await;
 }
 
@@ -700,7 +690,7 @@ async fn foreground_cycle_does_not_deadlock() {
     .await
     .unwrap();
     create(&maps, &config_map("c", vec![owner_ref(&b, true)])).await;
-    maps.delete("a", &DeleteParams::foreground()).await.unwrap();
+    delete(&maps, "a", &DeleteParams::foreground()).await;
     for name in ["a", "b", "c"] {
         eventually(&format!("{name} is gone"), WAIT, || gone(&maps, name)).await;
     }
@@ -728,9 +718,7 @@ async fn foreground_tree_goes_leaf_first_and_is_counted() {
             .await;
         }
     }
-    maps.delete("root", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&maps, "root", &DeleteParams::foreground()).await;
     eventually("the root is gone", WAIT, || gone(&maps, "root")).await;
     let left = maps
         .list_metadata(&ListParams::default())
@@ -825,7 +813,7 @@ async fn orphaning_an_ingress_keeps_dependents_referring_through_either_group() 
         .await;
         seen(syncgc(), &dependent.uid().unwrap()).await;
     }
-    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    delete(&api, "web", &DeleteParams::orphan()).await;
     eventually("the Ingress is gone", WAIT, || gone(&api, "web")).await;
     stays(
         "both dependents stay, orphaned",
@@ -853,9 +841,7 @@ async fn foreground_deletion_goes_in_waves() {
     let first = with_finalizer(config_map("first", vec![owner_ref(&owner, true)]), X_Y);
     create(&api, &in_wave(first, "5")).await;
     create(&api, &config_map("then", vec![owner_ref(&owner, true)])).await;
-    api.delete("owner", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::foreground()).await;
     eventually("the first wave is being deleted", WAIT, || {
         being_deleted(&api, "first")
     })

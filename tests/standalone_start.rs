@@ -15,8 +15,8 @@ use serde_json::json;
 use support::gc::reference;
 use support::process::Syncgc;
 use support::{
-    HOLD, Kcm, TestNamespace, clear_finalizers, config_map, create, eventually, exists, gone, held,
-    owner_ref,
+    HOLD, Kcm, TestNamespace, clear_finalizers, config_map, create, delete, eventually, exists,
+    gone, held, owner_ref,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -92,27 +92,21 @@ async fn a_collector_started_late_collects_what_it_finds() {
         &config_map("of-deleted", vec![owner_ref(&deleted, false)]),
     )
     .await;
-    maps.delete("deleted", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&maps, "deleted", &DeleteParams::background()).await;
     let foreground = create(&maps, &config_map("foreground", vec![])).await;
     create(
         &maps,
         &config_map("of-foreground", vec![owner_ref(&foreground, true)]),
     )
     .await;
-    maps.delete("foreground", &DeleteParams::foreground())
-        .await
-        .unwrap();
+    delete(&maps, "foreground", &DeleteParams::foreground()).await;
     let orphaning = create(&maps, &config_map("orphaning", vec![])).await;
     create(
         &maps,
         &held("of-orphaning", vec![owner_ref(&orphaning, true)]),
     )
     .await;
-    maps.delete("orphaning", &DeleteParams::orphan())
-        .await
-        .unwrap();
+    delete(&maps, "orphaning", &DeleteParams::orphan()).await;
 
     // GC-13.
     let d = TestNamespace::new(&client, "gc13").await;
@@ -162,7 +156,7 @@ async fn a_collector_started_late_collects_what_it_finds() {
     )
     .await;
 
-    let _syncgc = tokio::task::spawn_blocking(|| {
+    let syncgc = tokio::task::spawn_blocking(|| {
         Syncgc::start(
             &format!("syncgc-late-{}", std::process::id()),
             &[
@@ -242,7 +236,12 @@ async fn a_collector_started_late_collects_what_it_finds() {
         || gone(&d_maps, "cm-missing"),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The persistent volume is the only owner outside the graph (its resource is ignored).
+    eventually("syncgc reads the volume that owns cm-valid", WAIT, || {
+        let read = syncgc.metric_where("syncgc_owner_reads_total", "result=\"present\"") >= 1.0;
+        async move { read.then_some(()) }
+    })
+    .await;
     assert!(
         exists(&d_maps, "cm-valid").await,
         "an owner the graph never saw is read, not presumed absent"

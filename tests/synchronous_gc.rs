@@ -17,8 +17,8 @@ use syncgc::names::{
 
 use support::process::{WEBHOOK_LABEL, shared};
 use support::{
-    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
-    delete_crd, eventually, exists, gone, held, opted_in, owner_ref,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
+    delete_crd, eventually, exists, gone, held, opted_in, owner_and_held, owner_ref,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -59,7 +59,7 @@ async fn sg01_owner_waits_for_all_its_dependents() {
         .await;
     }
 
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the 49 free dependents are gone", WAIT, || async {
         (left(&api).await.len() == 2).then_some(())
     })
@@ -149,9 +149,7 @@ async fn sg09_a_tree_goes_leaf_first() {
         below.push((format!("c{c}"), grandchildren));
     }
 
-    api.delete("root", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "root", &DeleteParams::background()).await;
     let started = Instant::now();
     loop {
         let root_exists = exists(&api, "root").await;
@@ -195,9 +193,7 @@ async fn sg10_a_dependent_with_a_live_owner_survives() {
     )
     .await;
 
-    api.delete("deleted", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "deleted", &DeleteParams::background()).await;
     eventually("the deleted owner is released", WAIT, || {
         gone(&api, "deleted")
     })
@@ -229,7 +225,7 @@ async fn sg13_orphan_keeps_the_dependents() {
         propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
         ..Default::default()
     };
-    api.delete("owner", &orphan).await.unwrap();
+    delete(&api, "owner", &orphan).await;
     eventually("the owner is released", WAIT, || gone(&api, "owner")).await;
     for i in 0..3 {
         let d = api.get(&format!("d{i}")).await.unwrap();
@@ -258,7 +254,7 @@ async fn sg07_an_ownership_cycle_is_broken_by_the_timeout() {
         .unwrap();
 
     let started = Instant::now();
-    api.delete("a", &DeleteParams::background()).await.unwrap();
+    delete(&api, "a", &DeleteParams::background()).await;
     eventually("both are gone", WAIT, || async {
         (gone(&api, "a").await.is_some() && gone(&api, "b").await.is_some()).then_some(())
     })
@@ -280,11 +276,8 @@ async fn sg07_an_ownership_cycle_is_broken_by_the_timeout() {
 async fn sg11_a_dependent_created_while_the_owner_waits_is_collected() {
     let ns = namespace("sg11_a_dependent_created_late").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
-    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    let owner = owner_and_held(&api, &opted_in("owner", vec![], &[])).await;
+    delete(&api, "owner", &DeleteParams::background()).await;
     eventually("the held dependent is being deleted", WAIT, || {
         being_deleted(&api, "held")
     })
@@ -318,9 +311,7 @@ async fn sg02_an_owner_that_did_not_opt_in_is_untouched() {
         &config_map("dependent", vec![owner_ref(&owner, true)]),
     )
     .await;
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     assert!(
         gone(&api, "owner").await.is_some(),
         "the owner went at once"
@@ -409,9 +400,7 @@ async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
         leaves.create(&PostParams::default(), &leaf).await.unwrap();
     }
 
-    api.delete("root", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "root", &DeleteParams::background()).await;
     eventually("the free leaves are gone", WAIT, || async {
         let left = leaves
             .list_metadata(&ListParams::default())
@@ -486,9 +475,8 @@ async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
 async fn explain_says_what_blocks_a_deletion() {
     let ns = namespace("explain").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
-    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
-    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    owner_and_held(&api, &opted_in("owner", vec![], &[])).await;
+    delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the owner waits", WAIT, || being_deleted(&api, "owner")).await;
 
     let plugins = tempfile::tempdir().unwrap();

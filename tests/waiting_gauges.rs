@@ -13,7 +13,7 @@ use kube::api::DeleteParams;
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, clear_finalizers, create, eventually, gone, held, opted_in, owner_ref,
+    TestNamespace, clear_finalizers, create, delete, eventually, gone, held, opted_in, owner_ref,
 };
 
 const WAITING: &str = "syncgc_owners_waiting";
@@ -41,7 +41,7 @@ async fn start_waiting(api: &Api<ConfigMap>, name: &str, replicas: &[&Syncgc], e
         &held(&format!("{name}-held"), vec![owner_ref(&owner, true)]),
     )
     .await;
-    api.delete(name, &DeleteParams::background()).await.unwrap();
+    delete(api, name, &DeleteParams::background()).await;
     waiting_becomes(replicas, expected, "both replicas count the owner").await;
 }
 

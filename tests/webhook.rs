@@ -17,7 +17,7 @@ use syncgc::webhook::admit::{Policy, UnarmedDelete};
 
 use support::webhook::RegisteredWebhook;
 use support::{
-    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
     delete_crd, eventually, gone, held, opted_in, owner_ref, with_finalizer,
 };
 
@@ -93,9 +93,7 @@ async fn objects_being_deleted_are_never_patched() {
     let api = ns.api::<ConfigMap>();
 
     create(&api, &held("held", vec![])).await;
-    api.delete("held", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "held", &DeleteParams::background()).await;
 
     // Opting in while terminating must not try to add a finalizer (the apiserver would refuse
     // the update with 422); the update itself goes through.
@@ -115,9 +113,7 @@ async fn objects_being_deleted_are_never_patched() {
     )
     .await;
     assert!(has(&armed, SYNCHRONOUS_FINALIZER));
-    api.delete("armed", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "armed", &DeleteParams::background()).await;
     let opted_out = merge(
         &api,
         "armed",
@@ -184,9 +180,6 @@ async fn delete_without_a_policy_gets_the_annotated_foreground() {
         being_deleted(&api, "dependent")
     })
     .await;
-
-    clear_finalizers(&api, "dependent").await;
-    clear_finalizers(&api, "owner").await;
 }
 
 #[tokio::test]
@@ -211,9 +204,6 @@ async fn delete_without_a_policy_gets_the_annotated_orphan() {
     })
     .await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
-
-    clear_finalizers(&api, "dependent").await;
-    clear_finalizers(&api, "owner").await;
 }
 
 #[tokio::test]
@@ -228,22 +218,17 @@ async fn a_named_policy_or_a_dry_run_is_left_alone() {
         dry_run: true,
         ..Default::default()
     };
-    api.delete("owner", &dry_run).await.unwrap();
+    delete(&api, "owner", &dry_run).await;
     let owner = api.get("owner").await.unwrap();
     assert!(owner.metadata.deletion_timestamp.is_none());
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
 
     // The apiserver strips foregroundDeletion when Background is named explicitly, as
     // `kubectl delete` does.
-    api.delete("owner", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "owner", &DeleteParams::background()).await;
     let owner = api.get("owner").await.unwrap();
     assert!(owner.metadata.deletion_timestamp.is_some());
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
-
-    clear_finalizers(&api, "dependent").await;
-    clear_finalizers(&api, "owner").await;
 }
 
 #[tokio::test]
@@ -276,12 +261,9 @@ async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
     assert!(labelled(&armed));
     assert!(armed.metadata.deletion_timestamp.is_none());
 
-    api.delete("unarmed", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "unarmed", &DeleteParams::background()).await;
     let terminating = api.get("unarmed").await.unwrap();
     assert!(terminating.metadata.deletion_timestamp.is_some());
-    clear_finalizers(&api, "unarmed").await;
 }
 
 /// Only DELETEs of armed objects reach the webhook: an unannotated object's and an
@@ -318,7 +300,7 @@ async fn only_deletes_of_armed_objects_reach_the_webhook() {
     };
 
     for name in ["unarmed", "plain"] {
-        api.delete(name, &DeleteParams::background()).await.unwrap();
+        delete(&api, name, &DeleteParams::background()).await;
         assert!(gone(&api, name).await.is_some());
     }
     assert_eq!(
@@ -329,9 +311,7 @@ async fn only_deletes_of_armed_objects_reach_the_webhook() {
 
     let armed = create(&api, &opted_in("armed", vec![], &[])).await;
     assert!(labelled(&armed));
-    api.delete("armed", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "armed", &DeleteParams::background()).await;
     assert!(being_deleted(&api, "armed").await.is_some());
     let counted = webhook
         .served
@@ -340,7 +320,6 @@ async fn only_deletes_of_armed_objects_reach_the_webhook() {
         .with_label_values(&["DELETE", "delete_armed"])
         .get();
     assert_eq!(counted, 1);
-    clear_finalizers(&api, "armed").await;
 }
 
 #[tokio::test]

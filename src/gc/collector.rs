@@ -651,7 +651,10 @@ impl Collector {
             name: reference.name.clone(),
             uid: reference.uid.clone(),
         };
-        let Some(meta) = self.cluster.get_metadata(&owner).await? else {
+        let meta = self.cluster.get_metadata(&owner).await?;
+        let found = if meta.is_some() { "present" } else { "absent" };
+        self.metrics.owner_reads.with_label_values(&[found]).inc();
+        let Some(meta) = meta else {
             self.absent.lock().insert(key);
             return Ok(OwnerState::Absent);
         };

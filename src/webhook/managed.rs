@@ -107,7 +107,13 @@ impl Managed {
         let mut discoveries = self.collector.discoveries();
         let mut backoff = Backoff::new(MIN_INTERVAL, MAX_BACKOFF);
         loop {
-            let wait = match self.round().await {
+            let round = self.round().await;
+            let result = if round.is_ok() { "ok" } else { "error" };
+            self.metrics
+                .managed_rounds
+                .with_label_values(&[result])
+                .inc();
+            let wait = match round {
                 Ok(written) => {
                     backoff.reset();
                     if written == Written::Waiting {

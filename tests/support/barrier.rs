@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::surface::{WAIT, create_as, dynamic, stays};
 use super::{
-    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
     eventually, exists, gone, opted_in, owner_ref,
 };
 
@@ -379,9 +379,7 @@ pub async fn an_unreadable_kind_holds_the_owner_until_its_bound(
             .then_some(())
     })
     .await;
-    api.delete("unrelated", &DeleteParams::background())
-        .await
-        .unwrap();
+    delete(&api, "unrelated", &DeleteParams::background()).await;
 }
 
 /// A CRD whose every version is unserved is Established and never discovered: it serves no
@@ -499,7 +497,7 @@ pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
             && text.contains("before releasing, waiting for"),
         "{text}"
     );
-    api.delete("t", &DeleteParams::background()).await.unwrap();
+    delete(&api, "t", &DeleteParams::background()).await;
     clear_finalizers(&api, "t").await;
     eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
 }

@@ -393,6 +393,24 @@ pub async fn delete_crd(client: &Client, resource: &kube::api::ApiResource) {
         .unwrap_or_else(|err| panic!("deleting {name}: {err}"));
 }
 
+/// Deletes `name` through `api` with `params`; panics naming it when the apiserver refuses.
+pub async fn delete<K>(api: &Api<K>, name: &str, params: &DeleteParams)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, params)
+        .await
+        .unwrap_or_else(|err| panic!("deleting {name}: {err}"));
+}
+
+/// Creates `owner` and a dependent named `held` that blocks it and is kept by [`HOLD`] until
+/// [`clear_finalizers`]: the owner that waits, as most tests need it. Returns the owner.
+pub async fn owner_and_held(api: &Api<ConfigMap>, owner: &ConfigMap) -> ConfigMap {
+    let owner = create(api, owner).await;
+    create(api, &held("held", vec![owner_ref(&owner, true)])).await;
+    owner
+}
+
 /// `Some(())` once `name` in `api` has a deletionTimestamp.
 pub async fn being_deleted<K>(api: &Api<K>, name: &str) -> Option<()>
 where

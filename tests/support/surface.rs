@@ -156,7 +156,7 @@ pub async fn reasons(ns: &TestNamespace, name: &str) -> Vec<String> {
 pub async fn seen(syncgc: &Syncgc, uid: &str) {
     eventually(
         &format!("syncgc sees {uid}"),
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || {
             let seen = syncgc
                 .get(&format!("/debug/graph?uid={uid}"))
