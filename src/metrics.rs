@@ -339,19 +339,33 @@ pub enum Condition {
     Collector,
     /// Leader election: the Lease can be read and written.
     LeaderElection,
-    /// With --manage-webhook: the webhook is registered and has a certificate to serve.
+    /// The webhook has a certificate to serve (with --tls-secret: once the Secret is read).
+    /// Admission needs nothing else, so the pod's readiness probe asks `/readyz/webhook`.
     Webhook,
+    /// With --manage-webhook: the webhook configuration says what it should (the last round
+    /// could read and write it).
+    Registration,
 }
 
 impl Condition {
-    pub const ALL: [Self; 3] = [Self::Collector, Self::LeaderElection, Self::Webhook];
+    pub const ALL: [Self; 4] = [
+        Self::Collector,
+        Self::LeaderElection,
+        Self::Webhook,
+        Self::Registration,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Collector => "collector",
             Self::LeaderElection => "leader-election",
             Self::Webhook => "webhook",
+            Self::Registration => "registration",
         }
+    }
+
+    fn of(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
     }
 }
 
@@ -437,6 +451,7 @@ pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
         .route("/metrics", get(serve_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(serve_readyz))
+        .route("/readyz/{condition}", get(serve_readyz_of))
         .with_state(Endpoints { metrics, readiness })
 }
 
@@ -468,6 +483,33 @@ async fn serve_readyz(State(state): State<Endpoints>) -> impl IntoResponse {
         .map(|(condition, reason)| format!("{condition}: {reason}\n"))
         .collect();
     (StatusCode::SERVICE_UNAVAILABLE, body)
+}
+
+/// `/readyz/CONDITION`: 200 `ok` while that one condition is ok; otherwise 503 with its line;
+/// 404 for a condition that does not exist.
+async fn serve_readyz_of(
+    State(state): State<Endpoints>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> impl IntoResponse {
+    let Some(condition) = Condition::of(&name) else {
+        let known: Vec<&str> = Condition::ALL.iter().map(|c| c.as_str()).collect();
+        return (
+            StatusCode::NOT_FOUND,
+            format!("no condition {name:?}; there are {}\n", known.join(", ")),
+        );
+    };
+    match state
+        .readiness
+        .failing()
+        .into_iter()
+        .find(|(c, _)| *c == condition)
+    {
+        None => (StatusCode::OK, "ok\n".to_owned()),
+        Some((_, reason)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{condition}: {reason}\n"),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -554,6 +596,35 @@ mod tests {
             get(&router, "/readyz").await,
             (StatusCode::OK, "ok\n".to_owned())
         );
+    }
+
+    #[tokio::test]
+    async fn readyz_of_one_condition_ignores_the_others() {
+        let readiness = Readiness::default();
+        let router = router(Metrics::new().unwrap(), readiness.clone());
+        // The collector has not listed: the webhook can serve all the same.
+        assert_eq!(
+            get(&router, "/readyz/webhook").await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+        assert_eq!(
+            get(&router, "/readyz/collector").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "collector: not every watch has listed yet\n".to_owned()
+            )
+        );
+        readiness.fail(Condition::Webhook, "no certificate to serve yet");
+        assert_eq!(
+            get(&router, "/readyz/webhook").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "webhook: no certificate to serve yet\n".to_owned()
+            )
+        );
+        let (status, body) = get(&router, "/readyz/webhok").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("collector, leader-election, webhook, registration"), "{body}");
     }
 
     #[tokio::test]

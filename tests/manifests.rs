@@ -212,8 +212,8 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
 
 /// syncgc as the manifests deploy it, with only the permissions they grant: it fills in its
 /// webhook configuration and its certificate Secret, arms, and collects synchronously end to
-/// end; permissions it does not need (creating objects, writing another Secret or webhook
-/// configuration) are not granted.
+/// end, and puts both back when they are deleted; permissions it does not need (creating
+/// objects, writing another Secret or webhook configuration) are not granted.
 #[tokio::test]
 async fn syncgc_runs_with_the_manifests_service_account() {
     support::syncgc_namespace();
@@ -303,26 +303,60 @@ async fn syncgc_runs_with_the_manifests_service_account() {
             .map(drop),
     );
     let as_syncgc_client = as_syncgc.into_client();
-    let secrets = Api::<Secret>::namespaced(as_syncgc_client.clone(), "syncgc-system");
     let other_secret: Secret = serde_json::from_value(json!({
         "metadata": { "name": "syncgc-other" }, "data": { "k": "dg==" } }))
     .unwrap();
-    neither_created_nor_replaced(&secrets, &other_secret, "Secret").await;
+    forbidden(
+        "create a Secret outside its namespace",
+        Api::<Secret>::namespaced(as_syncgc_client.clone(), &ns.name)
+            .create(&Default::default(), &other_secret)
+            .await
+            .map(drop),
+    );
+    let secrets = Api::<Secret>::namespaced(as_syncgc_client.clone(), "syncgc-system");
+    not_replaced(&secrets, &other_secret, "Secret").await;
     let configurations = Api::<MutatingWebhookConfiguration>::all(as_syncgc_client);
     let other: MutatingWebhookConfiguration =
         serde_json::from_value(json!({ "metadata": { "name": "syncgc-other" } })).unwrap();
-    neither_created_nor_replaced(&configurations, &other, "webhook configuration").await;
+    not_replaced(&configurations, &other, "webhook configuration").await;
     // Its own: filled in, and the Secret's CA is what the configuration publishes.
-    let own = configurations.get("syncgc").await.unwrap();
     let (namespace, secret_name) = secret.split_once('/').unwrap();
-    let stored = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get(secret_name)
-        .await
-        .unwrap();
-    let ca = stored.data.unwrap()["ca.crt"].clone();
-    for webhook in own.webhooks.unwrap() {
-        assert_eq!(webhook.client_config.ca_bundle.as_ref(), Some(&ca));
-    }
+    let stored = Api::<Secret>::namespaced(client.clone(), namespace);
+    let published_ca = || async {
+        let ca = stored.get_opt(secret_name).await.unwrap()?.data?.remove("ca.crt")?;
+        let own = configurations.get_opt("syncgc").await.unwrap()?;
+        let webhooks = own.webhooks.filter(|w| !w.is_empty())?;
+        webhooks
+            .iter()
+            .all(|w| w.client_config.ca_bundle.as_ref() == Some(&ca))
+            .then_some(ca)
+    };
+    let ca = published_ca().await.expect("the Secret's CA is published");
+
+    // Deleted by hand, both come back, and the webhook arms with the new certificate.
+    kubectl(&["delete", "secret", secret_name, "-n", namespace], None);
+    kubectl(&["delete", "mutatingwebhookconfiguration", "syncgc"], None);
+    let new_ca = eventually(
+        "the Secret and the configuration are put back",
+        Duration::from_secs(30),
+        published_ca,
+    )
+    .await;
+    assert_ne!(new_ca, ca, "a new CA");
+    let mut attempt = 0;
+    eventually("the webhook arms again", Duration::from_secs(30), || {
+        attempt += 1;
+        let name = format!("again-{attempt}");
+        let api = &api;
+        async move {
+            let made = api
+                .create(&Default::default(), &opted_in(&name, vec![], &[]))
+                .await
+                .ok()?;
+            (made.finalizers() == [syncgc::names::SYNCHRONOUS_FINALIZER]).then_some(())
+        }
+    })
+    .await;
     drop(syncgc);
 }
 
@@ -334,20 +368,15 @@ fn forbidden(what: &str, result: Result<(), kube::Error>) {
     }
 }
 
-/// syncgc's account may neither create `object` (a `what`) nor replace it, its name being
-/// another than the one it manages.
-async fn neither_created_nor_replaced<K>(api: &Api<K>, object: &K, what: &str)
+/// syncgc's account may not replace `object` (a `what`), its name being another than the one
+/// it manages.
+async fn not_replaced<K>(api: &Api<K>, object: &K, what: &str)
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let name = object.name_any();
-    forbidden(
-        &format!("create a {what}"),
-        api.create(&Default::default(), object).await.map(drop),
-    );
     forbidden(
         &format!("update another {what}"),
-        api.replace(&name, &Default::default(), object)
+        api.replace(&object.name_any(), &Default::default(), object)
             .await
             .map(drop),
     );

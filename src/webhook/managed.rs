@@ -99,11 +99,17 @@ impl Managed {
         }
     }
 
-    /// Runs rounds until `shutdown`; `/readyz` fails (condition `webhook`) until a round has
-    /// worked, and while rounds fail.
+    /// Runs rounds until `shutdown`. Condition `webhook` fails until there is a certificate to
+    /// serve (with `--tls-secret`, from the Secret) and only then: admission needs nothing more,
+    /// whatever later rounds meet. Condition `registration` fails until a round has written
+    /// the configuration, and while rounds fail (a refused write among them).
     pub async fn run(self, shutdown: CancellationToken) {
         self.readiness
-            .fail(Condition::Webhook, "the webhook is not registered yet");
+            .fail(Condition::Registration, "the webhook is not registered yet");
+        if !self.cert.is_loaded() {
+            self.readiness
+                .fail(Condition::Webhook, "no certificate to serve yet");
+        }
         let mut discoveries = self.collector.discoveries();
         let mut backoff = Backoff::new(MIN_INTERVAL, MAX_BACKOFF);
         loop {
@@ -113,17 +119,18 @@ impl Managed {
                 .managed_rounds
                 .with_label_values(&[result])
                 .inc();
-            let wait = match round {
-                Ok(written) => {
+            let wait = match &round {
+                Ok(Written::Waiting) => {
                     backoff.reset();
-                    if written == Written::Waiting {
-                        self.readiness.fail(
-                            Condition::Webhook,
-                            "waiting for discovery to write the webhook's rules",
-                        );
-                    } else if self.cert.is_loaded() {
-                        self.readiness.clear(Condition::Webhook);
-                    }
+                    self.readiness.fail(
+                        Condition::Registration,
+                        "waiting for discovery to write the webhook's rules",
+                    );
+                    self.interval()
+                }
+                Ok(_) => {
+                    backoff.reset();
+                    self.readiness.clear(Condition::Registration);
                     self.interval()
                 }
                 Err(err) if err.is_conflict() => {
@@ -133,10 +140,17 @@ impl Managed {
                 Err(err) => {
                     let wait = backoff.failed();
                     tracing::warn!(%err, retry_in = ?wait, "managing the webhook");
-                    self.readiness.fail(Condition::Webhook, err.to_string());
+                    self.readiness
+                        .fail(Condition::Registration, err.to_string());
                     wait
                 }
             };
+            if self.cert.is_loaded() {
+                self.readiness.clear(Condition::Webhook);
+            } else if let Err(err) = &round {
+                self.readiness
+                    .fail(Condition::Webhook, format!("no certificate to serve: {err}"));
+            }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
