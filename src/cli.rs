@@ -1,4 +1,4 @@
-//! The command line: `syncgc run`, `certs`, `webhook-config` and `explain`.
+//! The command line: `syncgc run`, `certs`, `webhook-config`, `explain` and `disarm`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::app::{RunArgs, WebhookArgs};
 use crate::certs::{DevCerts, SubjectAltNames};
+use crate::disarm::DisarmArgs;
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::{Scope, ServerVersion};
 
@@ -42,6 +43,9 @@ pub enum Command {
     /// Say what keeps an object from going: its finalizers and who removes them, and the
     /// dependents that block it. Exits 1 while the object is being deleted and blocked.
     Explain(ExplainArgs),
+    /// For uninstalling: take syncgc's finalizer and armed label off every object, releasing
+    /// those being deleted. Refuses while syncgc runs, unless forced.
+    Disarm(DisarmArgs),
 }
 
 #[derive(Debug, Args)]
@@ -108,6 +112,7 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
         Command::Run(args) => args.run(collector_runtime).await,
         Command::Certs(args) => certs(args),
         Command::WebhookConfig(args) => webhook_config(args).await,
+        Command::Disarm(args) => args.run().await,
         Command::Explain(ExplainArgs {
             object,
             namespace,

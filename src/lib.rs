@@ -18,11 +18,13 @@
 //! Modules, from the top down; a module imports only from the modules below its own line
 //! (`tests/layout.rs` checks it, and that the parts of [`gc`] use each other without a circle):
 //!
-//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `explain`), parsed with clap.
+//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `explain`, `disarm`), parsed
+//!   with clap.
 //! - [`app`]: `syncgc run`: its flags ([`app::RunArgs`]) next to what runs them, wiring every
 //!   part together.
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision);
-//!   [`explain`]: `syncgc explain`, what keeps an object from going.
+//!   [`explain`]: `syncgc explain`, what keeps an object from going; [`disarm`]: `syncgc
+//!   disarm`, syncgc's finalizer and label off every object, for uninstalling.
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
 //! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure; [`certs`]:
 //!   development certificates; [`leader`]: leader election with a Lease.
@@ -40,6 +42,7 @@ pub mod api;
 pub mod app;
 pub mod certs;
 pub mod cli;
+pub mod disarm;
 pub mod duration;
 pub mod explain;
 pub mod gc;

@@ -624,7 +624,10 @@ mod tests {
         );
         let (status, body) = get(&router, "/readyz/webhok").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        assert!(body.contains("collector, leader-election, webhook, registration"), "{body}");
+        assert!(
+            body.contains("collector, leader-election, webhook, registration"),
+            "{body}"
+        );
     }
 
     #[tokio::test]

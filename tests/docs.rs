@@ -24,7 +24,7 @@ fn flags(help: &str) -> Vec<String> {
 #[test]
 fn every_flag_of_each_subcommand_is_in_the_readme() {
     let readme = readme();
-    for subcommand in ["run", "certs", "webhook-config", "explain"] {
+    for subcommand in ["run", "certs", "webhook-config", "explain", "disarm"] {
         let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
             .args([subcommand, "--help"])
             .output()

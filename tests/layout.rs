@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["api"],
     &["graph", "certs", "leader"],
     &["gc"],
-    &["webhook", "explain"],
+    &["webhook", "explain", "disarm"],
     &["app"],
     &["cli"],
 ];

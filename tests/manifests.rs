@@ -323,7 +323,12 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     let (namespace, secret_name) = secret.split_once('/').unwrap();
     let stored = Api::<Secret>::namespaced(client.clone(), namespace);
     let published_ca = || async {
-        let ca = stored.get_opt(secret_name).await.unwrap()?.data?.remove("ca.crt")?;
+        let ca = stored
+            .get_opt(secret_name)
+            .await
+            .unwrap()?
+            .data?
+            .remove("ca.crt")?;
         let own = configurations.get_opt("syncgc").await.unwrap()?;
         let webhooks = own.webhooks.filter(|w| !w.is_empty())?;
         webhooks

@@ -767,6 +767,43 @@ impl Cluster {
             .await
     }
 
+    /// Disarms `target`, the inverse of [`Self::arm`]: removes the synchronous finalizer and
+    /// the armed label with a JSON patch whose `test` ops check the uid and each value where
+    /// it was read, so nothing else is ever removed; retries when the object changed in
+    /// between. Leaves the opt-in annotation alone.
+    pub async fn disarm(&self, target: &Target) -> Result<Changed, ApiError> {
+        for _ in 0..ATTEMPTS {
+            let Some(meta) = self.get_metadata(target).await? else {
+                return Ok(Changed::AlreadySo);
+            };
+            let mut patch = vec![test(
+                PointerBuf::from_tokens(["metadata", "uid"]),
+                &target.uid,
+            )];
+            let finalizers = meta.finalizers.unwrap_or_default();
+            if let Some(index) = finalizers.iter().position(|f| f == SYNCHRONOUS_FINALIZER) {
+                let path = PointerBuf::from_tokens(["metadata", "finalizers", &index.to_string()]);
+                patch.push(test(path.clone(), SYNCHRONOUS_FINALIZER));
+                patch.push(PatchOperation::Remove(RemoveOperation { path }));
+            }
+            if let Some(value) = meta.labels.as_ref().and_then(|l| l.get(ARMED_LABEL)) {
+                let path = PointerBuf::from_tokens(["metadata", "labels", ARMED_LABEL]);
+                patch.push(test(path.clone(), value));
+                patch.push(PatchOperation::Remove(RemoveOperation { path }));
+            }
+            if patch.len() == 1 {
+                return Ok(Changed::AlreadySo);
+            }
+            match self.json_patch(target, &JsonPatch(patch)).await {
+                Ok(()) => return Ok(Changed::Yes),
+                Err(err) if matches!(err.status(), Some(409 | 422)) => continue,
+                Err(err) if err.status() == Some(404) => return Ok(Changed::AlreadySo),
+                Err(err) => return Err(err),
+            }
+        }
+        Err(ApiError::Conflict(target.to_string()))
+    }
+
     /// Removes `finalizer` from `target` with a JSON patch whose `test` ops check the uid and
     /// that the finalizer is still where it was read, so no other finalizer is ever removed;
     /// retries when the list changed in between. The first try is at index `at`, where a

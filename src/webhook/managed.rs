@@ -148,8 +148,10 @@ impl Managed {
             if self.cert.is_loaded() {
                 self.readiness.clear(Condition::Webhook);
             } else if let Err(err) = &round {
-                self.readiness
-                    .fail(Condition::Webhook, format!("no certificate to serve: {err}"));
+                self.readiness.fail(
+                    Condition::Webhook,
+                    format!("no certificate to serve: {err}"),
+                );
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -234,6 +234,17 @@ impl Syncgc {
             .sum()
     }
 
+    /// Stops syncgc as a rollout or an uninstall does (SIGTERM: a leader releases its Lease),
+    /// and waits until it has exited and the watchdog has unregistered its webhook.
+    pub fn stop(&mut self) {
+        let stopped = Command::new("kill")
+            .args(["-TERM", &self.pid])
+            .status()
+            .unwrap();
+        assert!(stopped.success(), "kill -TERM {}", self.pid);
+        let _ = self.child.wait();
+    }
+
     /// Stops syncgc at once, as a crash or an eviction would (SIGKILL to the process).
     pub fn kill(&mut self) {
         let killed = Command::new("kill")

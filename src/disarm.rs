@@ -1,0 +1,292 @@
+//! `syncgc disarm`: for uninstalling. Takes syncgc's finalizer and its armed label off every
+//! object that carries them, found through discovery and a metadata list of every resource, so
+//! that nothing is left waiting for a collector that is gone: an armed object that is being
+//! deleted is released by it (whatever else holds it is the cluster's business). The opt-in
+//! annotation stays, so that installing syncgc again arms the same objects.
+//!
+//! A running syncgc would arm the objects again (its webhook on their next update, its
+//! collector at once), so `disarm` refuses while a replica holds the leader Lease or syncgc's
+//! webhook configuration has webhooks, unless forced.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::coordination::v1::Lease;
+
+use crate::api::meta::Meta;
+use crate::api::{ApiError, Changed, Cluster, RateLimiter, Target};
+use crate::gc::discovery::{self, Resource};
+use crate::leader::Record;
+use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
+
+/// How many objects are disarmed at once.
+const CONCURRENCY: usize = 8;
+
+#[derive(Debug, Args)]
+pub struct DisarmArgs {
+    /// Print what would be disarmed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Disarm even while syncgc runs (a replica holds the leader Lease, or its webhook
+    /// configuration has webhooks); it arms again what it finds opted in.
+    #[arg(long)]
+    pub force: bool,
+    /// Only objects in this namespace (cluster-scoped ones are left alone); every namespace
+    /// without it.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// The namespace of syncgc's leader Lease.
+    #[arg(long, default_value = crate::leader::DEFAULT_NAMESPACE)]
+    pub leader_election_namespace: String,
+    /// The name of syncgc's leader Lease.
+    #[arg(long, default_value = "syncgc")]
+    pub leader_election_lease: String,
+    /// The name of syncgc's MutatingWebhookConfiguration.
+    #[arg(long, default_value = "syncgc")]
+    pub webhook_config_name: String,
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// An armed object found.
+struct Armed {
+    target: Target,
+    deleting: bool,
+}
+
+impl Armed {
+    fn of(resource: &Resource, meta: Meta) -> Option<Self> {
+        let armed = meta.finalizers.iter().any(|f| f == SYNCHRONOUS_FINALIZER)
+            || meta.labels.get(ARMED_LABEL).is_some();
+        armed.then(|| Self {
+            deleting: meta.deletion_timestamp.is_some(),
+            target: Target {
+                resource: resource.api.clone(),
+                namespace: meta.namespace,
+                name: meta.name,
+                uid: meta.uid.unwrap_or_default(),
+            },
+        })
+    }
+
+    /// `configmaps.v1 ns/name` (`.group` for other groups), and whether it is being deleted.
+    fn describe(&self) -> String {
+        let api = &self.target.resource;
+        let group = if api.group.is_empty() {
+            String::new()
+        } else {
+            format!(".{}", api.group)
+        };
+        let at = match &self.target.namespace {
+            Some(ns) => format!("{ns}/{}", self.target.name),
+            None => self.target.name.clone(),
+        };
+        let deleting = if self.deleting {
+            " (being deleted: released)"
+        } else {
+            ""
+        };
+        format!("{}{group} {at}{deleting}", api.plural)
+    }
+}
+
+/// Why syncgc is taken to be running at `now`, if it is: its leader Lease renewed within its
+/// duration, or its webhook configuration with webhooks in it.
+pub fn running(lease: Option<&Record>, webhooks: Option<usize>, now: Timestamp) -> Vec<String> {
+    let mut why = Vec::new();
+    if let Some(record) = lease
+        && let (Some(holder), Some(renewed)) = (&record.holder, record.renew_time)
+    {
+        let ago = now.duration_since(renewed);
+        let lasts = jiff::SignedDuration::try_from(record.lease_duration).unwrap_or_default();
+        if ago < lasts {
+            why.push(format!(
+                "{holder} holds the leader Lease, renewed {:.0}s ago",
+                ago.as_secs_f64().max(0.0)
+            ));
+        }
+    }
+    if let Some(n) = webhooks.filter(|n| *n > 0) {
+        why.push(format!("its webhook configuration has {n} webhook(s)"));
+    }
+    why
+}
+
+impl DisarmArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let client = crate::api::client(crate::api::config(self.kubeconfig.as_deref()).await?)?;
+        let cluster = Cluster::new(
+            client,
+            Some(Arc::new(RateLimiter::new(50.0, 100))),
+            Duration::from_secs(30),
+            crate::metrics::Metrics::new()?,
+        );
+        let why = self.syncgc_running(&cluster).await?;
+        if !why.is_empty() {
+            let why = why.join("; ");
+            if self.dry_run {
+                eprintln!("warning: syncgc is running ({why}); it would arm objects again");
+            } else if self.force {
+                eprintln!("warning: syncgc is running ({why}); disarming all the same (--force)");
+            } else {
+                anyhow::bail!(
+                    "syncgc is running ({why}) and would arm the objects again: uninstall it \
+                     first (`kubectl delete -k manifests/`, or scale its Deployment to 0 and \
+                     delete the MutatingWebhookConfiguration {}), then run this again; or \
+                     pass --force",
+                    self.webhook_config_name
+                );
+            }
+        }
+
+        let found = discovery::discover(cluster.streams(), &[]).await?;
+        let mut unlisted = Vec::new();
+        let mut armed = Vec::new();
+        for resource in &found.resources {
+            if self.namespace.is_some() && !resource.namespaced {
+                continue;
+            }
+            let collection = Target::collection(&resource.api, self.namespace.as_deref());
+            let listed = cluster
+                .list_metadata(&collection, |page| {
+                    armed.extend(page.into_iter().filter_map(|m| Armed::of(resource, m)));
+                })
+                .await;
+            if let Err(err) = listed {
+                eprintln!("cannot list {}: {err}", name_of(resource));
+                unlisted.push(name_of(resource));
+            }
+        }
+
+        let verb = if self.dry_run {
+            "would disarm"
+        } else {
+            "disarmed"
+        };
+        let results: Vec<(&Armed, Result<Changed, ApiError>)> = futures::stream::iter(&armed)
+            .map(|object| {
+                let cluster = &cluster;
+                let dry_run = self.dry_run;
+                async move {
+                    let result = if dry_run {
+                        Ok(Changed::Yes)
+                    } else {
+                        cluster.disarm(&object.target).await
+                    };
+                    (object, result)
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed = 0;
+        let mut changed = 0;
+        for (object, result) in results {
+            match result {
+                Ok(Changed::Yes) => {
+                    changed += 1;
+                    println!("{verb} {}", object.describe());
+                }
+                Ok(Changed::AlreadySo) => {}
+                Err(err) => {
+                    failed += 1;
+                    eprintln!("cannot disarm {}: {err}", object.describe());
+                }
+            }
+        }
+        println!(
+            "{verb} {changed} object(s) of {} resource(s){}",
+            found.resources.len() - unlisted.len(),
+            match &self.namespace {
+                Some(ns) => format!(" in namespace {ns}"),
+                None => String::new(),
+            }
+        );
+        if failed > 0 || !unlisted.is_empty() {
+            anyhow::bail!(
+                "{failed} object(s) could not be disarmed and {} resource(s) could not be listed \
+                 ({}); run it again once they can",
+                unlisted.len(),
+                unlisted.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Why syncgc is taken to be running (see [`running`]).
+    async fn syncgc_running(&self, cluster: &Cluster) -> anyhow::Result<Vec<String>> {
+        let lease = cluster
+            .namespaced::<Lease>(&self.leader_election_namespace)
+            .get_opt(&self.leader_election_lease)
+            .await
+            .with_context(|| {
+                format!(
+                    "reading the leader Lease {}/{}",
+                    self.leader_election_namespace, self.leader_election_lease
+                )
+            })?;
+        let record = lease.map(|l| Record::of(&l, Duration::from_secs(15)));
+        let configuration = cluster
+            .all::<MutatingWebhookConfiguration>()
+            .get_opt(&self.webhook_config_name)
+            .await
+            .with_context(|| {
+                format!(
+                    "reading the MutatingWebhookConfiguration {}",
+                    self.webhook_config_name
+                )
+            })?;
+        let webhooks = configuration.map(|c| c.webhooks.map_or(0, |w| w.len()));
+        Ok(running(record.as_ref(), webhooks, Timestamp::now()))
+    }
+}
+
+fn name_of(resource: &Resource) -> String {
+    let api = &resource.api;
+    if api.group.is_empty() {
+        api.plural.clone()
+    } else {
+        format!("{}.{}", api.plural, api.group)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: Option<&str>, renewed: Timestamp) -> Record {
+        Record {
+            holder: holder.map(str::to_owned),
+            lease_duration: Duration::from_secs(15),
+            acquire_time: Some(renewed),
+            renew_time: Some(renewed),
+            transitions: 0,
+            resource_version: None,
+        }
+    }
+
+    #[test]
+    fn a_lease_renewed_within_its_duration_or_webhooks_mean_running() {
+        let now: Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
+        let ago = |s: i64| now - jiff::SignedDuration::from_secs(s);
+        assert!(running(None, None, now).is_empty());
+        let fresh = running(Some(&record(Some("pod-a"), ago(3))), None, now);
+        assert_eq!(fresh, ["pod-a holds the leader Lease, renewed 3s ago"]);
+        assert!(running(Some(&record(Some("pod-a"), ago(16))), None, now).is_empty());
+        // Released on a clean shutdown: nobody holds it.
+        assert!(running(Some(&record(None, ago(1))), None, now).is_empty());
+        // The configuration as the manifests ship it, before syncgc fills it in, is harmless.
+        assert!(running(None, Some(0), now).is_empty());
+        assert_eq!(
+            running(None, Some(2), now),
+            ["its webhook configuration has 2 webhook(s)"]
+        );
+    }
+}
