@@ -434,7 +434,10 @@ impl RunArgs {
         tracing::info!(?mode, "garbage collector mode");
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
-            policy: Policy { unarmed_delete },
+            policy: Policy {
+                unarmed_delete,
+                timeout_max: Some(timeout_max),
+            },
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),
             body_timeout: Duration::from_secs(10),

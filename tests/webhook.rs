@@ -243,6 +243,7 @@ async fn unarmed_delete_denied_arms_and_a_retry_is_synchronous() {
         &ns,
         Policy {
             unarmed_delete: UnarmedDelete::Deny,
+            ..Policy::default()
         },
     )
     .await;
@@ -347,4 +348,54 @@ async fn a_custom_resource_is_armed_like_a_built_in_kind() {
         .unwrap();
     assert!(released.finalizers().is_empty());
     delete_crd(&client, &resource).await;
+}
+
+/// A mistake in a `syncgc.io/` annotation is answered with a warning, which kubectl prints.
+#[tokio::test]
+async fn misconfigured_annotations_are_warned_about() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "misconfigured_annotations_are_warned_about").await;
+    let _webhook = RegisteredWebhook::start(&ns, Policy::default()).await;
+    let manifest = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "typo", "namespace": ns.name, "annotations": {
+            SYNCHRONOUS_ANNOTATION: "True", "syncgc.io/timout": "5m" } }
+    });
+    // On a thread of its own: the webhook answers on this test's runtime.
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .args(["create", "-f", "-"])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                std::io::Write::write_all(
+                    child.stdin.as_mut().unwrap(),
+                    manifest.to_string().as_bytes(),
+                )?;
+                drop(child.stdin.take());
+                child.wait_with_output()
+            })
+            .expect("kubectl")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warnings.contains("syncgc.io/synchronous: \"True\" is neither \"true\" nor \"false\""),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("syncgc.io/timout is not an annotation syncgc knows"),
+        "{warnings}"
+    );
+    let created = ns.api::<ConfigMap>().get("typo").await.unwrap();
+    assert!(created.finalizers().is_empty(), "not opted in");
 }

@@ -8,12 +8,15 @@
 //!   asks for, as a side effect. An opted-in object that is not armed is let go, or denied and
 //!   armed, as configured.
 
+use std::time::Duration;
+
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation};
 use jsonptr::PointerBuf;
 use serde_json::Value;
 
 use super::review::{Meta, Operation, Request};
 use crate::api::Marks;
+use crate::gc::decide::annotation_problems;
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
     SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
@@ -33,6 +36,8 @@ pub enum UnarmedDelete {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Policy {
     pub unarmed_delete: UnarmedDelete,
+    /// `--timeout-max`: a `syncgc.io/timeout` longer than it is warned about.
+    pub timeout_max: Option<Duration>,
 }
 
 /// Why the decision came out as it did; a closed set, used as a metric label and in logs.
@@ -129,7 +134,23 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
         return Decision::allow(Reason::Ignored);
     }
     match request.operation {
-        Operation::Create | Operation::Update => admit_write(request),
+        Operation::Create | Operation::Update => {
+            let mut decision = admit_write(request);
+            if decision.reason != Reason::Ignored
+                && let Some(meta) = request.object.as_ref().and_then(|o| o.metadata.as_ref())
+            {
+                let annotations = meta.annotations.iter().flatten();
+                decision.warnings.extend(
+                    annotation_problems(
+                        annotations.map(|(k, v)| (k.as_str(), v.as_str())),
+                        policy.timeout_max,
+                    )
+                    .into_iter()
+                    .map(|problem| format!("syncgc: {}: {problem}", describe(request))),
+                );
+            }
+            decision
+        }
         Operation::Delete => {
             let mut decision = admit_delete(request, policy);
             let armed = matches!(
@@ -353,6 +374,7 @@ mod tests {
 
     const DENY: Policy = Policy {
         unarmed_delete: UnarmedDelete::Deny,
+        timeout_max: None,
     };
 
     fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Meta {
@@ -686,5 +708,59 @@ mod tests {
         m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
         let d = admit(&delete(m, Options::default()), &DENY, 0);
         assert_eq!((d.reason, d.denial), (Reason::Terminating, None));
+    }
+
+    #[test]
+    fn writes_of_misconfigured_annotations_are_answered_with_warnings() {
+        let policy = Policy {
+            timeout_max: Some(std::time::Duration::from_secs(3600)),
+            ..Policy::default()
+        };
+        let typo = meta(
+            &[
+                ("syncgc.io/synchronous", "True"),
+                ("syncgc.io/timout", "5m"),
+            ],
+            None,
+        );
+        for operation in [Operation::Create, Operation::Update] {
+            let decision = admit(&request(operation, Some(typo.clone()), None), &policy, 0);
+            assert_eq!(decision.reason, Reason::Untouched);
+            assert!(decision.patch.is_none());
+            assert_eq!(decision.warnings.len(), 2, "{:?}", decision.warnings);
+            assert!(
+                decision.warnings[0].starts_with("syncgc: ")
+                    && decision.warnings[0].contains("ns/cm: syncgc.io/synchronous: \"True\""),
+                "{:?}",
+                decision.warnings
+            );
+            assert!(decision.warnings[1].contains("syncgc.io/timout is not an annotation"));
+        }
+        // Armed all the same, and told that its timeout is capped.
+        let long = meta(
+            &[
+                ("syncgc.io/synchronous", "true"),
+                ("syncgc.io/timeout", "2h"),
+            ],
+            None,
+        );
+        let decision = admit(&request(Operation::Create, Some(long), None), &policy, 0);
+        assert_eq!(decision.reason, Reason::Arm);
+        assert_eq!(decision.warnings.len(), 1);
+        assert!(
+            decision.warnings[0].contains("capped"),
+            "{:?}",
+            decision.warnings
+        );
+        // A well-formed object gets none.
+        let fine = meta(
+            &[
+                ("syncgc.io/synchronous", "true"),
+                ("syncgc.io/timeout", "5m"),
+            ],
+            None,
+        );
+        let decision = admit(&request(Operation::Create, Some(fine), None), &policy, 0);
+        assert!(decision.warnings.is_empty(), "{:?}", decision.warnings);
     }
 }

@@ -280,10 +280,10 @@ impl std::fmt::Display for ServerVersion {
 }
 
 /// The CEL condition under which CREATE and UPDATE reach syncgc (from 1.28): the new object
-/// opts in, or the old one did or is armed (it may be disarmed).
+/// has a `syncgc.io/` annotation (it opts in, or it is to be warned about a mistake in one),
+/// or the old one opted in or is armed (it may be disarmed).
 pub const ARM_CONDITION: &str = "(has(object.metadata.annotations) \
-&& 'syncgc.io/synchronous' in object.metadata.annotations \
-&& object.metadata.annotations['syncgc.io/synchronous'] == 'true') \
+&& object.metadata.annotations.exists(k, k.startsWith('syncgc.io/'))) \
 || (oldObject != null && ((has(oldObject.metadata.annotations) \
 && 'syncgc.io/synchronous' in oldObject.metadata.annotations) \
 || (has(oldObject.metadata.finalizers) \
@@ -514,17 +514,21 @@ mod tests {
         let bare = config_map(json!({ "name": "a" }));
         let finalized = config_map(json!({ "name": "a", "finalizers": ["x.io/hold"] }));
         let annotated = config_map(json!({ "name": "a", "annotations": { "other": "x" } }));
+        let typo =
+            config_map(json!({ "name": "a", "annotations": { "syncgc.io/synchronus": "true" } }));
         // A TokenReview: created, never stored, with an empty metadata.
         let review = json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
             "metadata": {}, "spec": { "token": "t" } });
         let cases = [
             ("create, opted in", &opted_in, &Value::Null, true),
+            // To be warned about.
             (
                 "create, annotated other than true",
                 &opted_out,
                 &Value::Null,
-                false,
+                true,
             ),
+            ("create, a typo", &typo, &Value::Null, true),
             ("create, labels only", &plain, &Value::Null, false),
             ("create, no annotations", &bare, &Value::Null, false),
             ("create, other annotations", &annotated, &Value::Null, false),
