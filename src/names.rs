@@ -46,6 +46,9 @@ pub enum Reason {
     OrderAbandoned,
     /// A dependent's deletion order is not an integer.
     InvalidOrder,
+    /// An owner's `syncgc.io/` annotations hold a mistake (the webhook's warnings, recorded
+    /// when its deletion starts).
+    InvalidAnnotation,
     /// An ownerReference that cannot reach its owner (upstream's reason).
     OwnerRefInvalidNamespace,
 }
@@ -63,6 +66,7 @@ impl Reason {
             Self::Wave => "SyncGCWave",
             Self::OrderAbandoned => "SyncGCOrderAbandoned",
             Self::InvalidOrder => "SyncGCInvalidOrder",
+            Self::InvalidAnnotation => "SyncGCInvalidAnnotation",
             Self::OwnerRefInvalidNamespace => "OwnerRefInvalidNamespace",
         }
     }

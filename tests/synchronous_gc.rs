@@ -525,3 +525,30 @@ async fn explain_says_what_blocks_a_deletion() {
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("is gone"), "{text}");
 }
+
+/// A timeout that is not a duration: the owner waits by the default timeout, and a Warning
+/// Event says so when its deletion starts.
+#[tokio::test]
+async fn a_timeout_that_is_no_duration_is_recorded_and_the_default_applies() {
+    let ns = namespace("a_timeout_that_is_no_duration").await;
+    let api = ns.api::<ConfigMap>();
+    owner_and_held(
+        &api,
+        &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "ninety")]),
+    )
+    .await;
+    delete(&api, "owner", &DeleteParams::background()).await;
+    let event = eventually("SyncGCInvalidAnnotation is recorded", WAIT, || async {
+        ns.events("SyncGCInvalidAnnotation").await.pop()
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("syncgc.io/timeout: \"ninety\" is not a duration")
+            && note.contains("the default timeout applies"),
+        "{note}"
+    );
+    assert!(exists(&api, "owner").await, "it waits for its dependent");
+    clear_finalizers(&api, "held").await;
+    eventually("the owner is released", WAIT, || gone(&api, "owner")).await;
+}

@@ -892,6 +892,21 @@ impl Collector {
                 .collect();
             (graph.transitive_dependents(uid), names)
         };
+        let problems = decide::annotation_problems(
+            object
+                .metadata
+                .annotations
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+            Some(max),
+        );
+        if !problems.is_empty() {
+            let note = problems.join("; ");
+            tracing::warn!(owner = %target, "{note}");
+            self.event(target, EventType::Warning, Reason::InvalidAnnotation, note)
+                .await;
+        }
         let base = synchronous::annotation(object, TIMEOUT_ANNOTATION)
             .and_then(|t| crate::duration::parse(t).ok());
         let timeout = self.config.timeouts.for_owner(count, base);
