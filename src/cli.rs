@@ -15,7 +15,7 @@ use crate::webhook::registration::{Scope, ServerVersion};
 #[derive(Debug, Parser)]
 #[command(
     name = "syncgc",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SYNCGC_COMMIT"), ")"),
     about = "Synchronous garbage collection for Kubernetes"
 )]
 pub struct Cli {

@@ -110,10 +110,10 @@ impl Metrics {
         let r = Register(&registry);
         r.gauge_vec(
             "syncgc_build_info",
-            "syncgc's version; always 1",
-            &["version"],
+            "syncgc's version and the commit it was built from; always 1",
+            &["version", "commit"],
         )?
-        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("SYNCGC_COMMIT")])
         .set(1);
         Ok(Self {
             apiserver_connected: r.gauge(

@@ -109,3 +109,28 @@ fn dashboards_and_alerts_query_only_exported_metrics() {
         assert!(queried > 5, "{file} queries syncgc's metrics");
     }
 }
+
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8(out.stdout).unwrap();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git (the tests run in a checkout)");
+    let head = String::from_utf8(head.stdout).unwrap();
+    let commit = std::env::var("SYNCGC_COMMIT").unwrap_or(head);
+    assert_eq!(
+        version.trim(),
+        format!(
+            "syncgc {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            commit.trim()
+        )
+    );
+}
+
