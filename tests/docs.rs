@@ -133,4 +133,3 @@ fn the_version_names_the_commit_it_was_built_from() {
         )
     );
 }
-

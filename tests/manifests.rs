@@ -30,11 +30,46 @@ const CERT_MANAGER: &str = concat!(
 /// Kinds whose CRDs (cert-manager, Prometheus Operator) the local control plane does not have.
 const NOT_BUILT_IN: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
 
-/// The kustomize build of `dir`, as JSON objects.
+/// The install for Kubernetes 1.20, built by kubectl 1.20.
+const KUBERNETES_1_20: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/kubernetes-1.20");
+
+/// A current kubectl (kustomize v5), as users of Kubernetes 1.21 and later run: `SYNCGC_KUBECTL`,
+/// else the machine's `/usr/bin/kubectl` (the control plane's own is 1.20's).
+fn current_kubectl() -> String {
+    std::env::var("SYNCGC_KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_owned())
+}
+
+/// The kustomize build of `dir` by the kubectl its users run (1.20's for
+/// `manifests/kubernetes-1.20`, a current one otherwise), as JSON objects; the build may not
+/// warn.
 fn built(dir: &str) -> Vec<Value> {
-    let yaml = kubectl(&["kustomize", dir], None);
-    serde_yaml::Deserializer::from_str(&yaml)
+    let kubectl = if dir == KUBERNETES_1_20 {
+        "kubectl".to_owned()
+    } else {
+        current_kubectl()
+    };
+    let out = std::process::Command::new(&kubectl)
+        .args(["kustomize", dir])
+        .output()
+        .unwrap_or_else(|err| panic!("{kubectl} (set SYNCGC_KUBECTL to a current kubectl): {err}"));
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{kubectl} kustomize {dir}: {warnings}"
+    );
+    assert!(
+        warnings.is_empty(),
+        "{kubectl} kustomize {dir} warns: {warnings}"
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    parsed(&yaml)
+}
+
+/// The objects of a multi-document YAML stream, as JSON.
+fn parsed(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
         .map(|document| Value::deserialize(document).expect("kustomize writes YAML"))
+        .filter(|object| !object.is_null())
         .collect()
 }
 
@@ -57,7 +92,8 @@ fn dry_run(objects: &[Value]) {
         })
         .collect();
     // PodDisruptionBudgets are policy/v1 from Kubernetes 1.21 on (and only that from 1.25);
-    // an older apiserver checks the same object as policy/v1beta1.
+    // an older apiserver checks the same object as policy/v1beta1 (what
+    // `manifests/kubernetes-1.20` ships).
     let served = kubectl(&["api-versions"], None);
     let built_in: Vec<Value> = built_in
         .into_iter()
@@ -105,6 +141,46 @@ fn the_apiserver_accepts_every_built_in_object() {
         assert!(!found.iter().any(|k| k == kind), "{kind} in {found:?}");
     }
     dry_run(&objects);
+}
+
+/// The install for Kubernetes 1.20 is the same but for a PodDisruptionBudget 1.20 serves, and
+/// the apiserver accepts it as it is; the rendered single files are what the kustomizations
+/// build.
+#[test]
+fn the_install_for_1_20_is_accepted_as_it_is_and_the_rendered_files_are_current() {
+    support::syncgc_namespace();
+    let objects = built(KUBERNETES_1_20);
+    let mut kinds_1_20 = kinds(&objects);
+    let mut kinds_current = kinds(&built(MANIFESTS));
+    kinds_1_20.sort();
+    kinds_current.sort();
+    assert_eq!(kinds_1_20, kinds_current);
+    let budget = objects
+        .iter()
+        .find(|o| o["kind"] == "PodDisruptionBudget")
+        .unwrap();
+    assert_eq!(budget["apiVersion"], "policy/v1beta1");
+    let out = kubectl(&["apply", "--dry-run=server", "-k", KUBERNETES_1_20], None);
+    assert_eq!(out.lines().count(), objects.len(), "{out}");
+
+    let check = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/install.sh"))
+        .arg("--check")
+        .env("SYNCGC_KUBECTL", current_kubectl())
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let rendered = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/manifests/install-1.20.yaml"
+    ))
+    .unwrap();
+    let out = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered));
+    assert_eq!(out.lines().count(), parsed(&rendered).len(), "{out}");
 }
 
 /// The cert-manager overlay: a Certificate instead of the Secret syncgc keeps, mounted, its

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Renders the single-file installs from the kustomizations: manifests/install.yaml (Kubernetes
+# 1.21 or later) and manifests/install-1.20.yaml (Kubernetes 1.20), with the image
+# SYNCGC_IMAGE (default syncgc:dev; a release sets its own, such as
+# registry.example/syncgc:v0.2.0 or a digest). With --check, renders into a temporary
+# directory and fails if the committed files differ (tests/manifests.rs runs it).
+#
+# Each is built by the kubectl its users run: manifests/ by a current one (SYNCGC_KUBECTL,
+# default /usr/bin/kubectl; kustomize v4 or later), manifests/kubernetes-1.20/ by kubectl
+# 1.20 (kustomize v2, from hack/cluster.sh's build). A kustomize warning fails the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+image=${SYNCGC_IMAGE:-syncgc:dev}
+current=${SYNCGC_KUBECTL:-/usr/bin/kubectl}
+cache=${SYNCGC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncgc}
+kubectl_1_20=$cache/kubernetes-1.20.2/bin/kubectl
+for bin in "$current" "$kubectl_1_20"; do
+  [ -x "$bin" ] || { echo "hack/install.sh: no kubectl at $bin (hack/cluster.sh up builds 1.20's; set SYNCGC_KUBECTL to a current one)" >&2; exit 1; }
+done
+out=manifests
+if [ "${1:-}" = "--check" ]; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+render() { # kubectl, kustomization, file, what it is for
+  local warnings
+  warnings=$(mktemp)
+  {
+    echo "# syncgc $4: kubectl apply -f $3"
+    echo "# Rendered by hack/install.sh from $2 (do not edit)."
+    "$1" kustomize "$2" 2>"$warnings" | sed "s#image: syncgc:dev#image: $image#"
+  } >"$out/$3"
+  if [ -s "$warnings" ]; then
+    echo "$1 kustomize $2 warns:" >&2
+    cat "$warnings" >&2
+    rm -f "$warnings"
+    exit 1
+  fi
+  rm -f "$warnings"
+}
+render "$current" manifests install.yaml "for Kubernetes 1.21 or later"
+render "$kubectl_1_20" manifests/kubernetes-1.20 install-1.20.yaml "for Kubernetes 1.20"
+if [ "$out" != manifests ]; then
+  for file in install.yaml install-1.20.yaml; do
+    if ! diff -u "manifests/$file" "$out/$file"; then
+      echo "manifests/$file is not what the kustomizations render: run hack/install.sh" >&2
+      exit 1
+    fi
+  done
+  echo "install.yaml and install-1.20.yaml are up to date"
+fi
