@@ -432,11 +432,16 @@ impl RunArgs {
         };
         let graph = Writer::new(Graph::new(mode));
         tracing::info!(?mode, "garbage collector mode");
+        let timeouts = Timeouts {
+            base: timeout_base,
+            per_dependent: timeout_per_dependent,
+            max: timeout_max,
+        };
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
             policy: Policy {
                 unarmed_delete,
-                timeout_max: Some(timeout_max),
+                timeouts: Some(timeouts),
             },
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),
@@ -462,11 +467,7 @@ impl RunArgs {
             gc_cluster,
             metrics.clone(),
             GcConfig {
-                timeouts: Timeouts {
-                    base: timeout_base,
-                    per_dependent: timeout_per_dependent,
-                    max: timeout_max,
-                },
+                timeouts,
                 workers: usize::from(workers),
                 ignored: ignored_resources,
                 rediscovery: rediscovery_interval,

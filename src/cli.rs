@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::app::{RunArgs, WebhookArgs};
 use crate::certs::{DevCerts, SubjectAltNames};
 use crate::disarm::DisarmArgs;
+use crate::explain::{Outcome, Output};
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::{Scope, ServerVersion};
 
@@ -41,7 +42,8 @@ pub enum Command {
     /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL or Service.
     WebhookConfig(WebhookConfigArgs),
     /// Say what keeps an object from going: its finalizers and who removes them, and the
-    /// dependents that block it. Exits 1 while the object is being deleted and blocked.
+    /// dependents that block it. Exits 1 while the object is being deleted and blocked; with
+    /// --watch, follows it until it is gone.
     Explain(ExplainArgs),
     /// For uninstalling: take syncgc's finalizer and armed label off every object, releasing
     /// those being deleted. Refuses while syncgc runs, unless forced.
@@ -59,6 +61,14 @@ pub struct ExplainArgs {
     /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
     #[arg(long, env = "SYNCGC_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Output format: text, or the same report as JSON.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Follow the object: a line (with -o json, a JSON object) each time where its deletion
+    /// stands changes (dependents left, blocking, wave, release barrier), until it is gone.
+    /// Exits 0 once it is gone, 3 if syncgc released it by its timeout.
+    #[arg(long, short = 'w')]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -117,16 +127,21 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
             object,
             namespace,
             kubeconfig,
+            output,
+            watch,
         }) => {
             return match crate::explain::explain(
                 kubeconfig.as_deref(),
                 &object,
                 namespace.as_deref(),
+                output,
+                watch,
             )
             .await
             {
-                Ok(false) => ExitCode::SUCCESS,
-                Ok(true) => ExitCode::from(1),
+                Ok(Outcome::Free) => ExitCode::SUCCESS,
+                Ok(Outcome::Blocked) => ExitCode::from(1),
+                Ok(Outcome::TimedOut) => ExitCode::from(3),
                 Err(err) => {
                     tracing::error!("{err:#}");
                     ExitCode::from(2)

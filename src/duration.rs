@@ -44,6 +44,33 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     Ok(total)
 }
 
+/// Writes `duration` as [`parse`] reads it, to the millisecond: `1h2m3s`, `1m40s`, `2.5s`,
+/// `100ms`, `0ms`.
+pub fn format(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    let (hours, rest) = (millis / 3_600_000, millis % 3_600_000);
+    let (minutes, rest) = (rest / 60_000, rest % 60_000);
+    let (seconds, millis) = (rest / 1000, rest % 1000);
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h"));
+    }
+    if minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    if seconds > 0 || millis > 0 {
+        out.push_str(&seconds.to_string());
+        if millis > 0 {
+            out.push_str(format!(".{millis:03}").trim_end_matches('0'));
+        }
+        out.push('s');
+    }
+    out
+}
+
 /// A wait that doubles after each failure, from `first` up to `max`, and starts over after a
 /// success. Each wait is longer by up to a fifth, at random ([`JITTER`]): loops that failed
 /// together (every watch, when the apiserver restarts) do not retry in lockstep.
@@ -140,6 +167,22 @@ mod tests {
     fn rejects_what_is_not_a_duration() {
         for text in ["", "10", "s", "-1s", "1x", "1s2", "1..2s", "1e400h"] {
             assert!(parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn format_writes_what_parse_reads() {
+        for (duration, text) in [
+            (Duration::ZERO, "0ms"),
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_millis(2500), "2.5s"),
+            (Duration::from_secs(100), "1m40s"),
+            (Duration::from_secs(3723), "1h2m3s"),
+            (Duration::from_secs(3600), "1h"),
+            (Duration::from_millis(60_050), "1m0.05s"),
+        ] {
+            assert_eq!(format(duration), text);
+            assert_eq!(parse(text).unwrap(), duration, "{text}");
         }
     }
 }

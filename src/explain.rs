@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
@@ -112,24 +113,19 @@ pub fn report(
             let _ = writeln!(out, "    {finalizer}: removed by {}", remover(finalizer));
         }
     }
-    let mut seen = vec![uid.clone()];
-    let mut tree = String::new();
-    let blocking = tree_of(object, dependents, aliases, 4, &mut seen, &mut tree);
+    let tree = tree(object, dependents, aliases);
+    let blocking = blocking(&tree);
     if tree.is_empty() {
         let _ = writeln!(out, "  no dependents");
     } else {
         let _ = writeln!(out, "  dependents ({} blocking):", blocking);
-        out.push_str(&tree);
+        for entry in &tree {
+            let _ = writeln!(out, "{}", entry.line());
+        }
     }
     let blocked = deleting.is_some() && !object.finalizers().is_empty();
     let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
-    let direct: Vec<Object> = dependents
-        .get(&uid)
-        .into_iter()
-        .flatten()
-        .filter(|d| link(object, d, aliases).is_some())
-        .cloned()
-        .collect();
+    let direct = direct(object, dependents, aliases);
     if waits && let Some(order) = waves(&direct, dependents) {
         out.push_str(&order);
     }
@@ -143,6 +139,25 @@ pub fn report(
         let _ = writeln!(out, "blocked: it stays until its finalizers are removed");
     }
     (out, blocked)
+}
+
+/// The dependents below `object`, depth first.
+pub fn tree(
+    object: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    aliases: &Aliases,
+) -> Vec<Entry> {
+    let mut seen = vec![object.meta.uid.clone().unwrap_or_default()];
+    let mut entries = Vec::new();
+    tree_of(object, dependents, aliases, 1, &mut seen, &mut entries);
+    entries
+}
+
+/// How many of the direct dependents in `tree` block their owner.
+fn blocking(tree: &[Entry]) -> usize {
+    tree.iter()
+        .filter(|e| e.level == 1 && !e.blocks.is_empty())
+        .count()
 }
 
 /// The reference of `dependent` to `owner`, when it really refers to it as the collector sees
@@ -171,18 +186,51 @@ fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLi
         })
 }
 
-/// Writes the dependents of `owner`, indented, and returns how many of its direct ones block
-/// it.
+/// A dependent in the tree below an object.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Entry {
+    /// How far below the object: 1 for its direct dependents.
+    pub level: usize,
+    pub object: String,
+    pub uid: String,
+    pub deleting: bool,
+    /// `false` for an object with a reference to the owner's uid that does not reach it.
+    pub dependency: bool,
+    /// Why it blocks its owner; empty when it does not.
+    pub blocks: Vec<String>,
+}
+
+impl Entry {
+    fn line(&self) -> String {
+        let state = if self.deleting {
+            " (being deleted)"
+        } else {
+            ""
+        };
+        let marks = if !self.dependency {
+            "  (refers to the owner's uid, but not to it: another name, kind or group, or \
+             another namespace; not a dependent)"
+                .to_owned()
+        } else if self.blocks.is_empty() {
+            String::new()
+        } else {
+            format!("  BLOCKS: {}", self.blocks.join("; "))
+        };
+        let indent = 2 + 2 * self.level;
+        format!("{:indent$}{}{state}{marks}", "", self.object)
+    }
+}
+
+/// The dependents below `owner`, depth first, down to `MAX_LEVEL`.
 fn tree_of(
     owner: &Object,
     dependents: &HashMap<String, Vec<Object>>,
     aliases: &Aliases,
-    depth: usize,
+    level: usize,
     seen: &mut Vec<String>,
-    out: &mut String,
-) -> usize {
+    out: &mut Vec<Entry>,
+) {
     let uid = owner.meta.uid.clone().unwrap_or_default();
-    let mut blocking = 0;
     for dependent in dependents.get(&uid).into_iter().flatten() {
         let dependent_uid = dependent.meta.uid.clone().unwrap_or_default();
         let link = link(owner, dependent, aliases);
@@ -196,62 +244,68 @@ fn tree_of(
             why.push("blockOwnerDeletion".to_owned());
         }
         if !why.is_empty() {
-            blocking += 1;
             if dependent.has(SYNCHRONOUS_FINALIZER) {
                 why.push("armed: it waits for its own dependents".to_owned());
             }
-            let others: Vec<&String> = dependent
+            let others: Vec<&str> = dependent
                 .finalizers()
                 .iter()
+                .map(String::as_str)
                 .filter(|f| *f != SYNCHRONOUS_FINALIZER)
                 .collect();
             if !others.is_empty() {
-                why.push(format!(
-                    "its finalizers: {}",
-                    others
-                        .iter()
-                        .map(|f| f.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                why.push(format!("its finalizers: {}", others.join(", ")));
             }
         }
-        let state = if dependent.meta.deletion_timestamp.is_some() {
-            " (being deleted)"
-        } else {
-            ""
-        };
-        let marks = if link.is_none() {
-            "  (refers to the owner's uid, but not to it: another name, kind or group, or \
-             another namespace; not a dependent)"
-                .to_owned()
-        } else if why.is_empty() {
-            String::new()
-        } else {
-            format!("  BLOCKS: {}", why.join("; "))
-        };
-        let _ = writeln!(out, "{:depth$}{}{state}{marks}", "", dependent.title());
-        if link.is_none() || seen.contains(&dependent_uid) {
+        out.push(Entry {
+            level,
+            object: dependent.title(),
+            uid: dependent_uid.clone(),
+            deleting: dependent.meta.deletion_timestamp.is_some(),
+            dependency: link.is_some(),
+            blocks: why,
+        });
+        if link.is_none() || seen.contains(&dependent_uid) || level >= MAX_LEVEL {
             continue;
         }
         seen.push(dependent_uid);
-        tree_of(dependent, dependents, aliases, depth + 2, seen, out);
+        tree_of(dependent, dependents, aliases, level + 1, seen, out);
     }
-    blocking
 }
 
-/// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
-/// waves left, the one in progress (the highest), and what holds each of its objects.
-fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option<String> {
-    let wave_of = |o: &Object| {
-        Order::of(
-            o.meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DELETION_ORDER_ANNOTATION))
-                .map(String::as_str),
-        )
-    };
+/// How deep the tree goes.
+const MAX_LEVEL: usize = 16;
+
+/// The direct dependents of `object` that really refer to it (see [`link`]).
+fn direct(
+    object: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    aliases: &Aliases,
+) -> Vec<Object> {
+    let uid = object.meta.uid.clone().unwrap_or_default();
+    dependents
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .filter(|d| link(object, d, aliases).is_some())
+        .cloned()
+        .collect()
+}
+
+/// The deletion-order wave `o` is in.
+fn wave_of(o: &Object) -> Order {
+    Order::of(
+        o.meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DELETION_ORDER_ANNOTATION))
+            .map(String::as_str),
+    )
+}
+
+/// The waves of `direct` with how many objects each holds, the one in progress (the highest)
+/// first; `None` when none carries an order.
+fn wave_counts(direct: &[Object]) -> Option<Vec<(Wave, usize)>> {
     if direct.iter().all(|o| wave_of(o) == Order::default()) {
         return None;
     }
@@ -264,6 +318,13 @@ fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option
         }
     }
     counts.sort_by_key(|(wave, _)| std::cmp::Reverse(*wave));
+    Some(counts)
+}
+
+/// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
+/// waves left, the one in progress (the highest), and what holds each of its objects.
+fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option<String> {
+    let counts = wave_counts(direct)?;
     let (current, count) = counts[0];
     let mut out = format!(
         "  deletion order: wave {} in progress ({count} object(s) left)",
@@ -313,65 +374,334 @@ fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option
     Some(out)
 }
 
-/// Finds `kind_name` (`KIND/NAME`, KIND as kind, plural or singular, optionally `.group`) in
-/// `namespace` (or the kubeconfig's), prints the report, and says whether the object is blocked.
+/// How `syncgc explain` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+/// How `syncgc explain` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing keeps the object (exit 0).
+    Free,
+    /// Being deleted and held by finalizers (exit 1).
+    Blocked,
+    /// With --watch: gone, released by syncgc's timeout (exit 3).
+    TimedOut,
+}
+
+/// What `explain` reads of the cluster about one object.
+struct Gathered {
+    /// `None` once it is gone.
+    object: Option<Object>,
+    dependents: HashMap<String, Vec<Object>>,
+    barrier: Option<String>,
+    /// The resources whose objects could not be listed, with why.
+    unlisted: Vec<String>,
+}
+
+/// Where `explain` looks.
+struct Scope {
+    client: kube::Client,
+    resources: Vec<Resource>,
+    aliases: Aliases,
+    resource: Resource,
+    namespace: String,
+    name: String,
+}
+
+impl Scope {
+    async fn new(
+        kubeconfig: Option<&Path>,
+        kind_name: &str,
+        namespace: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let (kind, name) = kind_name
+            .split_once('/')
+            .context("name the object as KIND/NAME, e.g. configmap/owner")?;
+        let client = crate::api::client(crate::api::config(kubeconfig).await?)?;
+        let namespace = namespace
+            .map(str::to_owned)
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let found = discovery::discover(&client, &[]).await?;
+        let resource = resolve(&found.resources, kind)
+            .with_context(|| {
+                format!("the apiserver serves no kind {kind:?} (with list and delete)")
+            })?
+            .clone();
+        Ok(Self {
+            client,
+            aliases: Aliases::new(&found.aliases),
+            resources: found.resources,
+            resource,
+            namespace,
+            name: name.to_owned(),
+        })
+    }
+
+    async fn gather(&self) -> anyhow::Result<Gathered> {
+        let api = scoped(&self.client, &self.resource, &self.namespace);
+        let Some(meta) = api.get_metadata_opt(&self.name).await?.map(|o| o.metadata) else {
+            return Ok(Gathered {
+                object: None,
+                dependents: HashMap::new(),
+                barrier: None,
+                unlisted: Vec::new(),
+            });
+        };
+        let object = Object {
+            group: self.resource.api.group.clone(),
+            kind: self.resource.api.kind.clone(),
+            meta,
+        };
+        // Dependents share the owner's namespace, unless the owner is cluster-scoped.
+        let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
+        let mut unlisted = Vec::new();
+        for candidate in &self.resources {
+            let api = if self.resource.namespaced && candidate.namespaced {
+                scoped(&self.client, candidate, &self.namespace)
+            } else if self.resource.namespaced {
+                continue;
+            } else {
+                Api::all_with(self.client.clone(), &candidate.api)
+            };
+            let list = match api.list_metadata(&ListParams::default()).await {
+                Ok(list) => list,
+                Err(err) => {
+                    let api = &candidate.api;
+                    let group = if api.group.is_empty() {
+                        String::new()
+                    } else {
+                        format!(".{}", api.group)
+                    };
+                    unlisted.push(format!("{}{group} ({err})", api.plural));
+                    continue;
+                }
+            };
+            for item in list.items {
+                for reference in item.metadata.owner_references.iter().flatten() {
+                    dependents
+                        .entry(reference.uid.clone())
+                        .or_default()
+                        .push(Object {
+                            group: candidate.api.group.clone(),
+                            kind: candidate.api.kind.clone(),
+                            meta: item.metadata.clone(),
+                        });
+                }
+            }
+        }
+        let barrier = barrier_note(&self.client, &object).await;
+        Ok(Gathered {
+            object: Some(object),
+            dependents,
+            barrier,
+            unlisted,
+        })
+    }
+
+    /// Whether syncgc released the object `uid` by its timeout (a `SyncGCTimedOut` Event).
+    async fn timed_out(&self, uid: &str) -> bool {
+        let events: Api<Event> = if self.resource.namespaced {
+            Api::namespaced(self.client.clone(), &self.namespace)
+        } else {
+            Api::all(self.client.clone())
+        };
+        let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
+        events.list(&params).await.is_ok_and(|list| {
+            list.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some(Reason::TimedOut.as_str()))
+        })
+    }
+}
+
+/// Finds `kind_name` (`KIND/NAME`, KIND as kind, plural or short name, optionally `.group`) in
+/// `namespace` (or the kubeconfig's) and prints the report. With `watch`, prints a line (or a
+/// JSON object) each time where its deletion stands changes, until it is gone.
 pub async fn explain(
     kubeconfig: Option<&Path>,
     kind_name: &str,
     namespace: Option<&str>,
-) -> anyhow::Result<bool> {
-    let (kind, name) = kind_name
-        .split_once('/')
-        .context("name the object as KIND/NAME, e.g. configmap/owner")?;
-    let client = crate::api::client(crate::api::config(kubeconfig).await?)?;
-    let namespace = namespace
-        .map(str::to_owned)
-        .unwrap_or_else(|| client.default_namespace().to_owned());
-    let found = discovery::discover(&client, &[]).await?;
-    let aliases = Aliases::new(&found.aliases);
-    let resources = found.resources;
-    let resource = resolve(&resources, kind)
-        .with_context(|| format!("the apiserver serves no kind {kind:?} (with list and delete)"))?;
-    let api = scoped(&client, resource, &namespace);
-    let Some(meta) = api.get_metadata_opt(name).await?.map(|o| o.metadata) else {
-        println!("{kind_name} is gone (or never was) in namespace {namespace}");
-        return Ok(false);
+    output: Output,
+    watch: bool,
+) -> anyhow::Result<Outcome> {
+    let scope = Scope::new(kubeconfig, kind_name, namespace).await?;
+    if watch {
+        return follow(&scope, output).await;
+    }
+    let gathered = scope.gather().await?;
+    let Some(object) = &gathered.object else {
+        match output {
+            Output::Text => println!(
+                "{kind_name} is gone (or never was) in namespace {}",
+                scope.namespace
+            ),
+            Output::Json => println!(
+                "{}",
+                serde_json::json!({ "object": kind_name, "gone": true })
+            ),
+        }
+        return Ok(Outcome::Free);
     };
-    let object = Object {
-        group: resource.api.group.clone(),
-        kind: resource.api.kind.clone(),
-        meta,
-    };
-    // Dependents share the owner's namespace, unless the owner is cluster-scoped.
-    let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
-    for candidate in &resources {
-        let api = if resource.namespaced && candidate.namespaced {
-            scoped(&client, candidate, &namespace)
-        } else if resource.namespaced {
-            continue;
-        } else {
-            Api::all_with(client.clone(), &candidate.api)
-        };
-        let Ok(list) = api.list_metadata(&ListParams::default()).await else {
-            continue;
-        };
-        for item in list.items {
-            for reference in item.metadata.owner_references.iter().flatten() {
-                dependents
-                    .entry(reference.uid.clone())
-                    .or_default()
-                    .push(Object {
-                        group: candidate.api.group.clone(),
-                        kind: candidate.api.kind.clone(),
-                        meta: item.metadata.clone(),
-                    });
+    let (text, blocked) = report(
+        object,
+        &gathered.dependents,
+        gathered.barrier.as_deref(),
+        &scope.aliases,
+    );
+    match output {
+        Output::Text => {
+            print!("{text}");
+            for unlisted in &gathered.unlisted {
+                println!("could not list {unlisted}: its objects are not in the tree");
             }
         }
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&json_report(object, &gathered, &scope.aliases, blocked))?
+        ),
     }
-    let barrier = barrier_note(&client, &object).await;
-    let (text, blocked) = report(&object, &dependents, barrier.as_deref(), &aliases);
-    print!("{text}");
-    Ok(blocked)
+    Ok(if blocked {
+        Outcome::Blocked
+    } else {
+        Outcome::Free
+    })
+}
+
+/// How often `--watch` reads the cluster.
+const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `explain --watch`: a line per change of [`progress`], until the object is gone.
+async fn follow(scope: &Scope, output: Output) -> anyhow::Result<Outcome> {
+    let mut last = String::new();
+    let mut uid: Option<String> = None;
+    let mut waited = false;
+    loop {
+        let gathered = scope.gather().await?;
+        let Some(object) = &gathered.object else {
+            // Released with dependents left: by the timeout, which a SyncGCTimedOut Event
+            // says, written right after the release.
+            let mut timed_out = false;
+            if let Some(uid) = uid.as_deref().filter(|_| waited) {
+                for _ in 0..10 {
+                    timed_out = scope.timed_out(uid).await;
+                    if timed_out {
+                        break;
+                    }
+                    tokio::time::sleep(WATCH_INTERVAL / 4).await;
+                }
+            }
+            let how = if timed_out {
+                "released by its timeout"
+            } else {
+                "gone"
+            };
+            match output {
+                Output::Text => println!(
+                    "{} {}/{}: {how}",
+                    Timestamp::now(),
+                    scope.resource.api.kind,
+                    scope.name
+                ),
+                Output::Json => println!(
+                    "{}",
+                    serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true, "timedOut": timed_out })
+                ),
+            }
+            return Ok(if timed_out {
+                Outcome::TimedOut
+            } else {
+                Outcome::Free
+            });
+        };
+        uid.clone_from(&object.meta.uid);
+        waited = object.meta.deletion_timestamp.is_some()
+            && tree(object, &gathered.dependents, &scope.aliases)
+                .iter()
+                .any(|e| e.dependency);
+        let line = progress(object, &gathered, &scope.aliases);
+        if line != last {
+            match output {
+                Output::Text => println!("{} {line}", Timestamp::now()),
+                Output::Json => {
+                    let (_, blocked) = report(
+                        object,
+                        &gathered.dependents,
+                        gathered.barrier.as_deref(),
+                        &scope.aliases,
+                    );
+                    let mut report = json_report(object, &gathered, &scope.aliases, blocked);
+                    report["time"] = serde_json::json!(Timestamp::now().to_string());
+                    println!("{}", serde_json::to_string(&report)?);
+                }
+            }
+            last = line;
+        }
+        tokio::time::sleep(WATCH_INTERVAL).await;
+    }
+}
+
+/// One line on where `object`'s deletion stands: whether it is being deleted, the dependents
+/// left and how many block it, the wave in progress, and what the release barrier waits for.
+fn progress(object: &Object, gathered: &Gathered, aliases: &Aliases) -> String {
+    let tree = tree(object, &gathered.dependents, aliases);
+    let left = tree.iter().filter(|e| e.dependency).count();
+    let mut line = format!(
+        "{}: {}; {left} dependent(s) left, {} blocking",
+        object.title(),
+        if object.meta.deletion_timestamp.is_some() {
+            "being deleted"
+        } else {
+            "not being deleted"
+        },
+        blocking(&tree)
+    );
+    let direct = direct(object, &gathered.dependents, aliases);
+    if let Some(counts) = wave_counts(&direct) {
+        let _ = write!(line, "; wave {} in progress", counts[0].0.0);
+    }
+    if let Some(note) = gathered
+        .barrier
+        .as_deref()
+        .filter(|_| left == 0 && object.meta.deletion_timestamp.is_some())
+    {
+        let _ = write!(line, "; release barrier: {note}");
+    }
+    if !gathered.unlisted.is_empty() {
+        let _ = write!(line, "; could not list {}", gathered.unlisted.join(", "));
+    }
+    line
+}
+
+/// The report as JSON.
+fn json_report(
+    object: &Object,
+    gathered: &Gathered,
+    aliases: &Aliases,
+    blocked: bool,
+) -> serde_json::Value {
+    let tree = tree(object, &gathered.dependents, aliases);
+    let meta = &object.meta;
+    serde_json::json!({
+        "object": object.title(),
+        "kind": object.kind,
+        "group": object.group,
+        "namespace": meta.namespace,
+        "name": meta.name,
+        "uid": meta.uid,
+        "deletionTimestamp": meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+        "deadline": meta.annotations.as_ref().and_then(|a| a.get(DEADLINE_ANNOTATION)),
+        "finalizers": object.finalizers().iter().map(|f| serde_json::json!({ "name": f, "removedBy": remover(f) })).collect::<Vec<_>>(),
+        "dependents": tree,
+        "blocking": blocking(&tree),
+        "blocked": blocked,
+        "releaseBarrier": gathered.barrier,
+        "unlisted": gathered.unlisted,
+    })
 }
 
 /// The note of the latest `SyncGCBarrier` Event about `object`, if any.
@@ -404,7 +734,7 @@ fn scoped(client: &kube::Client, resource: &Resource, namespace: &str) -> Api<Dy
     }
 }
 
-/// The resource `kind` names: its kind, plural or singular, case-insensitively, optionally
+/// The resource `kind` names: its kind, plural or short name, case-insensitively, optionally
 /// followed by `.group`; the core group and then the first match win.
 pub fn resolve<'a>(resources: &'a [Resource], kind: &str) -> Option<&'a Resource> {
     let kind = kind.to_ascii_lowercase();
@@ -414,11 +744,10 @@ pub fn resolve<'a>(resources: &'a [Resource], kind: &str) -> Option<&'a Resource
     };
     let matches = |r: &&Resource| {
         let api = &r.api;
-        let names = [
-            api.kind.to_ascii_lowercase(),
-            api.plural.to_ascii_lowercase(),
-        ];
-        names.contains(&name) && group.as_ref().is_none_or(|g| *g == api.group)
+        let named = api.kind.eq_ignore_ascii_case(&name)
+            || api.plural.eq_ignore_ascii_case(&name)
+            || r.short_names.iter().any(|s| s.eq_ignore_ascii_case(&name));
+        named && group.as_ref().is_none_or(|g| *g == api.group)
     };
     resources
         .iter()
@@ -632,12 +961,19 @@ mod tests {
             namespaced: true,
             served: true,
             watched: true,
+            short_names: if kind == "ConfigMap" {
+                vec!["cm".into()]
+            } else {
+                Vec::new()
+            },
         };
         let all = [
             resource("example.io", "Event", "events"),
             resource("", "Event", "events"),
             resource("", "ConfigMap", "configmaps"),
         ];
+        assert_eq!(resolve(&all, "cm").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "CM").unwrap().api.kind, "ConfigMap");
         assert_eq!(resolve(&all, "configmap").unwrap().api.kind, "ConfigMap");
         assert_eq!(resolve(&all, "ConfigMaps").unwrap().api.kind, "ConfigMap");
         assert_eq!(resolve(&all, "events").unwrap().api.group, "");

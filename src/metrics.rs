@@ -662,7 +662,12 @@ mod tests {
         metrics.apiserver_connected.set(1);
         let (status, body) = get(&router(metrics, Readiness::default()), "/metrics").await;
         assert_eq!(status, StatusCode::OK);
-        assert!(body.contains("syncgc_build_info{version=\""), "{body}");
+        let info = format!(
+            "syncgc_build_info{{commit=\"{}\",version=\"{}\"}} 1",
+            env!("SYNCGC_COMMIT"),
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(body.contains(&info), "{body}");
         assert!(body.contains("syncgc_apiserver_connected 1"), "{body}");
     }
 }

@@ -552,3 +552,71 @@ async fn a_timeout_that_is_no_duration_is_recorded_and_the_default_applies() {
     clear_finalizers(&api, "held").await;
     eventually("the owner is released", WAIT, || gone(&api, "owner")).await;
 }
+
+/// `syncgc explain` by short name, as JSON, and following a deletion with `--watch`: a line
+/// per change until the owner is gone, exit 0; exit 3 for an owner released by its timeout.
+#[tokio::test]
+async fn explain_follows_a_deletion_until_the_owner_is_gone() {
+    let ns = namespace("explain_follows").await;
+    let api = ns.api::<ConfigMap>();
+    owner_and_held(&api, &opted_in("owner", vec![], &[])).await;
+    let late = create(
+        &api,
+        &opted_in("late", vec![], &[(TIMEOUT_ANNOTATION, "3s")]),
+    )
+    .await;
+    create(&api, &held("kept", vec![owner_ref(&late, true)])).await;
+    delete(&api, "owner", &DeleteParams::default()).await;
+    delete(&api, "late", &DeleteParams::default()).await;
+    eventually("the owner waits", WAIT, || being_deleted(&api, "held")).await;
+
+    let syncgc = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
+            .args(["explain", "-n", &ns.name, "--kubeconfig"])
+            .arg(support::kubeconfig_path())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let report = syncgc(&["cm/owner", "-o", "json"])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(report.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["blocked"], true, "{report}");
+    assert_eq!(report["blocking"], 1, "{report}");
+    assert_eq!(
+        report["dependents"][0]["object"],
+        format!("ConfigMap {}/held", ns.name)
+    );
+    assert_eq!(
+        report["finalizers"][0]["name"], SYNCHRONOUS_FINALIZER,
+        "{report}"
+    );
+
+    let watch = syncgc(&["cm/owner", "--watch"]);
+    let timed_out = syncgc(&["configmap/late", "-w"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    clear_finalizers(&api, "held").await;
+    let (watched, timed_out) = tokio::task::spawn_blocking(move || {
+        (
+            watch.wait_with_output().unwrap(),
+            timed_out.wait_with_output().unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    let lines = String::from_utf8_lossy(&watched.stdout).into_owned();
+    assert_eq!(watched.status.code(), Some(0), "{lines}");
+    let lines: Vec<&str> = lines.lines().collect();
+    assert!(
+        lines[0].contains("being deleted; 1 dependent(s) left, 1 blocking"),
+        "{lines:?}"
+    );
+    assert!(lines.last().unwrap().ends_with("owner: gone"), "{lines:?}");
+    let lines = String::from_utf8_lossy(&timed_out.stdout).into_owned();
+    assert_eq!(timed_out.status.code(), Some(3), "{lines}");
+    assert!(lines.contains("released by its timeout"), "{lines}");
+}

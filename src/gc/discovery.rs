@@ -54,6 +54,8 @@ pub struct Resource {
     /// Watched (not ignored). Ignored resources stay in the table so that owners of their
     /// kinds can still be read.
     pub watched: bool,
+    /// Its short names (`cm` for configmaps), for `syncgc explain`.
+    pub short_names: Vec<String>,
 }
 
 /// What one discovery found.
@@ -343,6 +345,7 @@ pub fn choose(groups: &[Group], ignored: &[String]) -> Found {
                     api,
                     namespaced: resource.namespaced,
                     served: true,
+                    short_names: resource.short_names.clone().unwrap_or_default(),
                 });
             }
         }
@@ -475,6 +478,7 @@ mod tests {
             namespaced: true,
             served: true,
             watched: true,
+            short_names: Vec::new(),
         }
     }
 

@@ -201,6 +201,7 @@ impl Harness {
                 namespaced: true,
                 served: true,
                 watched: true,
+                short_names: vec!["cm".into()],
             }],
             ..Found::default()
         });

@@ -8,7 +8,7 @@
 //!   asks for, as a side effect. An opted-in object that is not armed is let go, or denied and
 //!   armed, as configured.
 
-use std::time::Duration;
+use std::fmt::Write as _;
 
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, TestOperation};
 use jsonptr::PointerBuf;
@@ -16,10 +16,10 @@ use serde_json::Value;
 
 use super::review::{Meta, Operation, Request};
 use crate::api::Marks;
-use crate::gc::decide::annotation_problems;
+use crate::gc::decide::{Timeouts, annotation_problems};
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
-    SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
 };
 
 /// What to do with a DELETE of an opted-in object that does not carry the finalizer yet.
@@ -36,8 +36,9 @@ pub enum UnarmedDelete {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Policy {
     pub unarmed_delete: UnarmedDelete,
-    /// `--timeout-max`: a `syncgc.io/timeout` longer than it is warned about.
-    pub timeout_max: Option<Duration>,
+    /// The collector's timeouts: a `syncgc.io/timeout` longer than their max is warned about,
+    /// and a DELETE's warning says how long the owner may wait.
+    pub timeouts: Option<Timeouts>,
 }
 
 /// Why the decision came out as it did; a closed set, used as a metric label and in logs.
@@ -143,7 +144,7 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
                 decision.warnings.extend(
                     annotation_problems(
                         annotations.map(|(k, v)| (k.as_str(), v.as_str())),
-                        policy.timeout_max,
+                        policy.timeouts.map(|t| t.max),
                     )
                     .into_iter()
                     .map(|problem| format!("syncgc: {}: {problem}", describe(request))),
@@ -158,10 +159,9 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
                 Reason::DeleteArmed | Reason::DeleteDefaultPropagation
             );
             if armed && dependents > 0 {
-                decision.warnings.push(format!(
-                    "syncgc: {} stays until its {dependents} dependent(s) are gone",
-                    describe(request)
-                ));
+                decision
+                    .warnings
+                    .push(waiting_warning(request, policy, dependents));
             }
             decision
         }
@@ -286,6 +286,42 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
     }
 }
 
+/// What a DELETE of an armed owner with `dependents` is told: that it waits, for how long at
+/// most, and how to follow it.
+fn waiting_warning(request: &Request, policy: &Policy, dependents: usize) -> String {
+    let mut warning = format!(
+        "syncgc: {} stays until its {dependents} dependent(s) are gone",
+        describe(request)
+    );
+    let meta = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref());
+    if let Some(timeouts) = policy.timeouts {
+        let base = meta
+            .and_then(|m| m.annotation(TIMEOUT_ANNOTATION))
+            .and_then(|t| crate::duration::parse(t).ok());
+        let most = timeouts.for_owner(dependents, base);
+        let _ = write!(warning, ", for at most {}", crate::duration::format(most));
+    }
+    let kind = request.kind.kind.to_ascii_lowercase();
+    let kind = if request.kind.group.is_empty() {
+        kind
+    } else {
+        format!("{kind}.{}", request.kind.group)
+    };
+    let namespace = match request.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!(" -n {ns}"),
+        _ => String::new(),
+    };
+    let _ = write!(
+        warning,
+        "; follow it with: syncgc explain {kind}/{}{namespace} --watch",
+        request.name
+    );
+    warning
+}
+
 fn describe(request: &Request) -> String {
     let kind = &request.kind.kind;
     match request.namespace.as_deref() {
@@ -371,10 +407,11 @@ mod tests {
     use super::*;
     use crate::webhook::review::{Object, Options};
     use serde_json::json;
+    use std::time::Duration;
 
     const DENY: Policy = Policy {
         unarmed_delete: UnarmedDelete::Deny,
-        timeout_max: None,
+        timeouts: None,
     };
 
     fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Meta {
@@ -694,9 +731,28 @@ mod tests {
             d.warnings
         );
         assert!(
-            admit(&delete(old, Options::default()), &DENY, 0)
+            admit(&delete(old.clone(), Options::default()), &DENY, 0)
                 .warnings
                 .is_empty()
+        );
+        // With the collector's timeouts: how long at most, and how to follow it.
+        let policy = Policy {
+            timeouts: Some(Timeouts {
+                base: Duration::from_secs(60),
+                per_dependent: Duration::from_secs(10),
+                max: Duration::from_secs(3600),
+            }),
+            ..Policy::default()
+        };
+        let mut request = delete(old, Options::default());
+        request.kind.kind = "ConfigMap".into();
+        let d = admit(&request, &policy, 4);
+        assert_eq!(
+            d.warnings,
+            [
+                "syncgc: ConfigMap ns/cm stays until its 4 dependent(s) are gone, for at most 1m40s; \
+              follow it with: syncgc explain configmap/cm -n ns --watch"
+            ]
         );
     }
 
@@ -713,7 +769,11 @@ mod tests {
     #[test]
     fn writes_of_misconfigured_annotations_are_answered_with_warnings() {
         let policy = Policy {
-            timeout_max: Some(std::time::Duration::from_secs(3600)),
+            timeouts: Some(Timeouts {
+                base: Duration::from_secs(60),
+                per_dependent: Duration::from_millis(100),
+                max: Duration::from_secs(3600),
+            }),
             ..Policy::default()
         };
         let typo = meta(
