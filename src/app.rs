@@ -17,7 +17,7 @@ use crate::gc::watch::InitialList;
 use crate::gc::{self, GcConfig};
 use crate::graph::{Graph, Mode, Writer};
 use crate::leader::{self, Election, Timing};
-use crate::metrics::{self, Metrics, Readiness};
+use crate::metrics::{self, Condition, Metrics, Readiness};
 use crate::webhook::admit::{Policy, UnarmedDelete};
 use crate::webhook::certificate::{Keeper, Validity};
 use crate::webhook::handler::{self, Webhook};
@@ -111,6 +111,11 @@ pub struct RunArgs {
     /// delivered yet exists.
     #[arg(long, env = "SYNCGC_RELEASE_BARRIER", default_value_t = true, action = clap::ArgAction::Set)]
     pub release_barrier: bool,
+    /// On SIGTERM, how long the webhook goes on answering (while `/readyz/webhook` fails) before
+    /// it stops taking connections: the time the removal of the pod's endpoint takes to reach
+    /// every apiserver, which would otherwise call a webhook that is gone.
+    #[arg(long, env = "SYNCGC_SHUTDOWN_DELAY", default_value = "5s", value_parser = crate::duration::parse)]
+    pub shutdown_delay: Duration,
     /// Serve `/debug/graph` (the graph around an object: kinds and names of objects in any
     /// namespace) on the metrics address.
     #[arg(long, env = "SYNCGC_DEBUG_GRAPH", default_value_t = false, action = clap::ArgAction::Set,
@@ -342,6 +347,7 @@ impl RunArgs {
             initial_list,
             release_barrier,
             leader_election: election_args,
+            shutdown_delay,
             debug_graph,
             webhook: webhook_args,
             manage_webhook,
@@ -454,12 +460,19 @@ impl RunArgs {
             addr = %webhook_listener.local_addr()?,
             "serving the admission webhook (HTTPS, POST /mutate)"
         );
+        let webhook_stop = CancellationToken::new();
+        tokio::spawn(stop_webhook_after(
+            shutdown.clone(),
+            shutdown_delay,
+            readiness.clone(),
+            webhook_stop.clone(),
+        ));
         let webhook_server = tokio::spawn(server::serve(
             webhook_listener,
             cert.clone(),
             webhook,
             Limits::default(),
-            shutdown.clone(),
+            webhook_stop.clone(),
         ));
 
         let gc = Arc::new(gc::Collector::new(
@@ -487,8 +500,9 @@ impl RunArgs {
             debug_graph,
             "serving /metrics, /healthz, /readyz (and with --debug-graph /debug/graph)"
         );
+        // Up as long as the webhook, so that probes see it shutting down.
         let metrics_server = axum::serve(metrics_listener, metrics_router)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+            .with_graceful_shutdown(webhook_stop.clone().cancelled_owned());
         let metrics_server = tokio::spawn(metrics_server.into_future());
 
         let (leading_tx, leading) = tokio::sync::watch::channel(election_timing.is_none());
@@ -601,6 +615,26 @@ async fn watch_apiserver(client: &kube::Client, metrics: &Metrics) {
         })
         .await;
     }
+}
+
+/// Once `shutdown` is asked for, fails the webhook's readiness, goes on answering for `delay`,
+/// then stops the webhook (`stop`).
+async fn stop_webhook_after(
+    shutdown: CancellationToken,
+    delay: Duration,
+    readiness: Readiness,
+    stop: CancellationToken,
+) {
+    shutdown.cancelled().await;
+    readiness.fail(Condition::Webhook, "shutting down");
+    if !delay.is_zero() {
+        tracing::info!(
+            ?delay,
+            "answering admission reviews a while longer, until the endpoint's removal has reached the apiservers"
+        );
+        tokio::time::sleep(delay).await;
+    }
+    stop.cancel();
 }
 
 async fn cancel_on_signal(token: CancellationToken) {

@@ -1,5 +1,6 @@
 //! SG-16: syncgc killed (SIGKILL) in the middle of a synchronous deletion finishes it after a
-//! restart, with the deadline it fixed before.
+//! restart, with the deadline it fixed before; and stopped (SIGTERM), it goes on answering
+//! admission reviews for its shutdown delay.
 
 mod support;
 
@@ -61,4 +62,44 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
         "released at {released}, long after the deadline {deadline}"
     );
     assert!(second.metric("syncgc_timeouts_total") >= 1.0);
+}
+
+/// SIGTERM: the webhook goes on answering for `--shutdown-delay` while `/readyz/webhook` says
+/// it is shutting down (so the endpoint is removed first), then syncgc exits.
+#[tokio::test]
+async fn sigterm_keeps_the_webhook_answering_through_the_shutdown_delay() {
+    let name = format!("syncgc-shutdown-{}", std::process::id());
+    let mut syncgc = Syncgc::start_async(&name, &["--shutdown-delay", "3s"]).await;
+    let webhook = syncgc.webhook;
+    assert_eq!(syncgc.get("/readyz/webhook").unwrap().0, 200);
+    let asked = std::time::Instant::now();
+    syncgc.terminate();
+    eventually(
+        "/readyz/webhook says it shuts down",
+        Duration::from_secs(2),
+        || {
+            let answer = syncgc.get("/readyz/webhook");
+            async move {
+                answer.filter(|(status, body)| {
+                    *status == 503 && body.contains("webhook: shutting down")
+                })
+            }
+        },
+    )
+    .await;
+    assert!(
+        std::net::TcpStream::connect(webhook).is_ok(),
+        "the webhook still takes connections"
+    );
+    let exited = tokio::task::spawn_blocking(move || {
+        syncgc.wait();
+        asked.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(
+        exited >= Duration::from_millis(2500),
+        "exited after {exited:?}"
+    );
+    assert!(std::net::TcpStream::connect(webhook).is_err(), "stopped");
 }

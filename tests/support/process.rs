@@ -120,6 +120,12 @@ impl Syncgc {
         } else {
             "--debug-graph"
         };
+        // Tests stop syncgc at once unless they say otherwise.
+        let shutdown_delay = if args.contains(&"--shutdown-delay") {
+            ""
+        } else {
+            "--shutdown-delay 0s"
+        };
         // The leader Lease lives there.
         super::syncgc_namespace();
 
@@ -134,7 +140,7 @@ impl Syncgc {
             "{bin} run --kubeconfig {kubeconfig} {webhook_addr} --metrics-addr {metrics} \
              --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
              --leader-election-lease {name} --leader-election-lease-duration 3s \
-             --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {debug_graph} {args}",
+             --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {shutdown_delay} {debug_graph} {args}",
             bin = env!("CARGO_BIN_EXE_syncgc"),
             dir = dir.display(),
             args = args.join(" "),
@@ -237,11 +243,21 @@ impl Syncgc {
     /// Stops syncgc as a rollout or an uninstall does (SIGTERM: a leader releases its Lease),
     /// and waits until it has exited and the watchdog has unregistered its webhook.
     pub fn stop(&mut self) {
-        let stopped = Command::new("kill")
+        self.terminate();
+        self.wait();
+    }
+
+    /// Sends SIGTERM, as the kubelet does to a pod being deleted, without waiting.
+    pub fn terminate(&self) {
+        let sent = Command::new("kill")
             .args(["-TERM", &self.pid])
             .status()
             .unwrap();
-        assert!(stopped.success(), "kill -TERM {}", self.pid);
+        assert!(sent.success(), "kill -TERM {}", self.pid);
+    }
+
+    /// Waits until syncgc has exited (and the watchdog has unregistered its webhook).
+    pub fn wait(&mut self) {
         let _ = self.child.wait();
     }
 
