@@ -116,7 +116,9 @@ impl Metrics {
         .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("SYNCGC_COMMIT")])
         .set(1);
         // process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
-        registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         Ok(Self {
             apiserver_connected: r.gauge(
                 "syncgc_apiserver_connected",
