@@ -1,21 +1,21 @@
 //! `syncgc disarm`, as an uninstall runs it: refused while syncgc runs; once it is stopped, a
 //! dry run lists the armed objects and changes nothing, and the real run takes syncgc's
-//! finalizer and label off each of them, releasing an owner caught waiting for a dependent,
-//! and leaves everything else alone.
+//! finalizer and label off each of them (a tree among them), releasing an owner caught
+//! waiting for a dependent, and leaves everything else alone; the namespace can then go.
 
 mod support;
 
 use std::process::Output;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use syncgc::names::{ARMED_LABEL, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{
-    HOLD, TestNamespace, being_deleted, config_map, create, delete, eventually, gone, opted_in,
-    owner_and_held, with_finalizer,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, delete, eventually,
+    gone, opted_in, owner_and_held, owner_ref, with_finalizer,
 };
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -54,6 +54,9 @@ async fn disarm_refuses_while_syncgc_runs_then_releases_every_armed_object() {
         idle.labels().get(ARMED_LABEL).map(String::as_str),
         Some("true")
     );
+    // A tree below it: an armed dependent, and a plain one below that.
+    let middle = create(&api, &opted_in("middle", vec![owner_ref(&idle, true)], &[])).await;
+    create(&api, &config_map("leaf", vec![owner_ref(&middle, true)])).await;
     create(&api, &with_finalizer(config_map("plain", vec![]), HOLD)).await;
     delete(&api, "owner", &DeleteParams::background()).await;
     eventually("syncgc deletes the dependent", WAIT, || {
@@ -91,8 +94,15 @@ async fn disarm_refuses_while_syncgc_runs_then_releases_every_armed_object() {
         out.contains(&format!("would disarm {}\n", at("idle"))),
         "{out}"
     );
-    assert!(!out.contains("plain") && !out.contains("held"), "{out}");
-    assert!(out.contains("would disarm 2 object(s)"), "{out}");
+    assert!(
+        out.contains(&format!("would disarm {}\n", at("middle"))),
+        "{out}"
+    );
+    assert!(
+        !out.contains("plain") && !out.contains("held") && !out.contains("leaf"),
+        "{out}"
+    );
+    assert!(out.contains("would disarm 3 object(s)"), "{out}");
     assert_eq!(
         api.get("owner").await.unwrap().finalizers(),
         [SYNCHRONOUS_FINALIZER],
@@ -102,7 +112,7 @@ async fn disarm_refuses_while_syncgc_runs_then_releases_every_armed_object() {
     let done = disarm(&name, &["-n", &ns.name]);
     let out = text(&done.stdout);
     assert!(done.status.success(), "{out}{}", text(&done.stderr));
-    assert!(out.contains("disarmed 2 object(s)"), "{out}");
+    assert!(out.contains("disarmed 3 object(s)"), "{out}");
     eventually("the waiting owner is released", WAIT, || {
         gone(&api, "owner")
     })
@@ -120,4 +130,28 @@ async fn disarm_refuses_while_syncgc_runs_then_releases_every_armed_object() {
     let again = disarm(&name, &["-n", &ns.name]);
     assert!(again.status.success());
     assert!(text(&again.stdout).contains("disarmed 0 object(s)"));
+    // Nothing of syncgc's is left anywhere in the namespace.
+    for object in api.list(&Default::default()).await.unwrap() {
+        assert!(
+            !object
+                .finalizers()
+                .iter()
+                .any(|f| f == SYNCHRONOUS_FINALIZER)
+                && !object.labels().contains_key(ARMED_LABEL),
+            "{:?}",
+            object.metadata
+        );
+    }
+
+    // With the test's own finalizers let go, deleting the namespace completes.
+    clear_finalizers(&api, "held").await;
+    clear_finalizers(&api, "plain").await;
+    let namespaces = kube::Api::<Namespace>::all(client.clone());
+    delete(&namespaces, &ns.name, &DeleteParams::background()).await;
+    eventually(
+        "the namespace is gone",
+        std::time::Duration::from_secs(60),
+        || gone(&namespaces, &ns.name),
+    )
+    .await;
 }

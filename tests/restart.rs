@@ -87,10 +87,21 @@ async fn sigterm_keeps_the_webhook_answering_through_the_shutdown_delay() {
         },
     )
     .await;
-    assert!(
-        std::net::TcpStream::connect(webhook).is_ok(),
-        "the webhook still takes connections"
-    );
+    assert_eq!(syncgc.get("/readyz").unwrap().0, 503);
+    // /mutate still answers (a body that is no review gets a review that says so).
+    let answer = std::process::Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "2",
+            "-H",
+            "Content-Type: application/json",
+        ])
+        .args(["-d", "{}", &format!("https://{webhook}/mutate")])
+        .output()
+        .expect("curl");
+    let answer = String::from_utf8_lossy(&answer.stdout);
+    assert!(answer.contains("\"response\""), "{answer}");
     let exited = tokio::task::spawn_blocking(move || {
         syncgc.wait();
         asked.elapsed()

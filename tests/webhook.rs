@@ -11,7 +11,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use syncgc::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
-    SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
 };
 use syncgc::webhook::admit::{Policy, UnarmedDelete};
 
@@ -359,7 +359,8 @@ async fn misconfigured_annotations_are_warned_about() {
     let manifest = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": { "name": "typo", "namespace": ns.name, "annotations": {
-            SYNCHRONOUS_ANNOTATION: "True", "syncgc.io/timout": "5m" } }
+            SYNCHRONOUS_ANNOTATION: "True", "syncgc.io/timout": "5m",
+            TIMEOUT_ANNOTATION: "banana" } }
     });
     // On a thread of its own: the webhook answers on this test's runtime.
     let out = tokio::task::spawn_blocking(move || {
@@ -394,6 +395,10 @@ async fn misconfigured_annotations_are_warned_about() {
     );
     assert!(
         warnings.contains("syncgc.io/timout is not an annotation syncgc knows"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("syncgc.io/timeout: \"banana\" is not a duration"),
         "{warnings}"
     );
     let created = ns.api::<ConfigMap>().get("typo").await.unwrap();
