@@ -414,6 +414,16 @@ mod tests {
         timeouts: None,
     };
 
+    /// With the collector's timeouts: a minute, 100 ms per dependent, an hour at most.
+    const TIMED: Policy = Policy {
+        unarmed_delete: UnarmedDelete::Allow,
+        timeouts: Some(Timeouts {
+            base: Duration::from_secs(60),
+            per_dependent: Duration::from_millis(100),
+            max: Duration::from_secs(3600),
+        }),
+    };
+
     fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Meta {
         Meta {
             name: Some("cm".into()),
@@ -736,21 +746,13 @@ mod tests {
                 .is_empty()
         );
         // With the collector's timeouts: how long at most, and how to follow it.
-        let policy = Policy {
-            timeouts: Some(Timeouts {
-                base: Duration::from_secs(60),
-                per_dependent: Duration::from_secs(10),
-                max: Duration::from_secs(3600),
-            }),
-            ..Policy::default()
-        };
         let mut request = delete(old, Options::default());
         request.kind.kind = "ConfigMap".into();
-        let d = admit(&request, &policy, 4);
+        let d = admit(&request, &TIMED, 400);
         assert_eq!(
             d.warnings,
             [
-                "syncgc: ConfigMap ns/cm stays until its 4 dependent(s) are gone, for at most 1m40s; \
+                "syncgc: ConfigMap ns/cm stays until its 400 dependent(s) are gone, for at most 1m40s; \
               follow it with: syncgc explain configmap/cm -n ns --watch"
             ]
         );
@@ -768,14 +770,7 @@ mod tests {
 
     #[test]
     fn writes_of_misconfigured_annotations_are_answered_with_warnings() {
-        let policy = Policy {
-            timeouts: Some(Timeouts {
-                base: Duration::from_secs(60),
-                per_dependent: Duration::from_millis(100),
-                max: Duration::from_secs(3600),
-            }),
-            ..Policy::default()
-        };
+        let policy = TIMED;
         let typo = meta(
             &[
                 ("syncgc.io/synchronous", "True"),
