@@ -116,7 +116,7 @@ build_kubernetes() {
 }
 
 cmd_install() {
-  apt_install etcd-server golang-go rsync jq dpkg-dev openssl curl golang-github-modern-go-reflect2-dev prometheus
+  apt_install etcd-server golang-go rsync jq dpkg-dev openssl curl golang-github-modern-go-reflect2-dev prometheus faketime
   build_kubernetes
 }
 

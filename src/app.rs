@@ -608,6 +608,9 @@ async fn watch_apiserver(client: &kube::Client, metrics: &Metrics) {
             }
         }
         metrics.apiserver_connected.set(i64::from(connected));
+        metrics
+            .apiserver_clock_offset
+            .set(api::clock::offset().as_secs());
         tokio::time::sleep(if connected {
             PROBE_INTERVAL
         } else {

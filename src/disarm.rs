@@ -244,7 +244,7 @@ impl DisarmArgs {
                 )
             })?;
         let webhooks = configuration.map(|c| c.webhooks.map_or(0, |w| w.len()));
-        Ok(running(record.as_ref(), webhooks, Timestamp::now()))
+        Ok(running(record.as_ref(), webhooks, crate::api::clock::now()))
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Metrics {
     registry: Registry,
     /// 1 while the apiserver answers syncgc.
     pub apiserver_connected: IntGauge,
+    /// The apiserver's clock minus syncgc's, as the Date header of its answers shows.
+    pub apiserver_clock_offset: IntGauge,
     /// Admission reviews answered, by operation and decision.
     pub webhook_requests: IntCounterVec,
     /// Time to answer an admission review, by operation.
@@ -123,6 +125,10 @@ impl Metrics {
             apiserver_connected: r.gauge(
                 "syncgc_apiserver_connected",
                 "1 while the Kubernetes apiserver answers syncgc",
+            )?,
+            apiserver_clock_offset: r.gauge(
+                "syncgc_apiserver_clock_offset_seconds",
+                "The apiserver's clock minus syncgc's, from the Date header of its answers (0 while within 2 s); deadlines follow the apiserver's",
             )?,
             webhook_requests: r.counter_vec(
                 "syncgc_webhook_requests_total",

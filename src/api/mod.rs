@@ -2,6 +2,7 @@
 //! patches and deletes single objects with preconditions, a client-side rate limit, a timeout
 //! per call and a count of errors by verb.
 
+pub mod clock;
 pub mod meta;
 pub mod proto;
 
@@ -196,6 +197,13 @@ pub fn client(config: Config) -> Result<Client, ApiError> {
         .http1_max_buf_size(READ_BUFFER)
         .build(connector);
     let http = tower::ServiceExt::map_err(http, tower::BoxError::from);
+    // Every answer's Date header keeps the estimate of the apiserver's clock current.
+    let http = tower::ServiceExt::map_response(http, |response: http::Response<_>| {
+        if let Some(date) = response.headers().get(http::header::DATE) {
+            clock::observe(date);
+        }
+        response
+    });
     // As kube's own client, but for the read buffer, and without retries: every caller
     // retries with its own backoff.
     let service = tower::ServiceBuilder::new()

@@ -163,7 +163,7 @@ impl Collector {
     /// Refreshes the gauges that describe the graph and the waiting owners (from the graph
     /// alone), and forgets what no longer matters.
     pub(super) fn refresh_gauges(&self) {
-        let now = Timestamp::now().as_second();
+        let now = crate::api::clock::now().as_second();
         let (observed, virtual_nodes, waiting, oldest) = {
             let graph = self.graph_read();
             let (observed, virtual_nodes) = graph.counts();
@@ -806,7 +806,7 @@ impl Collector {
         }
         let deadline = self.deadline(uid, target, &object, deleted_at).await;
         let left = self.graph_read().valid_dependents(uid).count();
-        let now = Timestamp::now();
+        let now = crate::api::clock::now();
         let observed = object.data["status"]["observedGeneration"].as_i64();
         let until_deadline = deadline.duration_since(now).unsigned_abs();
         let release = decide::release(now, deadline, left, meta.generation, observed);
@@ -969,7 +969,7 @@ impl Collector {
         self.remove_finalizer(uid, target, SYNCHRONOUS_FINALIZER)
             .await?;
         self.deadlines.forget(uid);
-        let waited = Timestamp::now()
+        let waited = crate::api::clock::now()
             .duration_since(deleted_at)
             .as_secs_f64()
             .max(0.0);

@@ -51,19 +51,34 @@ impl Syncgc {
 
     /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
     pub fn start_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
-        let this = Self::spawn_as(name, kubeconfig, args);
+        let this = Self::spawn_as(name, kubeconfig, args, "");
+        this.wait_ready(Duration::from_secs(60));
+        this
+    }
+
+    /// Like [`Syncgc::start`], on a clock `skew` off this machine's (`+120s`, `-120s`), by
+    /// libfaketime (Debian's `faketime`, which `hack/cluster.sh install` installs); the
+    /// monotonic clock stays true.
+    pub fn start_skewed(name: &str, skew: &str, args: &[&str]) -> Self {
+        let library = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+        assert!(
+            std::path::Path::new(library).exists(),
+            "{library}: install Debian's faketime (hack/cluster.sh install does)"
+        );
+        let prefix = format!("LD_PRELOAD={library} FAKETIME={skew} FAKETIME_DONT_FAKE_MONOTONIC=1");
+        let this = Self::spawn_as(name, &kubeconfig_path(), args, &prefix);
         this.wait_ready(Duration::from_secs(60));
         this
     }
 
     /// Like [`Syncgc::start`], without waiting until it is ready: once it serves `/readyz`.
     pub fn spawn(name: &str, args: &[&str]) -> Self {
-        let this = Self::spawn_as(name, &kubeconfig_path(), args);
+        let this = Self::spawn_as(name, &kubeconfig_path(), args, "");
         this.wait_serving(Duration::from_secs(60));
         this
     }
 
-    fn spawn_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
+    fn spawn_as(name: &str, kubeconfig: &str, args: &[&str], prefix: &str) -> Self {
         // kube-controller-manager's GC runs beside syncgc in cooperative mode, not standalone.
         let standalone = args.windows(2).any(|a| a == ["--mode", "standalone"]);
         super::kcm(if standalone {
@@ -137,7 +152,7 @@ impl Syncgc {
             "--leader-election-namespace syncgc-system"
         };
         let syncgc = format!(
-            "{bin} run --kubeconfig {kubeconfig} {webhook_addr} --metrics-addr {metrics} \
+            "{prefix} {bin} run --kubeconfig {kubeconfig} {webhook_addr} --metrics-addr {metrics} \
              --tls-cert {dir}/tls.crt --tls-key {dir}/tls.key \
              --leader-election-lease {name} --leader-election-lease-duration 3s \
              --leader-election-renew-deadline 2s --leader-election-retry-period 500ms {lease_namespace} {shutdown_delay} {debug_graph} {args}",
