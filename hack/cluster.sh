@@ -7,6 +7,8 @@
 #   hack/cluster.sh up [--kcm MODE]    start what is not running; MODE = gc | nogc | none
 #   hack/cluster.sh kcm MODE           (re)start kube-controller-manager in MODE
 #   hack/cluster.sh restart-apiserver  stop kube-apiserver and start it again (every watch ends)
+#   hack/cluster.sh restart-etcd       stop etcd and start it again
+#   hack/cluster.sh compact            compact etcd at its current revision
 #   hack/cluster.sh down               stop exactly the processes this script started
 #   hack/cluster.sh status             what runs, where the kubeconfig and logs are
 #   hack/cluster.sh env                shell exports for clients (KUBECONFIG, SYNCGC_KUBECONFIG,
@@ -23,6 +25,8 @@
 #   SYNCGC_APISERVER_PORT [26443]  SYNCGC_KCM_PORT [26257]
 #   SYNCGC_KCM_QPS [20]  SYNCGC_KCM_BURST [30]   kube-controller-manager's client rate limit
 #   SYNCGC_KCM_GC_SYNCS [20]                     its garbage collector's workers
+#   SYNCGC_APISERVER_INFLIGHT [2000]  SYNCGC_APISERVER_MUTATING_INFLIGHT [1000]
+#                        kube-apiserver's --max-(mutating-)requests-inflight when it starts
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -245,6 +249,17 @@ start_etcd() {
     { tail -n 20 "$LOGS/etcd.log" >&2; die "etcd did not become healthy"; }
 }
 
+# Compacts etcd at its current revision (through its gRPC gateway): a watch behind it gets
+# 410 Gone and must list again.
+compact_etcd() {
+  local rev
+  rev=$(curl -sf -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/range" -d '{"key":"AA=="}' | jq -r .header.revision)
+  [ -n "$rev" ] && [ "$rev" != null ] || die "could not read etcd's revision"
+  curl -sf -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/compaction" -d "{\"revision\":\"$rev\"}" >/dev/null ||
+    die "compaction at $rev failed"
+  log "etcd compacted at revision $rev"
+}
+
 start_apiserver() {
   running kube-apiserver && return 0
   start kube-apiserver "$BIN/kube-apiserver" \
@@ -260,7 +275,8 @@ start_apiserver() {
     --authorization-mode RBAC \
     --service-cluster-ip-range 10.0.0.0/24 \
     --allow-privileged \
-    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --max-requests-inflight "${SYNCGC_APISERVER_INFLIGHT:-2000}" \
+    --max-mutating-requests-inflight "${SYNCGC_APISERVER_MUTATING_INFLIGHT:-1000}" \
     --profiling=false \
     --v 1
   wait_for kube-apiserver 120 apiserver_ready ||
@@ -354,6 +370,8 @@ case ${1:-} in
   up) shift; cmd_up "$@" ;;
   kcm) [ $# -eq 2 ] || die "usage: $0 kcm gc|nogc|none"; start_kcm "$2" ;;
   restart-apiserver) stop kube-apiserver; start_apiserver ;;
+  restart-etcd) stop etcd; start_etcd ;;
+  compact) compact_etcd ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) printf 'export KUBECONFIG=%q SYNCGC_KUBECONFIG=%q PATH=%q:"$PATH"\n' \

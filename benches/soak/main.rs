@@ -1,0 +1,1190 @@
+//! The soak (`hack/soak.sh DURATION`): two syncgc replicas with leader election on the local
+//! control plane, cooperative for the first half and standalone (kube-controller-manager
+//! without its garbage collector) for the second, under a workload that keeps creating and
+//! deleting trees of ConfigMaps of mixed shapes while a fault injector strikes at random
+//! intervals. An observer of its own (one watch on every soak object, so its events come in
+//! the apiserver's order) checks the invariants as events arrive and at the end:
+//!
+//! - no armed owner is released while a dependent of it (transitively) exists, nor a
+//!   foreground one while a blocking dependent does, but by its deadline;
+//! - no wave of a deletion order goes while a higher one of the same owner is left;
+//! - no object that must survive is deleted (anchors, bystanders, dependents with another live
+//!   owner, orphans);
+//! - every deleted owner's tree is gone within its timeout plus the faults' time;
+//! - at the end no soak object refers to an owner that is gone;
+//! - the replicas' webhooks answer but while their own process is down or stopped;
+//! - memory: each replica's resident memory at the start and the end of each half.
+//!
+//! Faults: SIGKILL of the leader, SIGSTOP of the leader for longer than its lease, a restart
+//! of kube-apiserver, a restart of etcd, etcd compacted behind a stopped replica's watches, the
+//! apiserver's in-flight limits squeezed (429s), and a replica restarted on a clock two
+//! minutes off. A violation fails the run and prints the history around it.
+
+#[allow(dead_code)]
+#[path = "../cluster/plane.rs"]
+mod plane;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
+use syncgc::names::{
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, SYNCHRONOUS_ANNOTATION,
+    SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
+};
+use syncgc::webhook::admit::UnarmedDelete;
+use syncgc::webhook::registration::{Registration, Scope, WebhookClient};
+
+use plane::{Kcm, Plane};
+
+/// The label every soak object carries (the observer's selector) and its namespaces.
+const LABEL: &str = "syncgc.io/soak";
+const NAMESPACES: usize = 3;
+const WORKERS: usize = 3;
+/// The lease both replicas share, and the webhook configuration.
+const NAME: &str = "syncgc-soak";
+/// An armed owner's timeout: long beside any fault, so that a release by it is noticed.
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// How long after its owner's deletion a tree must be gone: its timeout and the faults'.
+const COLLECTED_WITHIN: Duration = Duration::from_secs(300);
+/// How much history a violation prints.
+const HISTORY: usize = 60;
+
+// --- randomness (no crate: a xorshift seeded from the clock) --------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(salt: u64) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Self((nanos ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn between(&mut self, low: Duration, high: Duration) -> Duration {
+        let span = high.saturating_sub(low).as_millis() as u64;
+        low + Duration::from_millis(self.below(span + 1))
+    }
+}
+
+// --- the observer --------------------------------------------------------------------------
+
+/// A soak object as the observer last saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    key: String,
+    /// Its owners, by uid, with whether the reference blocks.
+    owners: Vec<(String, bool)>,
+    /// Ever carried the synchronous finalizer, or foregroundDeletion (sticky).
+    armed: bool,
+    foreground: bool,
+    survivor: bool,
+    wave: i64,
+    deadline: Option<jiff::Timestamp>,
+}
+
+impl Seen {
+    fn of(cm: &ConfigMap, before: Option<&Seen>) -> Self {
+        let has = |f: &str| cm.finalizers().iter().any(|x| x == f);
+        let annotation = |k: &str| cm.annotations().get(k).cloned();
+        Self {
+            key: key(cm),
+            owners: cm
+                .owner_references()
+                .iter()
+                .map(|r| (r.uid.clone(), r.block_owner_deletion == Some(true)))
+                .collect(),
+            armed: before.is_some_and(|b| b.armed) || has(SYNCHRONOUS_FINALIZER),
+            foreground: before.is_some_and(|b| b.foreground) || has(FOREGROUND_FINALIZER),
+            survivor: cm.labels().get(LABEL).is_some_and(|v| v == "survivor"),
+            wave: annotation(DELETION_ORDER_ANNOTATION)
+                .and_then(|w| w.trim().parse().ok())
+                .unwrap_or(0),
+            deadline: annotation(DEADLINE_ANNOTATION)
+                .and_then(|d| d.parse().ok())
+                .or(before.and_then(|b| b.deadline)),
+        }
+    }
+}
+
+fn key(cm: &ConfigMap) -> String {
+    format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any())
+}
+
+#[derive(Default)]
+struct Observer {
+    present: HashMap<String, Seen>,
+    /// Namespace/name → uid, for the workload's checks.
+    by_key: HashMap<String, String>,
+    history: VecDeque<String>,
+    violations: Vec<String>,
+    /// Deletions checked against the invariants, and those only a relist showed.
+    checked: u64,
+    unordered: u64,
+    released_by_deadline: u64,
+    /// A relist in progress: the uids it has shown.
+    relisting: Option<HashSet<String>>,
+    relists: u64,
+}
+
+impl Observer {
+    fn note(&mut self, line: String) {
+        if self.history.len() == HISTORY * 4 {
+            self.history.pop_front();
+        }
+        self.history
+            .push_back(format!("{} {line}", jiff::Timestamp::now()));
+    }
+
+    fn violation(&mut self, what: String) {
+        let history: Vec<String> = self
+            .history
+            .iter()
+            .rev()
+            .take(HISTORY)
+            .rev()
+            .cloned()
+            .collect();
+        eprintln!(
+            "VIOLATION: {what}\n  history (oldest first):\n    {}",
+            history.join("\n    ")
+        );
+        self.violations.push(what);
+    }
+
+    fn apply(&mut self, cm: &ConfigMap) {
+        let uid = cm.uid().unwrap_or_default();
+        if let Some(seen) = &mut self.relisting {
+            seen.insert(uid.clone());
+        }
+        let seen = Seen::of(cm, self.present.get(&uid));
+        let deleting = if cm.metadata.deletion_timestamp.is_some() {
+            " deleting"
+        } else {
+            ""
+        };
+        self.note(format!(
+            "seen {}{deleting} finalizers={:?} owners={}",
+            seen.key,
+            cm.finalizers(),
+            seen.owners.len()
+        ));
+        self.by_key.insert(seen.key.clone(), uid.clone());
+        self.present.insert(uid, seen);
+    }
+
+    /// The uids that (transitively) depend on `uid` and are present; only blocking references
+    /// when `blocking_only`.
+    fn dependents(&self, uid: &str, blocking_only: bool) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut frontier = vec![uid.to_owned()];
+        let mut visited = HashSet::from([uid.to_owned()]);
+        while let Some(owner) = frontier.pop() {
+            for (dependent, seen) in &self.present {
+                let refers = seen
+                    .owners
+                    .iter()
+                    .any(|(o, block)| *o == owner && (*block || !blocking_only));
+                if refers && visited.insert(dependent.clone()) {
+                    found.push(seen.key.clone());
+                    if !blocking_only {
+                        frontier.push(dependent.clone());
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    fn delete(&mut self, cm: &ConfigMap, ordered: bool) {
+        let uid = cm.uid().unwrap_or_default();
+        let Some(seen) = self.present.get(&uid).cloned() else {
+            return;
+        };
+        let seen = Seen::of(cm, Some(&seen));
+        self.note(format!("gone {}", seen.key));
+        if seen.survivor {
+            self.violation(format!("{} must survive, and was deleted", seen.key));
+        }
+        if ordered {
+            self.checked += 1;
+            let by_deadline = seen
+                .deadline
+                .is_some_and(|d| jiff::Timestamp::now() >= d - jiff::SignedDuration::from_secs(2));
+            let left = if seen.armed {
+                self.dependents(&uid, false)
+            } else if seen.foreground {
+                self.dependents(&uid, true)
+            } else {
+                Vec::new()
+            };
+            if !left.is_empty() {
+                if by_deadline {
+                    self.released_by_deadline += 1;
+                } else {
+                    self.violation(format!(
+                        "{} went while its dependents {left:?} exist (armed: {}, foreground: {})",
+                        seen.key, seen.armed, seen.foreground
+                    ));
+                }
+            }
+            // A wave goes only when every higher wave of the same owners is gone.
+            for (owner, _) in &seen.owners {
+                let owner_deadline = self.present.get(owner).and_then(|o| o.deadline);
+                if owner_deadline.is_some_and(|d| jiff::Timestamp::now() >= d) {
+                    continue;
+                }
+                let higher: Vec<String> = self
+                    .present
+                    .iter()
+                    .filter(|(u, s)| {
+                        **u != uid && s.wave > seen.wave && s.owners.iter().any(|(o, _)| o == owner)
+                    })
+                    .map(|(_, s)| s.key.clone())
+                    .collect();
+                if !higher.is_empty() && self.present.get(owner).is_some_and(|o| o.armed) {
+                    self.violation(format!(
+                        "{} (wave {}) went while {higher:?} of a higher wave of the same owner exist",
+                        seen.key, seen.wave
+                    ));
+                }
+            }
+        } else {
+            self.unordered += 1;
+        }
+        self.by_key.remove(&seen.key);
+        self.present.remove(&uid);
+    }
+}
+
+async fn observe(client: Client, observer: Arc<Mutex<Observer>>) {
+    let api: Api<ConfigMap> = Api::all(client);
+    let config = watcher::Config::default().labels(LABEL);
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    while let Some(event) = events.next().await {
+        let mut observer = observer.lock();
+        match event {
+            Ok(watcher::Event::Apply(cm)) => observer.apply(&cm),
+            Ok(watcher::Event::Delete(cm)) => observer.delete(&cm, true),
+            Ok(watcher::Event::Init) => observer.relisting = Some(HashSet::new()),
+            Ok(watcher::Event::InitApply(cm)) => observer.apply(&cm),
+            Ok(watcher::Event::InitDone) => {
+                let listed = observer.relisting.take().unwrap_or_default();
+                observer.relists += 1;
+                let missing: Vec<String> = observer
+                    .present
+                    .keys()
+                    .filter(|u| !listed.contains(*u))
+                    .cloned()
+                    .collect();
+                for uid in missing {
+                    let seen = observer.present[&uid].clone();
+                    let mut cm = ConfigMap::default();
+                    cm.metadata.uid = Some(uid.clone());
+                    let (ns, name) = seen.key.split_once('/').unwrap_or_default();
+                    cm.metadata.namespace = Some(ns.to_owned());
+                    cm.metadata.name = Some(name.to_owned());
+                    observer.delete(&cm, false);
+                }
+            }
+            Err(err) => observer.note(format!("observer's watch: {err}")),
+        }
+    }
+}
+
+// --- the replicas ----------------------------------------------------------------------------
+
+struct Replica {
+    name: String,
+    metrics: SocketAddr,
+    webhook: SocketAddr,
+    child: Option<Child>,
+    /// Not expected to answer until then (stopped, restarting).
+    quiet_until: Instant,
+}
+
+impl Replica {
+    fn new(index: usize) -> Result<Self> {
+        Ok(Self {
+            name: format!("soak-{index}"),
+            metrics: plane::free_port()?,
+            webhook: plane::free_port()?,
+            child: None,
+            quiet_until: Instant::now(),
+        })
+    }
+
+    fn start(&mut self, plane: &Plane, standalone: bool, skew: Option<&str>) -> Result<()> {
+        let kubeconfig = std::env::var("SYNCGC_KUBECONFIG")?;
+        let mut command = Command::new(plane::syncgc_binary());
+        command
+            .arg("run")
+            .args(["--kubeconfig", &kubeconfig])
+            .args(["--webhook-addr", &self.webhook.to_string()])
+            .args(["--metrics-addr", &self.metrics.to_string()])
+            .arg("--tls-cert")
+            .arg(plane.certs().join("tls.crt"))
+            .arg("--tls-key")
+            .arg(plane.certs().join("tls.key"))
+            .args([
+                "--mode",
+                if standalone {
+                    "standalone"
+                } else {
+                    "cooperative"
+                },
+            ])
+            .args(["--leader-election-namespace", "syncgc-system"])
+            .args(["--leader-election-lease", NAME])
+            .args(["--leader-election-lease-duration", "4s"])
+            .args(["--leader-election-renew-deadline", "3s"])
+            .args(["--leader-election-retry-period", "500ms"])
+            .args(["--timeout-base", &syncgc::duration::format(TIMEOUT)])
+            .args(["--timeout-per-dependent", "0s"])
+            .args(["--shutdown-delay", "0s", "--qps", "200", "--burst", "400"])
+            .env("POD_NAME", &self.name)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(std::env::temp_dir().join(format!("{NAME}-{}.log", self.name)))?,
+            );
+        if let Some(skew) = skew {
+            command
+                .env(
+                    "LD_PRELOAD",
+                    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                )
+                .env("FAKETIME", skew)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        self.child = Some(command.spawn().context("starting syncgc run")?);
+        self.quiet_until = Instant::now() + Duration::from_secs(15);
+        Ok(())
+    }
+
+    fn pid(&self) -> Option<String> {
+        self.child.as_ref().map(|c| c.id().to_string())
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill").args([signal, &pid]).status();
+        }
+    }
+
+    fn stop(&mut self, signal: &str) {
+        self.signal(signal);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    fn rss(&self) -> Option<u64> {
+        plane::rss(self.child.as_ref()?.id()).ok()
+    }
+
+    /// Whether the webhook answers an admission review.
+    async fn answers(&self) -> bool {
+        let out = tokio::process::Command::new("curl")
+            .args([
+                "-sk",
+                "--max-time",
+                "3",
+                "-H",
+                "Content-Type: application/json",
+            ])
+            .args(["-d", "{}", &format!("https://{}/mutate", self.webhook)])
+            .output()
+            .await;
+        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"response\""))
+    }
+}
+
+// --- the workload ----------------------------------------------------------------------------
+
+/// A tree the workload deleted, and what of it must go.
+struct Pending {
+    owner: String,
+    deleted: Instant,
+    must_go: Vec<String>,
+}
+
+#[derive(Default)]
+struct Counts {
+    trees: u64,
+    objects: u64,
+    deletes: BTreeMap<&'static str, u64>,
+    collected: Vec<Duration>,
+}
+
+fn config_map(name: &str, role: &str, owners: Vec<OwnerReference>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(LABEL.to_owned(), role.to_owned())].into()),
+            owner_references: (!owners.is_empty()).then_some(owners),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn reference(owner: &ConfigMap, block: bool) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: owner.name_any(),
+        uid: owner.uid().unwrap_or_default(),
+        block_owner_deletion: Some(block),
+        controller: None,
+    }
+}
+
+/// One tree: created, then deleted as its shape says; returns what must go.
+async fn one_tree(
+    api: &Api<ConfigMap>,
+    anchor: &ConfigMap,
+    id: u64,
+    rng: &mut Rng,
+    counts: &Mutex<Counts>,
+) -> Result<Pending> {
+    let armed = rng.chance(60);
+    let ordered = armed && rng.chance(30);
+    let mut owner = config_map(&format!("t{id}"), "tree", vec![]);
+    if armed {
+        owner.metadata.annotations = Some(
+            [
+                (SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned()),
+                (
+                    TIMEOUT_ANNOTATION.to_owned(),
+                    syncgc::duration::format(TIMEOUT),
+                ),
+            ]
+            .into(),
+        );
+    }
+    let owner = api.create(&PostParams::default(), &owner).await?;
+    let ns = owner.namespace().unwrap_or_default();
+    let mut must_go = vec![format!("{ns}/{}", owner.name_any())];
+    let mut survivors = Vec::new();
+    let n = 1 + rng.below(6);
+    for d in 0..n {
+        let name = format!("t{id}-d{d}");
+        let mut owners = vec![reference(&owner, rng.chance(70))];
+        let shared = rng.chance(15);
+        if shared {
+            owners.push(reference(anchor, false));
+        }
+        let mut dependent = config_map(&name, if shared { "survivor" } else { "tree" }, owners);
+        if ordered {
+            dependent.metadata.annotations = Some(
+                [(
+                    DELETION_ORDER_ANNOTATION.to_owned(),
+                    rng.below(3).to_string(),
+                )]
+                .into(),
+            );
+        }
+        let dependent = api.create(&PostParams::default(), &dependent).await?;
+        if shared {
+            survivors.push(name.clone());
+        } else {
+            must_go.push(format!("{ns}/{name}"));
+        }
+        if !shared && rng.chance(30) {
+            for g in 0..1 + rng.below(2) {
+                let grandchild = format!("{name}-g{g}");
+                api.create(
+                    &PostParams::default(),
+                    &config_map(
+                        &grandchild,
+                        "tree",
+                        vec![reference(&dependent, rng.chance(50))],
+                    ),
+                )
+                .await?;
+                must_go.push(format!("{ns}/{grandchild}"));
+            }
+        }
+    }
+    // A dependent created an instant before its owner's DELETE.
+    if rng.chance(30) {
+        let late = format!("t{id}-late");
+        api.create(
+            &PostParams::default(),
+            &config_map(&late, "tree", vec![reference(&owner, true)]),
+        )
+        .await?;
+        must_go.push(format!("{ns}/{late}"));
+    }
+    let (params, how) = if armed {
+        (DeleteParams::background(), "armed")
+    } else {
+        match rng.below(3) {
+            0 => (DeleteParams::background(), "background"),
+            1 => (DeleteParams::foreground(), "foreground"),
+            _ => (DeleteParams::orphan(), "orphan"),
+        }
+    };
+    api.delete(&owner.name_any(), &params).await?;
+    {
+        let mut counts = counts.lock();
+        counts.trees += 1;
+        counts.objects += must_go.len() as u64 + survivors.len() as u64;
+        *counts.deletes.entry(how).or_default() += 1;
+    }
+    if how == "orphan" {
+        // Its dependents stay (and lose the reference): they must survive from now on.
+        for key in must_go.drain(1..) {
+            let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
+            let _ = relabel_survivor(api, name).await;
+        }
+    }
+    Ok(Pending {
+        owner: must_go[0].clone(),
+        deleted: Instant::now(),
+        must_go,
+    })
+}
+
+async fn relabel_survivor(api: &Api<ConfigMap>, name: &str) -> Result<()> {
+    let patch = serde_json::json!({ "metadata": { "labels": { LABEL: "survivor" } } });
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+// --- the faults ------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    KillLeader,
+    PauseLeader,
+    RestartApiserver,
+    RestartEtcd,
+    CompactBehindAWatch,
+    SqueezeInflight,
+    SkewAClock,
+}
+
+const FAULTS: [Fault; 7] = [
+    Fault::KillLeader,
+    Fault::PauseLeader,
+    Fault::RestartApiserver,
+    Fault::RestartEtcd,
+    Fault::CompactBehindAWatch,
+    Fault::SqueezeInflight,
+    Fault::SkewAClock,
+];
+
+fn cluster(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "hack/cluster.sh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The index of the replica that leads, waiting up to `within` for one.
+async fn leader(replicas: &Mutex<Vec<Replica>>, within: Duration) -> Option<usize> {
+    let deadline = Instant::now() + within;
+    loop {
+        let candidates: Vec<(usize, SocketAddr, bool)> = replicas
+            .lock()
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i, r.metrics, r.child.is_some()))
+            .collect();
+        for (i, metrics, up) in candidates {
+            if up
+                && plane::http_get(metrics, "/metrics")
+                    .await
+                    .is_ok_and(|(_, body)| body.lines().any(|l| l == "syncgc_leader 1"))
+            {
+                return Some(i);
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Strikes `fault`; returns the handover time when it moved the lease.
+async fn strike(
+    fault: Fault,
+    plane: &Plane,
+    replicas: &Mutex<Vec<Replica>>,
+    standalone: bool,
+    rng: &mut Rng,
+) -> Result<Option<Duration>> {
+    let Some(lead) = leader(replicas, Duration::from_secs(30)).await else {
+        bail!("no replica leads");
+    };
+    let other = 1 - lead;
+    let handover = |started: Instant| async move {
+        let deadline = started + Duration::from_secs(60);
+        loop {
+            let metrics = replicas.lock()[other].metrics;
+            if plane::http_get(metrics, "/metrics")
+                .await
+                .is_ok_and(|(_, body)| body.lines().any(|l| l == "syncgc_leader 1"))
+            {
+                return Some(started.elapsed());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    match fault {
+        Fault::KillLeader => {
+            let started = Instant::now();
+            replicas.lock()[lead].stop("-KILL");
+            let took = handover(started).await;
+            tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(5))).await;
+            replicas.lock()[lead].start(plane, standalone, None)?;
+            Ok(took)
+        }
+        Fault::PauseLeader => {
+            let started = Instant::now();
+            let pause = rng.between(Duration::from_secs(6), Duration::from_secs(12));
+            {
+                let mut replicas = replicas.lock();
+                replicas[lead].quiet_until = Instant::now() + pause + Duration::from_secs(5);
+                replicas[lead].signal("-STOP");
+            }
+            let took = handover(started).await;
+            tokio::time::sleep(pause.saturating_sub(started.elapsed())).await;
+            replicas.lock()[lead].signal("-CONT");
+            Ok(took)
+        }
+        Fault::RestartApiserver => {
+            cluster(&["restart-apiserver"], &[])?;
+            Ok(None)
+        }
+        Fault::RestartEtcd => {
+            cluster(&["restart-etcd"], &[])?;
+            Ok(None)
+        }
+        Fault::CompactBehindAWatch => {
+            // The follower's watches fall behind while it is stopped; etcd is compacted
+            // past them.
+            {
+                let mut replicas = replicas.lock();
+                replicas[other].quiet_until = Instant::now() + Duration::from_secs(20);
+                replicas[other].signal("-STOP");
+            }
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            let compacted = cluster(&["compact"], &[]);
+            replicas.lock()[other].signal("-CONT");
+            compacted?;
+            Ok(None)
+        }
+        Fault::SqueezeInflight => {
+            let squeezed = [
+                ("SYNCGC_APISERVER_INFLIGHT", "4"),
+                ("SYNCGC_APISERVER_MUTATING_INFLIGHT", "2"),
+            ];
+            cluster(&["restart-apiserver"], &squeezed)?;
+            tokio::time::sleep(rng.between(Duration::from_secs(20), Duration::from_secs(40))).await;
+            cluster(&["restart-apiserver"], &[])?;
+            Ok(None)
+        }
+        Fault::SkewAClock => {
+            // The leader restarted on a clock two minutes off, either way.
+            let skew = if rng.chance(50) { "+120s" } else { "-120s" };
+            let started = Instant::now();
+            replicas.lock()[lead].stop("-TERM");
+            let took = handover(started).await;
+            replicas.lock()[lead].start(plane, standalone, Some(skew))?;
+            Ok(took)
+        }
+    }
+}
+
+// --- the run ---------------------------------------------------------------------------------
+
+struct Options {
+    duration: Duration,
+    out: PathBuf,
+}
+
+fn options() -> Result<Options> {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let duration = args.next().context("usage: hack/soak.sh DURATION [OUT]")?;
+    let duration = syncgc::duration::parse(&duration)?;
+    let out = args.next().map_or_else(
+        || {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/benches/results/soak.md"
+            ))
+        },
+        PathBuf::from,
+    );
+    Ok(Options { duration, out })
+}
+
+async fn register_webhook(plane: &Plane, webhook: SocketAddr) -> Result<()> {
+    let mut registration = Registration {
+        name: NAME.into(),
+        client: WebhookClient::Url(format!("https://{webhook}/mutate")),
+        ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
+        timeout_seconds: 5,
+        excluded_namespaces: vec![],
+        unarmed_delete: UnarmedDelete::Allow,
+        server: plane.server().await?,
+        scope: Scope::Every,
+    }
+    .configuration();
+    for hook in registration.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(serde_json::from_value(
+            serde_json::json!({ "matchLabels": { LABEL: "true" } }),
+        )?);
+    }
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
+    let _ = webhooks.delete(NAME, &DeleteParams::default()).await;
+    webhooks
+        .create(&PostParams::default(), &registration)
+        .await?;
+    Ok(())
+}
+
+#[derive(Default)]
+struct Tally {
+    faults: BTreeMap<Fault, u64>,
+    fault_errors: Vec<String>,
+    handovers: Vec<Duration>,
+    webhook_probes: u64,
+    webhook_failures: Vec<String>,
+    memory: Vec<(String, String, u64, u64)>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let options = options()?;
+    let work = tempfile::tempdir()?;
+    let mut plane = Plane::connect(work.path()).await?;
+    let client = plane.client.clone();
+    let namespaces: Vec<String> = {
+        let mut names = Vec::new();
+        for _ in 0..NAMESPACES {
+            names.push(plane.namespace("soak", &[(LABEL, "true")]).await?);
+        }
+        names
+    };
+    let observer = Arc::new(Mutex::new(Observer::default()));
+    let observing = tokio::spawn(observe(client.clone(), observer.clone()));
+    let replicas = Arc::new(Mutex::new(vec![Replica::new(0)?, Replica::new(1)?]));
+    let counts = Arc::new(Mutex::new(Counts::default()));
+    let pending: Arc<Mutex<Vec<Pending>>> = Arc::default();
+    let mut tally = Tally::default();
+    let started = Instant::now();
+    let mut rng = Rng::new(7);
+
+    for (half, standalone) in [(0, false), (1, true)] {
+        println!(
+            "soak: {} half, {:?}",
+            if standalone {
+                "standalone"
+            } else {
+                "cooperative"
+            },
+            options.duration / 2
+        );
+        plane
+            .kcm(Kcm {
+                gc: !standalone,
+                ..Kcm::DEFAULT_LIMITS
+            })
+            .await?;
+        for replica in replicas.lock().iter_mut() {
+            replica.start(&plane, standalone, None)?;
+        }
+        let webhook = replicas.lock()[0].webhook;
+        register_webhook(&plane, webhook).await?;
+        leader(&replicas, Duration::from_secs(60))
+            .await
+            .context("no replica took the lease")?;
+        // Anchors (owners that live) and bystanders (objects nothing deletes).
+        let mut anchors = Vec::new();
+        for ns in &namespaces {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+            let anchor = api
+                .create(
+                    &PostParams::default(),
+                    &config_map(&format!("anchor-{half}"), "survivor", vec![]),
+                )
+                .await?;
+            for b in 0..5 {
+                let mut bystander =
+                    config_map(&format!("bystander-{half}-{b}"), "survivor", vec![]);
+                if b % 2 == 0 {
+                    bystander.metadata.annotations =
+                        Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into());
+                }
+                api.create(&PostParams::default(), &bystander).await?;
+            }
+            anchors.push((api, anchor));
+        }
+        let memory_start: Vec<(String, u64)> = {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            replicas
+                .lock()
+                .iter()
+                .map(|r| (r.name.clone(), r.rss().unwrap_or(0)))
+                .collect()
+        };
+
+        let half_ends = started + options.duration * (half + 1) / 2;
+        let workload: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let (api, anchor) = anchors[w % anchors.len()].clone();
+                let (counts, pending) = (counts.clone(), pending.clone());
+                tokio::spawn(async move {
+                    let mut rng = Rng::new(w as u64 + 100 * half as u64);
+                    let mut id = (half as u64) << 40 | (w as u64) << 32;
+                    while Instant::now() < half_ends {
+                        id += 1;
+                        match one_tree(&api, &anchor, id, &mut rng, &counts).await {
+                            Ok(tree) => pending.lock().push(tree),
+                            // The apiserver restarting or refusing (429): try again.
+                            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                        }
+                        tokio::time::sleep(
+                            rng.between(Duration::from_millis(200), Duration::from_millis(1500)),
+                        )
+                        .await;
+                    }
+                })
+            })
+            .collect();
+
+        let mut next_fault =
+            Instant::now() + rng.between(Duration::from_secs(15), Duration::from_secs(40));
+        let mut next_probe = Instant::now();
+        let mut fault_index = rng.below(FAULTS.len() as u64) as usize;
+        while Instant::now() < half_ends {
+            if Instant::now() >= next_probe {
+                next_probe = Instant::now() + Duration::from_secs(5);
+                let probes: Vec<(String, SocketAddr, bool)> = replicas
+                    .lock()
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.name.clone(),
+                            r.webhook,
+                            r.child.is_some() && Instant::now() >= r.quiet_until,
+                        )
+                    })
+                    .collect();
+                for (name, webhook, expected) in probes {
+                    if !expected {
+                        continue;
+                    }
+                    tally.webhook_probes += 1;
+                    let probe = Replica {
+                        name: name.clone(),
+                        metrics: webhook,
+                        webhook,
+                        child: None,
+                        quiet_until: Instant::now(),
+                    };
+                    if !probe.answers().await {
+                        let failure = format!(
+                            "{} the webhook of {name} did not answer",
+                            jiff::Timestamp::now()
+                        );
+                        eprintln!("{failure}");
+                        tally.webhook_failures.push(failure);
+                    }
+                }
+                check_collected(&observer, &pending, &counts, false);
+            }
+            if Instant::now() >= next_fault {
+                // Round robin from a random start, so each kind comes as often.
+                let fault = FAULTS[fault_index % FAULTS.len()];
+                fault_index += 1;
+                println!("soak: {:?} {fault:?}", started.elapsed());
+                observer.lock().note(format!("fault {fault:?}"));
+                match strike(fault, &plane, &replicas, standalone, &mut rng).await {
+                    Ok(handover) => tally.handovers.extend(handover),
+                    Err(err) => {
+                        eprintln!("fault {fault:?}: {err:#}");
+                        tally.fault_errors.push(format!("{fault:?}: {err:#}"));
+                    }
+                }
+                *tally.faults.entry(fault).or_default() += 1;
+                next_fault =
+                    Instant::now() + rng.between(Duration::from_secs(20), Duration::from_secs(50));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for worker in workload {
+            let _ = worker.await;
+        }
+        // Every tree of this half is collected before the replicas change modes.
+        let settle = Instant::now() + COLLECTED_WITHIN;
+        while !pending.lock().is_empty() && Instant::now() < settle {
+            check_collected(&observer, &pending, &counts, false);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        check_collected(&observer, &pending, &counts, true);
+        let mode = if standalone {
+            "standalone"
+        } else {
+            "cooperative"
+        };
+        for (replica, (name, start)) in replicas.lock().iter().zip(memory_start) {
+            tally
+                .memory
+                .push((mode.to_owned(), name, start, replica.rss().unwrap_or(0)));
+        }
+        for replica in replicas.lock().iter_mut() {
+            replica.stop("-TERM");
+        }
+    }
+
+    // At the end: no soak object refers to an owner that is gone.
+    let dangling = {
+        let mut dangling = Vec::new();
+        let mut uids = HashSet::new();
+        let mut all = Vec::new();
+        for ns in &namespaces {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+            for cm in api.list(&ListParams::default()).await? {
+                uids.insert(cm.uid().unwrap_or_default());
+                all.push(cm);
+            }
+        }
+        for cm in &all {
+            for reference in cm.owner_references() {
+                if !uids.contains(&reference.uid) {
+                    dangling.push(format!("{} refers to {} (gone)", key(cm), reference.name));
+                }
+            }
+        }
+        dangling
+    };
+    for d in &dangling {
+        observer
+            .lock()
+            .violation(format!("dangling reference: {d}"));
+    }
+    plane.kcm(Kcm::DEFAULT_LIMITS).await?;
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let _ = webhooks.delete(NAME, &DeleteParams::default()).await;
+    for ns in &namespaces {
+        let _ = plane.drop_namespace(ns).await;
+    }
+    observing.abort();
+
+    let observer = observer.lock();
+    let counts = counts.lock();
+    let report = report(&options, started.elapsed(), &observer, &counts, &tally);
+    print!("{report}");
+    if let Some(dir) = options.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&options.out, &report)?;
+    let violations = observer.violations.len() + tally.webhook_failures.len();
+    if violations > 0 {
+        bail!(
+            "{violations} violation(s); see above and {}",
+            options.out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Marks the pending trees whose objects are all gone as collected; with `last`, or once one
+/// has waited past [`COLLECTED_WITHIN`], the rest are violations.
+fn check_collected(
+    observer: &Mutex<Observer>,
+    pending: &Mutex<Vec<Pending>>,
+    counts: &Mutex<Counts>,
+    last: bool,
+) {
+    let mut observer = observer.lock();
+    let mut pending = pending.lock();
+    let mut late = Vec::new();
+    pending.retain(|tree| {
+        let left: Vec<&String> = tree
+            .must_go
+            .iter()
+            .filter(|k| observer.by_key.contains_key(*k))
+            .collect();
+        // The observer has seen what the workload made by then.
+        if left.is_empty() && tree.deleted.elapsed() > Duration::from_secs(1) {
+            counts.lock().collected.push(tree.deleted.elapsed());
+            return false;
+        }
+        if last || tree.deleted.elapsed() > COLLECTED_WITHIN {
+            late.push(format!(
+                "the tree of {} is not gone {:?} after its deletion: {left:?} left",
+                tree.owner,
+                tree.deleted.elapsed()
+            ));
+            return false;
+        }
+        true
+    });
+    for what in late {
+        observer.violation(what);
+    }
+}
+
+fn percentile(values: &mut [Duration], p: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort();
+    let at = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[at]
+}
+
+fn report(
+    options: &Options,
+    took: Duration,
+    observer: &Observer,
+    counts: &Counts,
+    tally: &Tally,
+) -> String {
+    let mut out = String::new();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name\t: ").map(str::to_owned))
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let _ = writeln!(out, "# Soak");
+    let _ = writeln!(
+        out,
+        "\n{} on {cpu} ({cores} cores), Kubernetes v1.20.2; `hack/soak.sh {}` ran {:.0} minutes: \
+         two replicas, cooperative for the first half and standalone for the second.\n",
+        jiff::Timestamp::now().strftime("%Y-%m-%d"),
+        syncgc::duration::format(options.duration),
+        took.as_secs_f64() / 60.0
+    );
+    let _ = writeln!(out, "| | |\n|---|---|");
+    let _ = writeln!(out, "| trees created and deleted | {} |", counts.trees);
+    let _ = writeln!(out, "| objects in them | {} |", counts.objects);
+    for (how, n) in &counts.deletes {
+        let _ = writeln!(out, "| owners deleted {how} | {n} |");
+    }
+    let mut collected = counts.collected.clone();
+    let _ = writeln!(
+        out,
+        "| trees collected, p50 / p99 / max after the owner's DELETE | {} / {:.1}s / {:.1}s / {:.1}s |",
+        collected.len(),
+        percentile(&mut collected, 0.5).as_secs_f64(),
+        percentile(&mut collected, 0.99).as_secs_f64(),
+        percentile(&mut collected, 1.0).as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| deletions checked in the apiserver's order (early release, waves, survivors) | {} |",
+        observer.checked
+    );
+    let _ = writeln!(
+        out,
+        "| deletions only a relist showed (survivors checked) | {} |",
+        observer.unordered
+    );
+    let _ = writeln!(out, "| observer relists | {} |", observer.relists);
+    let _ = writeln!(
+        out,
+        "| owners released by their deadline with dependents left | {} |",
+        observer.released_by_deadline
+    );
+    let _ = writeln!(out, "| webhook probes | {} |", tally.webhook_probes);
+    let mut handovers = tally.handovers.clone();
+    let _ = writeln!(
+        out,
+        "| lease handovers, p50 / max | {} / {:.1}s / {:.1}s |",
+        handovers.len(),
+        percentile(&mut handovers, 0.5).as_secs_f64(),
+        percentile(&mut handovers, 1.0).as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| **violations** | **{}** |",
+        observer.violations.len() + tally.webhook_failures.len()
+    );
+    let _ = writeln!(out, "\n| fault | injected |\n|---|---|");
+    for fault in FAULTS {
+        let _ = writeln!(
+            out,
+            "| {fault:?} | {} |",
+            tally.faults.get(&fault).copied().unwrap_or(0)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n| half | replica | resident at start MiB | at end MiB |\n|---|---|---|---|"
+    );
+    for (mode, name, start, end) in &tally.memory {
+        let _ = writeln!(
+            out,
+            "| {mode} | {name} | {:.1} | {:.1} |",
+            *start as f64 / 1048576.0,
+            *end as f64 / 1048576.0
+        );
+    }
+    if !observer.violations.is_empty() || !tally.webhook_failures.is_empty() {
+        let _ = writeln!(out, "\n## Violations\n");
+        for v in observer.violations.iter().chain(&tally.webhook_failures) {
+            let _ = writeln!(out, "- {v}");
+        }
+    }
+    if !tally.fault_errors.is_empty() {
+        let _ = writeln!(out, "\n## Faults that could not be injected\n");
+        for e in &tally.fault_errors {
+            let _ = writeln!(out, "- {e}");
+        }
+    }
+    out
+}
