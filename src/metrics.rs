@@ -260,7 +260,7 @@ impl Metrics {
             )?,
             barrier_holds: r.counter_vec(
                 "syncgc_barrier_holds_total",
-                "Times the release barrier held an owner whose dependents the graph saw gone, by reason (discovery, unreadable, dependent)",
+                "Times the release barrier held an owner whose dependents the graph saw gone, by reason (discovery, unreadable, dependent, orphan)",
                 &["reason"],
             )?,
             waves_started: r.counter(

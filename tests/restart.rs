@@ -1,6 +1,7 @@
 //! SG-16: syncgc killed (SIGKILL) in the middle of a synchronous deletion finishes it after a
-//! restart, with the deadline it fixed before; and stopped (SIGTERM), it goes on answering
-//! admission reviews for its shutdown delay.
+//! restart, with the deadline it fixed before; an owner it inherits waits for what its tree may
+//! have left; and stopped (SIGTERM), it goes on answering admission reviews for its shutdown
+//! delay.
 
 mod support;
 
@@ -8,12 +9,16 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
-use syncgc::names::{DEADLINE_ANNOTATION, TIMEOUT_ANNOTATION};
+use syncgc::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION};
 
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
-use support::{TestNamespace, delete, eventually, gone, opted_in, owner_and_held};
+use support::{
+    TestNamespace, clear_finalizers, create, delete, eventually, exists, gone, held, opted_in,
+    owner_and_held, with_finalizer,
+};
 
 #[tokio::test]
 async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
@@ -113,4 +118,51 @@ async fn sigterm_keeps_the_webhook_answering_through_the_shutdown_delay() {
         "exited after {exited:?}"
     );
     assert!(std::net::TcpStream::connect(webhook).is_err(), "stopped");
+}
+
+/// An owner deleted before syncgc started, whose dependents a process gone since deleted on
+/// its behalf (its record of them went with it): an object in its namespace that refers to an
+/// owner that is gone may be a grandchild of its tree, and holds it until it goes.
+#[tokio::test]
+async fn an_inherited_owner_waits_for_an_object_whose_owner_is_gone() {
+    let name = format!("syncgc-inherited-{}", std::process::id());
+    let client = support::client().await;
+    let ns = TestNamespace::with_labels(&client, "inherited", &[(WEBHOOK_LABEL, &name)]).await;
+    let api = ns.api::<ConfigMap>();
+    // Armed and deleted while no syncgc runs.
+    create(
+        &api,
+        &with_finalizer(opted_in("owner", vec![], &[]), SYNCHRONOUS_FINALIZER),
+    )
+    .await;
+    delete(&api, "owner", &DeleteParams::background()).await;
+    // What a dependent deleted on its behalf left: an object that refers to it.
+    let deleted_dependent = OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "deleted-dependent".into(),
+        uid: "0b0e6f2c-5d1a-4c3e-9a7b-2f6d8e4c1a90".into(),
+        block_owner_deletion: Some(false),
+        controller: None,
+    };
+    create(&api, &held("grandchild", vec![deleted_dependent])).await;
+
+    let syncgc = Syncgc::start_async(&name, &TEST_TIMEOUTS).await;
+    eventually(
+        "the release barrier holds the owner for it",
+        Duration::from_secs(30),
+        || {
+            let holds = syncgc.metric_where("syncgc_barrier_holds_total", "reason=\"orphan\"");
+            async move { (holds >= 1.0).then_some(()) }
+        },
+    )
+    .await;
+    assert!(exists(&api, "owner").await, "released while it exists");
+    clear_finalizers(&api, "grandchild").await;
+    eventually(
+        "the owner is released once it is gone",
+        Duration::from_secs(30),
+        || gone(&api, "owner"),
+    )
+    .await;
 }

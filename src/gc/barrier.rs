@@ -101,6 +101,10 @@ impl Scope {
     }
 }
 
+/// How long after a replica begins to lead the one before may still act (longer than a
+/// lease).
+pub const HANDOVER: Duration = Duration::from_secs(20);
+
 /// Why the barrier holds an owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hold {
@@ -114,6 +118,14 @@ pub enum Hold {
         namespace: Option<String>,
         name: String,
     },
+    /// An owner this replica did not see deleted from the start (see [`Owner::inherited`]):
+    /// an object in its scope refers to an owner that is gone, which may have been a
+    /// dependent deleted on its behalf before.
+    Orphan {
+        resource: String,
+        namespace: Option<String>,
+        name: String,
+    },
 }
 
 impl Hold {
@@ -123,6 +135,7 @@ impl Hold {
             Self::Discovery(_) => "discovery",
             Self::Unreadable { .. } => "unreadable",
             Self::Dependent { .. } => "dependent",
+            Self::Orphan { .. } => "orphan",
         }
     }
 }
@@ -138,17 +151,30 @@ impl std::fmt::Display for Hold {
                 resource,
                 namespace,
                 name,
-            } => {
-                let name = match namespace {
-                    Some(ns) => format!("{ns}/{name}"),
-                    None => name.clone(),
-                };
-                write!(
-                    f,
-                    "{resource} {name} to go: a fresh read shows it still refers to the owner's tree"
-                )
-            }
+            } => write!(
+                f,
+                "{resource} {} to go: a fresh read shows it still refers to the owner's tree",
+                at(namespace.as_deref(), name)
+            ),
+            Self::Orphan {
+                resource,
+                namespace,
+                name,
+            } => write!(
+                f,
+                "{resource} {} to go: it refers to an owner that is gone, perhaps a dependent \
+                 deleted on this owner's behalf before syncgc restarted or another replica took \
+                 over",
+                at(namespace.as_deref(), name)
+            ),
         }
+    }
+}
+
+fn at(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
     }
 }
 
@@ -162,6 +188,8 @@ pub struct Referrer {
     /// What its reference names.
     pub coordinates: Coordinates,
     pub blocking: bool,
+    /// The owner it refers to is gone: of a kind syncgc watches, and not in the graph.
+    pub dangling: bool,
 }
 
 /// What one round of consistent reads of a scope found.
@@ -183,6 +211,10 @@ pub struct Owner<'a> {
     pub namespace: Option<&'a str>,
     /// Only references with `blockOwnerDeletion` hold it (foreground deletion).
     pub blocking_only: bool,
+    /// Deleted before this replica began to lead (or within a lease of it): dependents may
+    /// have been deleted on its behalf by a process whose record of them is lost, so any
+    /// object in its scope that refers to an owner that is gone holds it.
+    pub inherited: bool,
 }
 
 /// Whether `round` lets `owner`, whose tree (dependents deleted on its behalf, transitively)
@@ -205,11 +237,28 @@ pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hol
         return Some(holding(referrer));
     }
     // References between members of the tree (a cycle) are the graph's matter.
-    tree.iter()
+    if let Some(referrer) = tree
+        .iter()
         .filter(|uid| **uid != owner.uid)
         .flat_map(|uid| round.references.get(uid).into_iter().flatten())
         .find(|r| !tree.contains(&r.uid))
-        .map(holding)
+    {
+        return Some(holding(referrer));
+    }
+    if !owner.inherited {
+        return None;
+    }
+    round
+        .references
+        .values()
+        .flatten()
+        .filter(|r| r.dangling && (r.blocking || !owner.blocking_only))
+        .find(|r| owner.namespace.is_none() || r.namespace.as_deref() == owner.namespace)
+        .map(|r| Hold::Orphan {
+            resource: r.resource.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        })
 }
 
 /// How soon an owner the barrier has held for `held_for` is looked at again: within a second
@@ -320,6 +369,8 @@ struct State {
     trees: HashMap<Uid, Tree>,
     deleted_for: HashMap<Uid, Uid>,
     held: HashMap<Uid, Held>,
+    /// Since when this replica leads (the apiserver's time, in seconds).
+    leading_since: Option<i64>,
 }
 
 impl State {
@@ -496,6 +547,21 @@ impl Barrier {
             hold,
             changed,
             since,
+        }
+    }
+
+    /// This replica leads from `at` (the apiserver's time).
+    pub fn leads_from(&self, at: jiff::Timestamp) {
+        self.state().leading_since = Some(at.as_second());
+    }
+
+    /// Whether an owner deleted at `deleted_at` (the apiserver's time, in seconds) is
+    /// [`Owner::inherited`]: deleted before this replica began to lead, or within
+    /// [`HANDOVER`] after, while the replica before may still have acted.
+    pub fn inherited(&self, deleted_at: Option<i64>) -> bool {
+        match (self.state().leading_since, deleted_at) {
+            (Some(since), Some(at)) => at < since + HANDOVER.as_secs() as i64,
+            _ => true,
         }
     }
 
@@ -689,6 +755,16 @@ impl Barrier {
             .cluster
             .list_metadata(&collection, |page: Vec<meta::Meta>| {
                 let graph = self.graph();
+                let resources = self.reads.resources.read();
+                // Whether `object`'s reference to `uid` names a kind syncgc watches.
+                let watched_kind = |object: &meta::Meta, uid: Uid| {
+                    object
+                        .owner_references
+                        .iter()
+                        .find(|r| Uid::parse(&r.uid) == uid)
+                        .and_then(|r| resources.by_kind(&r.api_version, &r.kind))
+                        .is_some_and(|(_, r)| r.watched)
+                };
                 for object in &page {
                     let Some(observed) = watch::observe(&resource.api, object, &aliases) else {
                         continue;
@@ -704,10 +780,12 @@ impl Barrier {
                         continue;
                     }
                     for link in &observed.owners {
-                        let alive = graph
-                            .node(link.uid)
-                            .is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING));
+                        let node = graph.node(link.uid);
+                        let alive =
+                            node.is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING));
                         if !alive {
+                            let dangling = node.is_none_or(|n| n.is(Flags::VIRTUAL))
+                                && watched_kind(object, link.uid);
                             found.references.push((
                                 link.uid,
                                 Referrer {
@@ -717,6 +795,7 @@ impl Barrier {
                                     name: observed.name.clone(),
                                     coordinates: link.coordinates,
                                     blocking: link.block_owner_deletion,
+                                    dangling,
                                 },
                             ));
                         }
@@ -832,6 +911,7 @@ mod tests {
             name: "s".into(),
             coordinates,
             blocking,
+            dangling: false,
         }
     }
 
@@ -855,7 +935,56 @@ mod tests {
             coordinates: CM(),
             namespace: Some("ns"),
             blocking_only,
+            inherited: false,
         }
+    }
+
+    #[test]
+    fn an_inherited_owner_is_held_by_an_object_of_its_scope_whose_owner_is_gone() {
+        let gone = Referrer {
+            dangling: true,
+            ..referrer(
+                Some("ns"),
+                Coordinates::in_group("", "ConfigMap", "gone"),
+                false,
+            )
+        };
+        let found = round(vec![(uid(7), gone.clone())]);
+        let tree = HashSet::from([uid(1)]);
+        // Seen deleted from the start, its tree is known: that object is none of its.
+        assert_eq!(check(&found, owner(false), &tree), None);
+        let inherited = Owner {
+            inherited: true,
+            ..owner(false)
+        };
+        assert_eq!(
+            check(&found, inherited, &tree).map(|h| h.reason()),
+            Some("orphan")
+        );
+        // Only blocking references hold an owner in foreground deletion.
+        let foreground = Owner {
+            inherited: true,
+            ..owner(true)
+        };
+        assert_eq!(check(&found, foreground, &tree), None);
+        // Another namespace's objects are not its.
+        let elsewhere = round(vec![(
+            uid(7),
+            Referrer {
+                namespace: Some("other".into()),
+                ..gone.clone()
+            },
+        )]);
+        assert_eq!(check(&elsewhere, inherited, &tree), None);
+        // An owner that exists (being deleted, say) is not gone.
+        let alive = round(vec![(
+            uid(7),
+            Referrer {
+                dangling: false,
+                ..gone
+            },
+        )]);
+        assert_eq!(check(&alive, inherited, &tree), None);
     }
 
     #[test]

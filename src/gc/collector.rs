@@ -347,14 +347,19 @@ impl Collector {
         target: &Target,
         blocking_only: bool,
     ) -> Verdict {
-        let Some(coordinates) = self.graph_read().node(uid).map(|n| n.coordinates) else {
-            return Verdict::Round;
+        let (coordinates, deleted_at) = {
+            let graph = self.graph_read();
+            let Some(node) = graph.node(uid) else {
+                return Verdict::Round;
+            };
+            (node.coordinates, graph.deleted_at(uid))
         };
         let verdict = self.barrier.arrive(Owner {
             uid,
             coordinates,
             namespace: target.namespace.as_deref(),
             blocking_only,
+            inherited: self.barrier.inherited(deleted_at),
         });
         match &verdict {
             Verdict::Pass => tracing::debug!(owner = %target, "passed the release barrier"),

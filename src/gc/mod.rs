@@ -84,6 +84,19 @@ pub async fn run(
         synced_tx,
         shutdown.clone(),
     ));
+    // The barrier minds which owners were deleted before this replica began to lead.
+    let leads = {
+        let collector = collector.clone();
+        let mut leading = leading.clone();
+        tokio::spawn(async move {
+            while leading.wait_for(|leader| *leader).await.is_ok() {
+                collector.barrier.leads_from(crate::api::clock::now());
+                if leading.wait_for(|leader| !*leader).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
     let barrier = {
         let collector = collector.clone();
         let shutdown = shutdown.clone();
@@ -124,4 +137,5 @@ pub async fn run(
     }
     let _ = builder.await;
     let _ = barrier.await;
+    leads.abort();
 }
