@@ -28,8 +28,8 @@
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
 //! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure; [`certs`]:
 //!   development certificates; [`leader`]: leader election with a Lease.
-//! - [`api`]: the seam every Kubernetes call goes through, and the metadata-only list decoding
-//!   ([`api::meta`], [`api::proto`]).
+//! - [`api`]: the seam every Kubernetes call goes through, the metadata-only list decoding
+//!   ([`api::meta`], [`api::proto`]), and the apiserver's clock ([`api::clock`]).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`,
 //!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations.
 //!

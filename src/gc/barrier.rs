@@ -188,7 +188,8 @@ pub struct Referrer {
     /// What its reference names.
     pub coordinates: Coordinates,
     pub blocking: bool,
-    /// The owner it refers to is gone: of a kind syncgc watches, and not in the graph.
+    /// The owner it refers to is gone (of a kind syncgc watches, and not in the graph), and
+    /// no other owner of it lives: the garbage collector deletes it.
     pub dangling: bool,
 }
 
@@ -779,12 +780,18 @@ impl Barrier {
                     if !referrers {
                         continue;
                     }
+                    let alive = |uid: Uid| {
+                        graph
+                            .node(uid)
+                            .is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING))
+                    };
+                    // An object with a living owner is not the garbage collector's to delete,
+                    // so it is no leftover of a tree.
+                    let kept = observed.owners.iter().any(|l| alive(l.uid));
                     for link in &observed.owners {
-                        let node = graph.node(link.uid);
-                        let alive =
-                            node.is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING));
-                        if !alive {
-                            let dangling = node.is_none_or(|n| n.is(Flags::VIRTUAL))
+                        if !alive(link.uid) {
+                            let dangling = !kept
+                                && graph.node(link.uid).is_none_or(|n| n.is(Flags::VIRTUAL))
                                 && watched_kind(object, link.uid);
                             found.references.push((
                                 link.uid,
