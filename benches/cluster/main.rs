@@ -48,10 +48,8 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::api::{DeleteParams, ListParams, PropagationPolicy};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
-use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{Registration, Scope, WebhookClient};
 
 use cascade::{Deletion, Outcome};
 use plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
@@ -745,26 +743,8 @@ async fn registered_namespace(
     syncgc: &plane::Syncgc,
     name: &str,
 ) -> Result<(String, Registered)> {
-    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
-    let mut registration = Registration {
-        name: name.into(),
-        client: WebhookClient::Url(format!("https://{}/mutate", syncgc.webhook)),
-        ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
-        timeout_seconds: 10,
-        excluded_namespaces: vec![],
-        unarmed_delete: UnarmedDelete::Allow,
-        server: plane.server().await?,
-        scope: Scope::Every,
-    }
-    .configuration();
-    for hook in registration.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(serde_json::from_value(
-            serde_json::json!({ "matchLabels": { "syncgc.io/bench": name } }),
-        )?);
-    }
-    let _ = webhooks.delete(name, &DeleteParams::default()).await;
-    webhooks
-        .create(&PostParams::default(), &registration)
+    let webhooks = plane
+        .register_webhook(name, syncgc.webhook, ("syncgc.io/bench", name), 10)
         .await?;
     let namespace = plane.namespace(name, &[("syncgc.io/bench", name)]).await?;
     Ok((

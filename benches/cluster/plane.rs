@@ -8,10 +8,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
-use syncgc::webhook::registration::ServerVersion;
+use syncgc::webhook::admit::UnarmedDelete;
+use syncgc::webhook::registration::{Registration, Scope, ServerVersion, WebhookClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How kube-controller-manager runs.
@@ -237,6 +239,40 @@ impl Plane {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(syncgc)
+    }
+
+    /// Registers (again) syncgc's webhook at `webhook` as `name`, for the namespaces labelled
+    /// `label`, with the rules for every resource.
+    pub async fn register_webhook(
+        &self,
+        name: &str,
+        webhook: SocketAddr,
+        label: (&str, &str),
+        timeout_seconds: i32,
+    ) -> Result<Api<MutatingWebhookConfiguration>> {
+        let webhooks: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let mut registration = Registration {
+            name: name.into(),
+            client: WebhookClient::Url(format!("https://{webhook}/mutate")),
+            ca_bundle: std::fs::read(self.certs().join("ca.crt"))?,
+            timeout_seconds,
+            excluded_namespaces: vec![],
+            unarmed_delete: UnarmedDelete::Allow,
+            server: self.server().await?,
+            scope: Scope::Every,
+        }
+        .configuration();
+        let (key, value) = label;
+        for hook in registration.webhooks.iter_mut().flatten() {
+            hook.namespace_selector = Some(serde_json::from_value(
+                serde_json::json!({ "matchLabels": { key: value } }),
+            )?);
+        }
+        let _ = webhooks.delete(name, &DeleteParams::default()).await;
+        webhooks
+            .create(&PostParams::default(), &registration)
+            .await?;
+        Ok(webhooks)
     }
 
     /// Requests the apiserver has served on `resource`, all verbs but WATCH (the benchmark's

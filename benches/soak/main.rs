@@ -45,8 +45,6 @@ use syncgc::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, SYNCHRONOUS_ANNOTATION,
     SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
 };
-use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{Registration, Scope, WebhookClient};
 
 use plane::{Kcm, Plane};
 
@@ -761,31 +759,6 @@ fn options() -> Result<Options> {
     Ok(Options { duration, out })
 }
 
-async fn register_webhook(plane: &Plane, webhook: SocketAddr) -> Result<()> {
-    let mut registration = Registration {
-        name: NAME.into(),
-        client: WebhookClient::Url(format!("https://{webhook}/mutate")),
-        ca_bundle: std::fs::read(plane.certs().join("ca.crt"))?,
-        timeout_seconds: 5,
-        excluded_namespaces: vec![],
-        unarmed_delete: UnarmedDelete::Allow,
-        server: plane.server().await?,
-        scope: Scope::Every,
-    }
-    .configuration();
-    for hook in registration.webhooks.iter_mut().flatten() {
-        hook.namespace_selector = Some(serde_json::from_value(
-            serde_json::json!({ "matchLabels": { LABEL: "true" } }),
-        )?);
-    }
-    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
-    let _ = webhooks.delete(NAME, &DeleteParams::default()).await;
-    webhooks
-        .create(&PostParams::default(), &registration)
-        .await?;
-    Ok(())
-}
-
 #[derive(Default)]
 struct Tally {
     faults: BTreeMap<Fault, u64>,
@@ -838,7 +811,9 @@ async fn main() -> Result<()> {
             replica.start(&plane, standalone, None)?;
         }
         let webhook = replicas.lock()[0].webhook;
-        register_webhook(&plane, webhook).await?;
+        plane
+            .register_webhook(NAME, webhook, (LABEL, "true"), 5)
+            .await?;
         leader(&replicas, Duration::from_secs(60))
             .await
             .context("no replica took the lease")?;
