@@ -76,14 +76,9 @@ impl Armed {
         })
     }
 
-    /// `configmaps.v1 ns/name` (`.group` for other groups), and whether it is being deleted.
+    /// `configmaps ns/name` (`deployments.apps ns/name` for other groups), and whether it is
+    /// being deleted.
     fn describe(&self) -> String {
-        let api = &self.target.resource;
-        let group = if api.group.is_empty() {
-            String::new()
-        } else {
-            format!(".{}", api.group)
-        };
         let at = match &self.target.namespace {
             Some(ns) => format!("{ns}/{}", self.target.name),
             None => self.target.name.clone(),
@@ -93,7 +88,8 @@ impl Armed {
         } else {
             ""
         };
-        format!("{}{group} {at}{deleting}", api.plural)
+        let resource = discovery::resource_name(&self.target.resource);
+        format!("{resource} {at}{deleting}")
     }
 }
 
@@ -160,8 +156,9 @@ impl DisarmArgs {
                 })
                 .await;
             if let Err(err) = listed {
-                eprintln!("cannot list {}: {err}", name_of(resource));
-                unlisted.push(name_of(resource));
+                let name = discovery::resource_name(&resource.api);
+                eprintln!("cannot list {name}: {err}");
+                unlisted.push(name);
             }
         }
 
@@ -245,15 +242,6 @@ impl DisarmArgs {
             })?;
         let webhooks = configuration.map(|c| c.webhooks.map_or(0, |w| w.len()));
         Ok(running(record.as_ref(), webhooks, crate::api::clock::now()))
-    }
-}
-
-fn name_of(resource: &Resource) -> String {
-    let api = &resource.api;
-    if api.group.is_empty() {
-        api.plural.clone()
-    } else {
-        format!("{}.{}", api.plural, api.group)
     }
 }
 

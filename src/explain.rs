@@ -58,6 +58,11 @@ impl Object {
         )
     }
 
+    /// Being deleted, and kept by finalizers.
+    fn blocked(&self) -> bool {
+        self.meta.deletion_timestamp.is_some() && !self.finalizers().is_empty()
+    }
+
     fn has(&self, finalizer: &str) -> bool {
         self.finalizers().iter().any(|f| f == finalizer)
     }
@@ -123,7 +128,7 @@ pub fn report(
             let _ = writeln!(out, "{}", entry.line());
         }
     }
-    let blocked = deleting.is_some() && !object.finalizers().is_empty();
+    let blocked = object.blocked();
     let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
     let direct = direct(object, dependents, aliases);
     if waits && let Some(order) = waves(&direct, dependents) {
@@ -471,13 +476,8 @@ impl Scope {
             let list = match api.list_metadata(&ListParams::default()).await {
                 Ok(list) => list,
                 Err(err) => {
-                    let api = &candidate.api;
-                    let group = if api.group.is_empty() {
-                        String::new()
-                    } else {
-                        format!(".{}", api.group)
-                    };
-                    unlisted.push(format!("{}{group} ({err})", api.plural));
+                    let name = discovery::resource_name(&candidate.api);
+                    unlisted.push(format!("{name} ({err})"));
                     continue;
                 }
             };
@@ -547,25 +547,26 @@ pub async fn explain(
         }
         return Ok(Outcome::Free);
     };
-    let (text, blocked) = report(
-        object,
-        &gathered.dependents,
-        gathered.barrier.as_deref(),
-        &scope.aliases,
-    );
     match output {
         Output::Text => {
+            let (text, _) = report(
+                object,
+                &gathered.dependents,
+                gathered.barrier.as_deref(),
+                &scope.aliases,
+            );
             print!("{text}");
             for unlisted in &gathered.unlisted {
                 println!("could not list {unlisted}: its objects are not in the tree");
             }
         }
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&json_report(object, &gathered, &scope.aliases, blocked))?
-        ),
+        Output::Json => {
+            let tree = tree(object, &gathered.dependents, &scope.aliases);
+            let report = json_report(object, &gathered, &tree);
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
     }
-    Ok(if blocked {
+    Ok(if object.blocked() {
         Outcome::Blocked
     } else {
         Outcome::Free
@@ -619,22 +620,14 @@ async fn follow(scope: &Scope, output: Output) -> anyhow::Result<Outcome> {
             });
         };
         uid.clone_from(&object.meta.uid);
-        waited = object.meta.deletion_timestamp.is_some()
-            && tree(object, &gathered.dependents, &scope.aliases)
-                .iter()
-                .any(|e| e.dependency);
-        let line = progress(object, &gathered, &scope.aliases);
+        let tree = tree(object, &gathered.dependents, &scope.aliases);
+        waited = object.meta.deletion_timestamp.is_some() && tree.iter().any(|e| e.dependency);
+        let line = progress(object, &gathered, &tree, &scope.aliases);
         if line != last {
             match output {
                 Output::Text => println!("{} {line}", Timestamp::now()),
                 Output::Json => {
-                    let (_, blocked) = report(
-                        object,
-                        &gathered.dependents,
-                        gathered.barrier.as_deref(),
-                        &scope.aliases,
-                    );
-                    let mut report = json_report(object, &gathered, &scope.aliases, blocked);
+                    let mut report = json_report(object, &gathered, &tree);
                     report["time"] = serde_json::json!(Timestamp::now().to_string());
                     println!("{}", serde_json::to_string(&report)?);
                 }
@@ -647,8 +640,7 @@ async fn follow(scope: &Scope, output: Output) -> anyhow::Result<Outcome> {
 
 /// One line on where `object`'s deletion stands: whether it is being deleted, the dependents
 /// left and how many block it, the wave in progress, and what the release barrier waits for.
-fn progress(object: &Object, gathered: &Gathered, aliases: &Aliases) -> String {
-    let tree = tree(object, &gathered.dependents, aliases);
+fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], aliases: &Aliases) -> String {
     let left = tree.iter().filter(|e| e.dependency).count();
     let mut line = format!(
         "{}: {}; {left} dependent(s) left, {} blocking",
@@ -658,7 +650,7 @@ fn progress(object: &Object, gathered: &Gathered, aliases: &Aliases) -> String {
         } else {
             "not being deleted"
         },
-        blocking(&tree)
+        blocking(tree)
     );
     let direct = direct(object, &gathered.dependents, aliases);
     if let Some(counts) = wave_counts(&direct) {
@@ -678,13 +670,7 @@ fn progress(object: &Object, gathered: &Gathered, aliases: &Aliases) -> String {
 }
 
 /// The report as JSON.
-fn json_report(
-    object: &Object,
-    gathered: &Gathered,
-    aliases: &Aliases,
-    blocked: bool,
-) -> serde_json::Value {
-    let tree = tree(object, &gathered.dependents, aliases);
+fn json_report(object: &Object, gathered: &Gathered, tree: &[Entry]) -> serde_json::Value {
     let meta = &object.meta;
     serde_json::json!({
         "object": object.title(),
@@ -697,8 +683,8 @@ fn json_report(
         "deadline": meta.annotations.as_ref().and_then(|a| a.get(DEADLINE_ANNOTATION)),
         "finalizers": object.finalizers().iter().map(|f| serde_json::json!({ "name": f, "removedBy": remover(f) })).collect::<Vec<_>>(),
         "dependents": tree,
-        "blocking": blocking(&tree),
-        "blocked": blocked,
+        "blocking": blocking(tree),
+        "blocked": object.blocked(),
         "releaseBarrier": gathered.barrier,
         "unlisted": gathered.unlisted,
     })

@@ -912,9 +912,10 @@ impl Collector {
             self.event(target, EventType::Warning, Reason::InvalidAnnotation, note)
                 .await;
         }
-        let base = synchronous::annotation(object, TIMEOUT_ANNOTATION)
-            .and_then(|t| crate::duration::parse(t).ok());
-        let timeout = self.config.timeouts.for_owner(count, base);
+        let timeout = self
+            .config
+            .timeouts
+            .for_owner(count, synchronous::annotation(object, TIMEOUT_ANNOTATION));
         let choice = decide::deadline(
             deleted_at,
             synchronous::annotation(object, DEADLINE_ANNOTATION),

@@ -215,13 +215,15 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// `base + per_dependent × dependents`, capped by `max`; `base_override` (the owner's
-    /// `syncgc.io/timeout`) replaces the base.
-    pub fn for_owner(&self, dependents: usize, base_override: Option<Duration>) -> Duration {
+    /// `base + per_dependent × dependents`, capped by `max`; the owner's `syncgc.io/timeout`
+    /// (`annotation`), when it is a duration, replaces the base (one that is not leaves it:
+    /// [`annotation_problems`] says so).
+    pub fn for_owner(&self, dependents: usize, annotation: Option<&str>) -> Duration {
         let per = self
             .per_dependent
             .saturating_mul(u32::try_from(dependents).unwrap_or(u32::MAX));
-        base_override
+        annotation
+            .and_then(|t| crate::duration::parse(t).ok())
             .unwrap_or(self.base)
             .saturating_add(per)
             .min(self.max)
@@ -605,10 +607,8 @@ mod tests {
         assert_eq!(t.for_owner(0, None), Duration::from_secs(30));
         assert_eq!(t.for_owner(10, None), Duration::from_secs(35));
         assert_eq!(t.for_owner(100_000, None), Duration::from_secs(600));
-        assert_eq!(
-            t.for_owner(10, Some(Duration::from_secs(2))),
-            Duration::from_secs(7)
-        );
+        assert_eq!(t.for_owner(10, Some("2s")), Duration::from_secs(7));
+        assert_eq!(t.for_owner(10, Some("banana")), Duration::from_secs(35));
         assert!(t.for_owner(100, None) > t.for_owner(10, None));
     }
 

@@ -269,9 +269,7 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
         Some("Background") => return Decision::allow(Reason::DeleteArmed),
         Some(other) => {
             return Decision {
-                warnings: vec![format!(
-                    "{PROPAGATION_ANNOTATION}: {other:?} is not Foreground, Background or Orphan; ignored"
-                )],
+                warnings: annotation_problems([(PROPAGATION_ANNOTATION, other)], None),
                 ..Decision::allow(Reason::DeleteArmed)
             };
         }
@@ -298,10 +296,10 @@ fn waiting_warning(request: &Request, policy: &Policy, dependents: usize) -> Str
         .as_ref()
         .and_then(|o| o.metadata.as_ref());
     if let Some(timeouts) = policy.timeouts {
-        let base = meta
-            .and_then(|m| m.annotation(TIMEOUT_ANNOTATION))
-            .and_then(|t| crate::duration::parse(t).ok());
-        let most = timeouts.for_owner(dependents, base);
+        let most = timeouts.for_owner(
+            dependents,
+            meta.and_then(|m| m.annotation(TIMEOUT_ANNOTATION)),
+        );
         let _ = write!(warning, ", for at most {}", crate::duration::format(most));
     }
     let kind = request.kind.kind.to_ascii_lowercase();
