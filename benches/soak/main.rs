@@ -219,12 +219,14 @@ impl Observer {
         found
     }
 
-    fn delete(&mut self, cm: &ConfigMap, ordered: bool) {
-        let uid = cm.uid().unwrap_or_default();
-        let Some(seen) = self.present.get(&uid).cloned() else {
+    /// `uid` is gone, `last` as its DELETE event showed it (`None` when only a relist showed
+    /// it gone: then its order is unknown and only its survival is checked).
+    fn gone(&mut self, uid: &str, last: Option<&ConfigMap>) {
+        let Some(seen) = self.present.get(uid).cloned() else {
             return;
         };
-        let seen = Seen::of(cm, Some(&seen));
+        let ordered = last.is_some();
+        let seen = last.map_or(seen.clone(), |cm| Seen::of(cm, Some(&seen)));
         self.note(format!("gone {}", seen.key));
         if seen.survivor {
             self.violation(format!("{} must survive, and was deleted", seen.key));
@@ -235,9 +237,9 @@ impl Observer {
                 .deadline
                 .is_some_and(|d| jiff::Timestamp::now() >= d - jiff::SignedDuration::from_secs(2));
             let left = if seen.armed {
-                self.dependents(&uid, false)
+                self.dependents(uid, false)
             } else if seen.foreground {
-                self.dependents(&uid, true)
+                self.dependents(uid, true)
             } else {
                 Vec::new()
             };
@@ -261,7 +263,9 @@ impl Observer {
                     .present
                     .iter()
                     .filter(|(u, s)| {
-                        **u != uid && s.wave > seen.wave && s.owners.iter().any(|(o, _)| o == owner)
+                        u.as_str() != uid
+                            && s.wave > seen.wave
+                            && s.owners.iter().any(|(o, _)| o == owner)
                     })
                     .map(|(_, s)| s.key.clone())
                     .collect();
@@ -276,7 +280,7 @@ impl Observer {
             self.unordered += 1;
         }
         self.by_key.remove(&seen.key);
-        self.present.remove(&uid);
+        self.present.remove(uid);
     }
 }
 
@@ -288,7 +292,9 @@ async fn observe(client: Client, observer: Arc<Mutex<Observer>>) {
         let mut observer = observer.lock();
         match event {
             Ok(watcher::Event::Apply(cm)) => observer.apply(&cm),
-            Ok(watcher::Event::Delete(cm)) => observer.delete(&cm, true),
+            Ok(watcher::Event::Delete(cm)) => {
+                observer.gone(&cm.uid().unwrap_or_default(), Some(&cm))
+            }
             Ok(watcher::Event::Init) => observer.relisting = Some(HashSet::new()),
             Ok(watcher::Event::InitApply(cm)) => observer.apply(&cm),
             Ok(watcher::Event::InitDone) => {
@@ -301,13 +307,7 @@ async fn observe(client: Client, observer: Arc<Mutex<Observer>>) {
                     .cloned()
                     .collect();
                 for uid in missing {
-                    let seen = observer.present[&uid].clone();
-                    let mut cm = ConfigMap::default();
-                    cm.metadata.uid = Some(uid.clone());
-                    let (ns, name) = seen.key.split_once('/').unwrap_or_default();
-                    cm.metadata.namespace = Some(ns.to_owned());
-                    cm.metadata.name = Some(name.to_owned());
-                    observer.delete(&cm, false);
+                    observer.gone(&uid, None);
                 }
             }
             Err(err) => observer.note(format!("observer's watch: {err}")),
@@ -408,28 +408,35 @@ impl Replica {
     fn rss(&self) -> Option<u64> {
         plane::rss(self.child.as_ref()?.id()).ok()
     }
-
-    /// Whether the webhook answers an admission review.
-    async fn answers(&self) -> bool {
-        let out = tokio::process::Command::new("curl")
-            .args([
-                "-sk",
-                "--max-time",
-                "3",
-                "-H",
-                "Content-Type: application/json",
-            ])
-            .args(["-d", "{}", &format!("https://{}/mutate", self.webhook)])
-            .output()
-            .await;
-        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"response\""))
-    }
 }
 
 impl Drop for Replica {
     fn drop(&mut self) {
         self.stop("-KILL");
     }
+}
+
+/// Whether the webhook at `webhook` answers an admission review.
+async fn answers(webhook: SocketAddr) -> bool {
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "3",
+            "-H",
+            "Content-Type: application/json",
+        ])
+        .args(["-d", "{}", &format!("https://{webhook}/mutate")])
+        .output()
+        .await;
+    out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"response\""))
+}
+
+/// Whether the replica whose metrics are at `metrics` leads.
+async fn leads(metrics: SocketAddr) -> bool {
+    plane::http_get(metrics, "/metrics")
+        .await
+        .is_ok_and(|(_, body)| body.lines().any(|l| l == "syncgc_leader 1"))
 }
 
 // --- the workload ----------------------------------------------------------------------------
@@ -627,11 +634,7 @@ async fn leader(replicas: &Mutex<Vec<Replica>>, within: Duration) -> Option<usiz
             .map(|(i, r)| (i, r.metrics, r.child.is_some()))
             .collect();
         for (i, metrics, up) in candidates {
-            if up
-                && plane::http_get(metrics, "/metrics")
-                    .await
-                    .is_ok_and(|(_, body)| body.lines().any(|l| l == "syncgc_leader 1"))
-            {
+            if up && leads(metrics).await {
                 return Some(i);
             }
         }
@@ -658,10 +661,7 @@ async fn strike(
         let deadline = started + Duration::from_secs(60);
         loop {
             let metrics = replicas.lock()[other].metrics;
-            if plane::http_get(metrics, "/metrics")
-                .await
-                .is_ok_and(|(_, body)| body.lines().any(|l| l == "syncgc_leader 1"))
-            {
+            if leads(metrics).await {
                 return Some(started.elapsed());
             }
             if Instant::now() > deadline {
@@ -894,14 +894,7 @@ async fn main() -> Result<()> {
                         continue;
                     }
                     tally.webhook_probes += 1;
-                    let probe = Replica {
-                        name: name.clone(),
-                        metrics: webhook,
-                        webhook,
-                        child: None,
-                        quiet_until: Instant::now(),
-                    };
-                    if !probe.answers().await {
+                    if !answers(webhook).await {
                         let failure = format!(
                             "{} the webhook of {name} did not answer",
                             jiff::Timestamp::now()
