@@ -13,7 +13,9 @@
 //! - every deleted owner's tree is gone within its timeout plus the faults' time;
 //! - at the end no soak object refers to an owner that is gone;
 //! - the replicas' webhooks answer but while their own process is down or stopped;
-//! - memory: each replica's resident memory at the start and the end of each half.
+//! - memory: no replica process grows by more than [`LEAK`] over a life of at least
+//!   [`LEAK_AFTER`] (its resident memory, sampled every [`MEMORY_EVERY`], from its first minute
+//!   to its end; the faults restart replicas, so each process's life is measured apart).
 //!
 //! Faults: SIGKILL of the leader, SIGSTOP of the leader for longer than its lease, a restart
 //! of kube-apiserver, a restart of etcd, etcd compacted behind a stopped replica's watches, the
@@ -60,6 +62,15 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const COLLECTED_WITHIN: Duration = Duration::from_secs(300);
 /// How much history a violation prints.
 const HISTORY: usize = 60;
+/// How often the replicas' resident memory is sampled.
+const MEMORY_EVERY: Duration = Duration::from_secs(30);
+/// The growth of a replica process's resident memory, from its first minute to its end, that
+/// is a leak (and the fraction of the first minute's it must also exceed)...
+const LEAK: (u64, f64) = (16 << 20, 0.5);
+/// ...over a life at least this long.
+const LEAK_AFTER: Duration = Duration::from_secs(600);
+/// The shortest life whose memory the results list.
+const MEMORY_REPORTED: Duration = Duration::from_secs(300);
 
 // --- randomness (no crate: a xorshift seeded from the clock) --------------------------------
 
@@ -322,6 +333,8 @@ struct Replica {
     metrics: SocketAddr,
     webhook: SocketAddr,
     child: Option<Child>,
+    /// When `child` was started.
+    started: Instant,
     /// Not expected to answer until then (stopped, restarting).
     quiet_until: Instant,
 }
@@ -333,6 +346,7 @@ impl Replica {
             metrics: plane::free_port()?,
             webhook: plane::free_port()?,
             child: None,
+            started: Instant::now(),
             quiet_until: Instant::now(),
         })
     }
@@ -384,6 +398,7 @@ impl Replica {
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
         self.child = Some(command.spawn().context("starting syncgc run")?);
+        self.started = Instant::now();
         self.quiet_until = Instant::now() + Duration::from_secs(15);
         Ok(())
     }
@@ -404,9 +419,64 @@ impl Replica {
             let _ = child.wait();
         }
     }
+}
 
-    fn rss(&self) -> Option<u64> {
-        plane::rss(self.child.as_ref()?.id()).ok()
+/// One replica process's resident memory over its life.
+struct Life {
+    half: &'static str,
+    replica: String,
+    pid: u32,
+    /// (age, bytes), every [`MEMORY_EVERY`].
+    samples: Vec<(Duration, u64)>,
+}
+
+impl Life {
+    /// The first sample a minute or more into the life (start-up done, watches listed).
+    fn settled(&self) -> Option<(Duration, u64)> {
+        self.samples
+            .iter()
+            .copied()
+            .find(|(age, _)| *age >= Duration::from_secs(60))
+    }
+
+    fn last(&self) -> Option<(Duration, u64)> {
+        self.samples.last().copied()
+    }
+
+    /// The growth from [`Life::settled`] to the end, and over how long.
+    fn growth(&self) -> Option<(i64, Duration)> {
+        let ((from_age, from), (to_age, to)) = (self.settled()?, self.last()?);
+        Some((to as i64 - from as i64, to_age.saturating_sub(from_age)))
+    }
+
+    /// Whether the life is long enough to judge and grew by more than [`LEAK`].
+    fn leaks(&self) -> bool {
+        let (Some((_, from)), Some((age, to))) = (self.settled(), self.last()) else {
+            return false;
+        };
+        age >= LEAK_AFTER && to > from + LEAK.0 && to as f64 > from as f64 * (1.0 + LEAK.1)
+    }
+}
+
+/// Samples every running replica's resident memory into its process's [`Life`].
+fn sample_memory(replicas: &Mutex<Vec<Replica>>, half: &'static str, lives: &mut Vec<Life>) {
+    for replica in replicas.lock().iter() {
+        let Some(pid) = replica.child.as_ref().map(Child::id) else {
+            continue;
+        };
+        let Ok(bytes) = plane::rss(pid) else {
+            continue;
+        };
+        let age = replica.started.elapsed();
+        match lives.iter_mut().find(|l| l.pid == pid && l.half == half) {
+            Some(life) => life.samples.push((age, bytes)),
+            None => lives.push(Life {
+                half,
+                replica: replica.name.clone(),
+                pid,
+                samples: vec![(age, bytes)],
+            }),
+        }
     }
 }
 
@@ -766,7 +836,7 @@ struct Tally {
     handovers: Vec<Duration>,
     webhook_probes: u64,
     webhook_failures: Vec<String>,
-    memory: Vec<(String, String, u64, u64)>,
+    memory: Vec<Life>,
 }
 
 #[tokio::main]
@@ -838,15 +908,11 @@ async fn main() -> Result<()> {
             }
             anchors.push((api, anchor));
         }
-        let memory_start: Vec<(String, u64)> = {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            replicas
-                .lock()
-                .iter()
-                .map(|r| (r.name.clone(), r.rss().unwrap_or(0)))
-                .collect()
+        let mode = if standalone {
+            "standalone"
+        } else {
+            "cooperative"
         };
-
         let half_ends = started + options.duration * (half + 1) / 2;
         let workload: Vec<_> = (0..WORKERS)
             .map(|w| {
@@ -874,6 +940,7 @@ async fn main() -> Result<()> {
         let mut next_fault =
             Instant::now() + rng.between(Duration::from_secs(15), Duration::from_secs(40));
         let mut next_probe = Instant::now();
+        let mut next_sample = Instant::now();
         let mut fault_index = rng.below(FAULTS.len() as u64) as usize;
         while Instant::now() < half_ends {
             if Instant::now() >= next_probe {
@@ -905,6 +972,10 @@ async fn main() -> Result<()> {
                 }
                 check_collected(&observer, &pending, &counts, false);
             }
+            if Instant::now() >= next_sample {
+                next_sample = Instant::now() + MEMORY_EVERY;
+                sample_memory(&replicas, mode, &mut tally.memory);
+            }
             if Instant::now() >= next_fault {
                 // Round robin from a random start, so each kind comes as often.
                 let fault = FAULTS[fault_index % FAULTS.len()];
@@ -934,16 +1005,7 @@ async fn main() -> Result<()> {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         check_collected(&observer, &pending, &counts, true);
-        let mode = if standalone {
-            "standalone"
-        } else {
-            "cooperative"
-        };
-        for (replica, (name, start)) in replicas.lock().iter().zip(memory_start) {
-            tally
-                .memory
-                .push((mode.to_owned(), name, start, replica.rss().unwrap_or(0)));
-        }
+        sample_memory(&replicas, mode, &mut tally.memory);
         for replica in replicas.lock().iter_mut() {
             replica.stop("-TERM");
         }
@@ -974,6 +1036,21 @@ async fn main() -> Result<()> {
         observer
             .lock()
             .violation(format!("dangling reference: {d}"));
+    }
+    for life in tally.memory.iter().filter(|l| l.leaks()) {
+        let (from, to) = (
+            life.settled().unwrap_or_default(),
+            life.last().unwrap_or_default(),
+        );
+        observer.lock().violation(format!(
+            "{} (pid {}) grew from {:.1} MiB at {:?} to {:.1} MiB at {:?}",
+            life.replica,
+            life.pid,
+            mib(from.1),
+            from.0,
+            mib(to.1),
+            to.0
+        ));
     }
     plane.kcm(Kcm::DEFAULT_LIMITS).await?;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -1038,6 +1115,10 @@ fn check_collected(
     }
 }
 
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
 fn percentile(values: &mut [Duration], p: f64) -> Duration {
     if values.is_empty() {
         return Duration::ZERO;
@@ -1066,9 +1147,11 @@ fn report(
     let _ = writeln!(out, "# Soak");
     let _ = writeln!(
         out,
-        "\n{} on {cpu} ({cores} cores), Kubernetes v1.20.2; `hack/soak.sh {}` ran {:.0} minutes: \
-         two replicas, cooperative for the first half and standalone for the second.\n",
+        "\n{} on {cpu} ({cores} cores), Kubernetes v1.20.2, syncgc at commit {}; \
+         `hack/soak.sh {}` ran {:.0} minutes: two replicas, cooperative for the first half and \
+         standalone for the second.\n",
         jiff::Timestamp::now().strftime("%Y-%m-%d"),
+        env!("SYNCGC_COMMIT"),
         syncgc::duration::format(options.duration),
         took.as_secs_f64() / 60.0
     );
@@ -1125,16 +1208,39 @@ fn report(
             tally.faults.get(&fault).copied().unwrap_or(0)
         );
     }
+    let lives = &tally.memory;
     let _ = writeln!(
         out,
-        "\n| half | replica | resident at start MiB | at end MiB |\n|---|---|---|---|"
+        "\n{} replica processes; resident memory of those that lived {} minutes or more \
+         (a leak: over {} minutes, growth by more than {} MiB and {:.0}%):\n\n\
+         | half | replica | life min | MiB at 1 min | max MiB | MiB at end | growth MiB/h |\n\
+         |---|---|---|---|---|---|---|",
+        lives.len(),
+        MEMORY_REPORTED.as_secs() / 60,
+        LEAK_AFTER.as_secs() / 60,
+        LEAK.0 >> 20,
+        LEAK.1 * 100.0
     );
-    for (mode, name, start, end) in &tally.memory {
+    for life in lives {
+        let (Some((_, from)), Some((age, to)), Some((growth, over))) =
+            (life.settled(), life.last(), life.growth())
+        else {
+            continue;
+        };
+        if age < MEMORY_REPORTED {
+            continue;
+        }
+        let max = life.samples.iter().map(|(_, b)| *b).max().unwrap_or(0);
+        let per_hour = growth as f64 / 1048576.0 / over.as_secs_f64().max(1.0) * 3600.0;
         let _ = writeln!(
             out,
-            "| {mode} | {name} | {:.1} | {:.1} |",
-            *start as f64 / 1048576.0,
-            *end as f64 / 1048576.0
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {per_hour:+.1} |",
+            life.half,
+            life.replica,
+            age.as_secs_f64() / 60.0,
+            mib(from),
+            mib(max),
+            mib(to)
         );
     }
     if !observer.violations.is_empty() || !tally.webhook_failures.is_empty() {
