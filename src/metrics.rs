@@ -59,6 +59,7 @@ pub struct Metrics {
     pub watched_resources: IntGauge,
     /// Watch errors (each followed by a retry with backoff).
     pub watch_errors: IntCounter,
+    pub watch_relists: IntCounter,
     /// Items waiting in the work queue.
     pub queue_depth: IntGauge,
     /// Items added to the work queue, by item.
@@ -183,6 +184,10 @@ impl Metrics {
             watch_errors: r.counter(
                 "syncgc_watch_errors_total",
                 "Watch errors, each followed by a retry with backoff",
+            )?,
+            watch_relists: r.counter(
+                "syncgc_watch_relists_total",
+                "Lists again because a watch's resourceVersion expired (410 Gone, after a compaction)",
             )?,
             queue_depth: r.gauge("syncgc_queue_depth", "Items waiting in the work queue")?,
             queue_adds: r.counter_vec(

@@ -1,7 +1,8 @@
 //! `syncgc run --manage-webhook --tls-secret`: on a control plane with neither its webhook
 //! configuration nor its certificate, syncgc registers itself, keeps a CA and a serving
 //! certificate in a Secret, arms objects end to end, puts back a configuration edited by hand,
-//! agrees with a second replica on one CA, and rotates its certificates under load without an
+//! agrees with a second replica on one CA, stays written for the oldest apiserver version
+//! answering, and rotates its certificates under load without an
 //! admission call failing.
 
 mod support;
@@ -19,6 +20,8 @@ use serde_json::{Value, json};
 use support::process::{Syncgc, free_port};
 use support::{TestNamespace, cleanup, create, eventually, opted_in};
 use syncgc::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
+use syncgc::webhook::registration::ServerVersion;
+use syncgc::webhook::served::{SERVED_VERSIONS_ANNOTATION, Served};
 
 /// Starts replicas of `syncgc run --manage-webhook` at the same moment, each with its own
 /// webhook port, all registered at the first one's URL and sharing one Secret.
@@ -216,34 +219,7 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
     );
 
     // Replicas that agree write nothing more.
-    let version = configurations.get(&name).await.unwrap().resource_version();
-    let writes = |replicas: &[Syncgc]| -> f64 {
-        replicas
-            .iter()
-            .map(|r| r.metric("syncgc_managed_writes_total"))
-            .sum()
-    };
-    let before = writes(&replicas);
-    let rounds =
-        |replica: &Syncgc| replica.metric_where("syncgc_managed_rounds_total", "result=\"ok\"");
-    let started: Vec<f64> = replicas.iter().map(rounds).collect();
-    eventually(
-        "every replica makes two more rounds",
-        Duration::from_secs(60),
-        || {
-            let done = replicas
-                .iter()
-                .zip(&started)
-                .all(|(r, s)| rounds(r) >= s + 2.0);
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    assert_eq!(
-        configurations.get(&name).await.unwrap().resource_version(),
-        version
-    );
-    assert_eq!(writes(&replicas), before, "writes while nothing changed");
+    quiet(&configurations, &name, &replicas).await;
 
     // A CA bundle blanked by hand is put back.
     let blank =
@@ -268,6 +244,51 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
     .await;
     println!("put back after {:?}", started.elapsed());
 
+    // A newer apiserver answered at the same address a minute ago (a control plane being
+    // upgraded): the configuration stays written for the older version, this server's, and
+    // records both; it is not rewritten at every round.
+    let server = support::server();
+    let newer = ServerVersion {
+        minor: server.minor + 10,
+        ..server
+    };
+    let minute_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    let minute_ago = minute_ago.round(jiff::Unit::Second).unwrap();
+    configurations
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                SERVED_VERSIONS_ANNOTATION: format!("{newer}={minute_ago}")
+            } } })),
+        )
+        .await
+        .unwrap();
+    let recorded = eventually(
+        "this server's version recorded beside the newer one",
+        Duration::from_secs(30),
+        || async {
+            let configuration = configurations.get(&name).await.ok()?;
+            let record = configuration
+                .annotations()
+                .get(SERVED_VERSIONS_ANNOTATION)?;
+            let served = Served::parse(record);
+            (served.oldest() == Some(server)).then_some((record.clone(), configuration))
+        },
+    )
+    .await;
+    assert!(
+        recorded.0.contains(&format!("{newer}={minute_ago}")),
+        "{}",
+        recorded.0
+    );
+    assert_eq!(
+        serde_json::to_value(&recorded.1.webhooks).unwrap(),
+        serde_json::to_value(&configuration.webhooks).unwrap(),
+        "written for {server} as before"
+    );
+    quiet(&configurations, &name, &replicas).await;
+
     // /debug/graph only where it was asked for.
     assert_eq!(replicas[0].get("/debug/graph").map(|r| r.0), Some(404));
     assert_eq!(replicas[1].get("/debug/graph").map(|r| r.0), Some(400));
@@ -275,6 +296,42 @@ async fn syncgc_registers_itself_and_keeps_its_certificate() {
         replica.kill();
     }
     forget(&name);
+}
+
+/// Every replica makes two more rounds, and neither writes the configuration.
+async fn quiet(
+    configurations: &Api<MutatingWebhookConfiguration>,
+    name: &str,
+    replicas: &[Syncgc],
+) {
+    let version = configurations.get(name).await.unwrap().resource_version();
+    let writes = || -> f64 {
+        replicas
+            .iter()
+            .map(|r| r.metric("syncgc_managed_writes_total"))
+            .sum()
+    };
+    let before = writes();
+    let rounds =
+        |replica: &Syncgc| replica.metric_where("syncgc_managed_rounds_total", "result=\"ok\"");
+    let started: Vec<f64> = replicas.iter().map(rounds).collect();
+    eventually(
+        "every replica makes two more rounds",
+        Duration::from_secs(60),
+        || {
+            let done = replicas
+                .iter()
+                .zip(&started)
+                .all(|(r, s)| rounds(r) >= s + 2.0);
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        configurations.get(name).await.unwrap().resource_version(),
+        version
+    );
+    assert_eq!(writes(), before, "writes while nothing changed");
 }
 
 /// Certificates that live seconds: while creates of opted-in objects run without pause, the

@@ -39,7 +39,7 @@ use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use parking_lot::Mutex;
@@ -295,10 +295,19 @@ impl Observer {
     }
 }
 
-async fn observe(client: Client, observer: Arc<Mutex<Observer>>) {
+/// Watches the soak objects of `namespaces` (those of this run) into `observer`.
+async fn observe(client: Client, observer: Arc<Mutex<Observer>>, namespaces: HashSet<String>) {
     let api: Api<ConfigMap> = Api::all(client);
     let config = watcher::Config::default().labels(LABEL);
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let ours = |cm: &ConfigMap| cm.namespace().is_some_and(|ns| namespaces.contains(&ns));
+    let events = watcher(api, config).default_backoff().filter(|event| {
+        std::future::ready(match event {
+            Ok(watcher::Event::Apply(cm) | watcher::Event::Delete(cm))
+            | Ok(watcher::Event::InitApply(cm)) => ours(cm),
+            _ => true,
+        })
+    });
+    let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         let mut observer = observer.lock();
         match event {
@@ -852,8 +861,13 @@ async fn main() -> Result<()> {
         }
         names
     };
+    release_leftovers(&client, &namespaces).await?;
     let observer = Arc::new(Mutex::new(Observer::default()));
-    let observing = tokio::spawn(observe(client.clone(), observer.clone()));
+    let observing = tokio::spawn(observe(
+        client.clone(),
+        observer.clone(),
+        namespaces.iter().cloned().collect(),
+    ));
     let replicas = Arc::new(Mutex::new(vec![Replica::new(0)?, Replica::new(1)?]));
     let counts = Arc::new(Mutex::new(Counts::default()));
     let pending: Arc<Mutex<Vec<Pending>>> = Arc::default();
@@ -1052,13 +1066,14 @@ async fn main() -> Result<()> {
             to.0
         ));
     }
+    observing.abort();
+    release_leftovers(&client, &[]).await?;
     plane.kcm(Kcm::DEFAULT_LIMITS).await?;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let _ = webhooks.delete(NAME, &DeleteParams::default()).await;
     for ns in &namespaces {
         let _ = plane.drop_namespace(ns).await;
     }
-    observing.abort();
 
     let observer = observer.lock();
     let counts = counts.lock();
@@ -1074,6 +1089,34 @@ async fn main() -> Result<()> {
             "{violations} violation(s); see above and {}",
             options.out.display()
         );
+    }
+    Ok(())
+}
+
+/// Clears the finalizers of the soak objects outside `keep` and deletes their namespaces: what
+/// an earlier run left (its replicas gone, nothing would release them) and, at the end, this
+/// run's own.
+async fn release_leftovers(client: &Client, keep: &[String]) -> Result<()> {
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let mut dropped = HashSet::new();
+    for cm in all.list(&ListParams::default().labels(LABEL)).await? {
+        let Some(ns) = cm.namespace().filter(|ns| !keep.contains(ns)) else {
+            continue;
+        };
+        if !cm.finalizers().is_empty() {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+            let clear = serde_json::json!({ "metadata": { "finalizers": null } });
+            api.patch(
+                &cm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(clear),
+            )
+            .await?;
+        }
+        if dropped.insert(ns.clone()) {
+            let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+        }
     }
     Ok(())
 }

@@ -212,7 +212,10 @@ impl Reflector<'_> {
                 let stream =
                     match async { self.client.request_events::<Item>(request?).await }.await {
                         Ok(stream) => stream,
-                        Err(err) if is_expired(&err) => break,
+                        Err(err) if is_expired(&err) => {
+                            self.metrics.watch_relists.inc();
+                            break;
+                        }
                         Err(err) => {
                             self.failed(feed, "watching", &err, &mut backoff).await?;
                             continue;
@@ -222,7 +225,10 @@ impl Reflector<'_> {
                 backoff.reset();
                 match self.follow(feed, stream, &mut version).await? {
                     Ok(Ended::Resume) => {}
-                    Ok(Ended::Expired) => break,
+                    Ok(Ended::Expired) => {
+                        self.metrics.watch_relists.inc();
+                        break;
+                    }
                     Err(err) => self.failed(feed, "watching", &err, &mut backoff).await?,
                 }
             }

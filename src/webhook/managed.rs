@@ -4,8 +4,9 @@
 //! Every replica runs the same round, every few seconds and whenever discovery changes what is
 //! served: it reads the server's version and the configuration; with `--tls-secret` it brings
 //! the Secret up to date (see [`super::certificate`]) and serves the certificate it holds;
-//! then it writes the configuration if what it should say (the rules and fields for that
-//! version, the CA bundle) differs from what it says. Replicas that agree write nothing; a
+//! then it writes the configuration if what it should say (the rules and fields for the
+//! oldest version the apiservers answered lately, see [`super::served`], the CA bundle)
+//! differs from what it says. Replicas that agree write nothing; a
 //! configuration edited by hand is put back at the next round.
 
 use std::path::PathBuf;
@@ -13,13 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::certificate::{self, Keeper, SecretError};
 use super::registration::{Registration, Scope, ServerVersion};
+use super::served::{SERVED_VERSIONS_ANNOTATION, Served};
 use super::tls::ReloadingCert;
-use crate::api::{ApiError, Cluster};
+use crate::api::{ApiError, Cluster, clock};
 use crate::duration::Backoff;
 use crate::gc::Collector;
 use crate::metrics::{Condition, Metrics, Readiness};
@@ -162,7 +164,7 @@ impl Managed {
     }
 
     async fn round(&self) -> Result<Written, ManageError> {
-        let server: ServerVersion = self
+        let answered: ServerVersion = self
             .cluster
             .server_version()
             .await?
@@ -171,6 +173,14 @@ impl Managed {
         let api: Api<MutatingWebhookConfiguration> = self.cluster.all();
         let name = &self.registration.name;
         let existing = self.cluster.get_whole(&api, name).await?;
+        let mut served = existing
+            .as_ref()
+            .and_then(|c| c.annotations().get(SERVED_VERSIONS_ANNOTATION))
+            .map(|record| Served::parse(record))
+            .unwrap_or_default();
+        served.answered(answered, clock::now());
+        let server = served.oldest().unwrap_or(answered);
+        let record = served.to_string();
         let ca_bundle = match &self.ca {
             CaSource::Secret(keeper) => {
                 let (contents, changes) = keeper
@@ -228,18 +238,25 @@ impl Managed {
             None => {
                 let mut created = desired;
                 created.metadata.labels = Some(certificate::managed_by());
+                created.metadata.annotations =
+                    Some([(SERVED_VERSIONS_ANNOTATION.to_owned(), record)].into());
                 self.write(self.cluster.create_whole(&api, &created).await)?;
                 Written::Created
             }
             Some(mut current) => {
+                let recorded =
+                    current.annotations().get(SERVED_VERSIONS_ANNOTATION) == Some(&record);
                 let labels = current.metadata.labels.get_or_insert_default();
                 let labelled = certificate::managed_by()
                     .iter()
                     .all(|(k, v)| labels.get(k) == Some(v));
-                if current.webhooks == desired.webhooks && labelled {
+                if current.webhooks == desired.webhooks && labelled && recorded {
                     return Ok(Written::Nothing);
                 }
                 labels.extend(certificate::managed_by());
+                current
+                    .annotations_mut()
+                    .insert(SERVED_VERSIONS_ANNOTATION.to_owned(), record);
                 current.webhooks = desired.webhooks;
                 self.write(self.cluster.replace_whole(&api, &current).await)?;
                 Written::Updated
@@ -250,7 +267,7 @@ impl Managed {
         } else {
             "updated"
         };
-        tracing::info!(configuration = %name, %server, what, "webhook configuration written");
+        tracing::info!(configuration = %name, %server, %answered, what, "webhook configuration written");
         self.count("mutatingwebhookconfiguration", what);
         Ok(written)
     }

@@ -10,6 +10,7 @@
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`registration`]: the MutatingWebhookConfiguration pointing at it.
 //! - [`managed`]: `--manage-webhook`, that configuration kept by syncgc itself.
+//! - [`served`]: the versions of the apiservers answering, which it is written for.
 //! - [`certificate`]: `--tls-secret`, the CA and serving certificate kept in a Secret.
 
 pub mod admit;
@@ -18,6 +19,7 @@ pub mod handler;
 pub mod managed;
 pub mod registration;
 pub mod review;
+pub mod served;
 pub mod server;
 mod skim;
 pub mod tls;
