@@ -14,6 +14,10 @@
 #   hack/cluster.sh env                shell exports for clients (KUBECONFIG, SYNCGC_KUBECONFIG,
 #                                      PATH with kubectl)
 #
+# Two kubeconfigs in SYNCGC_CLUSTER_DIR: admin.kubeconfig (system:masters, which no in-flight
+# limit or flow control ever refuses) and controller.kubeconfig (user syncgc-controller, bound
+# to cluster-admin: refused with 429 as a controller's ServiceAccount is).
+#
 # MODE gc:   kube-controller-manager with all controllers, so the cluster's own GC runs.
 # MODE nogc: all controllers but the garbage collector (for syncgc --mode standalone).
 # Neither mode runs the node lifecycle controller: there are no kubelets.
@@ -27,6 +31,10 @@
 #   SYNCGC_KCM_GC_SYNCS [20]                     its garbage collector's workers
 #   SYNCGC_APISERVER_INFLIGHT [2000]  SYNCGC_APISERVER_MUTATING_INFLIGHT [1000]
 #                        kube-apiserver's --max-(mutating-)requests-inflight when it starts
+#   SYNCGC_APISERVER_FLOW_CONTROL [true]  its --enable-priority-and-fairness (false: the
+#                        in-flight limits answer 429 at once instead of queueing)
+#   SYNCGC_APISERVER_WATCH_CACHE [true]   its --watch-cache (false: watches read etcd, so a
+#                        compaction is what expires them)
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -165,6 +173,20 @@ EOF
   touch "$PKI/.complete"
 }
 
+# A client certificate outside system:masters (PKI made before it existed gets it too).
+gen_controller_cert() {
+  [ -f "$PKI/controller.crt" ] && return 0
+  gen_cert controller "/CN=syncgc-controller" ca "$PKI/client.ext"
+}
+
+# The controller user may do everything, as cluster-admin.
+bind_controller() {
+  local kubectl=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE")
+  "${kubectl[@]}" get clusterrolebinding syncgc-controller >/dev/null 2>&1 ||
+    "${kubectl[@]}" create clusterrolebinding syncgc-controller \
+      --clusterrole cluster-admin --user syncgc-controller >/dev/null
+}
+
 write_kubeconfig() { # file user
   local file=$1 user=$2
   cat >"$file.tmp" <<EOF
@@ -277,6 +299,8 @@ start_apiserver() {
     --allow-privileged \
     --max-requests-inflight "${SYNCGC_APISERVER_INFLIGHT:-2000}" \
     --max-mutating-requests-inflight "${SYNCGC_APISERVER_MUTATING_INFLIGHT:-1000}" \
+    --enable-priority-and-fairness="${SYNCGC_APISERVER_FLOW_CONTROL:-true}" \
+    --watch-cache="${SYNCGC_APISERVER_WATCH_CACHE:-true}" \
     --profiling=false \
     --v 1
   wait_for kube-apiserver 120 apiserver_ready ||
@@ -335,9 +359,12 @@ cmd_up() {
   cmd_install
   mkdir -p "$DIR"
   gen_pki
+  gen_controller_cert
   write_kubeconfig "$KUBECONFIG_FILE" admin
+  write_kubeconfig "$DIR/controller.kubeconfig" controller
   start_etcd
   start_apiserver
+  bind_controller
   start_kcm "$mode"
   log "control plane up: KUBECONFIG=$KUBECONFIG_FILE"
 }
@@ -376,5 +403,5 @@ case ${1:-} in
   status) cmd_status ;;
   env) printf 'export KUBECONFIG=%q SYNCGC_KUBECONFIG=%q PATH=%q:"$PATH"\n' \
     "$KUBECONFIG_FILE" "$KUBECONFIG_FILE" "$BIN" ;;
-  *) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 2 ;;
 esac

@@ -6,7 +6,9 @@
 //! the apiserver's order) checks the invariants as events arrive and at the end:
 //!
 //! - no armed owner is released while a dependent of it (transitively) exists, nor a
-//!   foreground one while a blocking dependent does, but by its deadline;
+//!   foreground one while a blocking dependent does, but by its deadline (armed: deleted while
+//!   it carried the synchronous finalizer; one created while its webhook was away and armed by
+//!   the collector only as its DELETE ran is counted apart);
 //! - no wave of a deletion order goes while a higher one of the same owner is left;
 //! - no object that must survive is deleted (anchors, bystanders, dependents with another live
 //!   owner);
@@ -18,9 +20,12 @@
 //!   to its end; the faults restart replicas, so each process's life is measured apart).
 //!
 //! Faults: SIGKILL of the leader, SIGSTOP of the leader for longer than its lease, a restart
-//! of kube-apiserver, a restart of etcd, etcd compacted behind a stopped replica's watches, the
-//! apiserver's in-flight limits squeezed (429s), and a replica restarted on a clock two
-//! minutes off. A violation fails the run and prints the history around it.
+//! of kube-apiserver, a restart of etcd, etcd compacted behind a stopped replica's watches
+//! (the apiserver restarted without its watch cache meanwhile, so they resume into 410 Gone),
+//! the apiserver's in-flight limits squeezed without flow control (429s), and a replica
+//! restarted on a clock two minutes off. The replicas run with a controller's credentials
+//! (`controller.kubeconfig`: the admin's are never refused a 429); the workload and the
+//! observer with the admin's. A violation fails the run and prints the history around it.
 
 #[allow(dead_code)]
 #[path = "../cluster/plane.rs"]
@@ -109,8 +114,12 @@ struct Seen {
     key: String,
     /// Its owners, by uid, with whether the reference blocks.
     owners: Vec<(String, bool)>,
-    /// Ever carried the synchronous finalizer, or foregroundDeletion (sticky).
+    /// Ever being deleted with the synchronous finalizer, or carried foregroundDeletion
+    /// (sticky). An owner armed only after its DELETE was admitted (created while no webhook
+    /// answered, armed by the collector as the DELETE ran) is not deleted synchronously.
     armed: bool,
+    /// Carried the synchronous finalizer, being deleted or not (sticky).
+    finalized: bool,
     foreground: bool,
     survivor: bool,
     wave: i64,
@@ -128,7 +137,9 @@ impl Seen {
                 .iter()
                 .map(|r| (r.uid.clone(), r.block_owner_deletion == Some(true)))
                 .collect(),
-            armed: before.is_some_and(|b| b.armed) || has(SYNCHRONOUS_FINALIZER),
+            armed: before.is_some_and(|b| b.armed)
+                || (has(SYNCHRONOUS_FINALIZER) && cm.metadata.deletion_timestamp.is_some()),
+            finalized: before.is_some_and(|b| b.finalized) || has(SYNCHRONOUS_FINALIZER),
             foreground: before.is_some_and(|b| b.foreground) || has(FOREGROUND_FINALIZER),
             survivor: cm.labels().get(LABEL).is_some_and(|v| v == "survivor"),
             wave: annotation(DELETION_ORDER_ANNOTATION)
@@ -156,6 +167,8 @@ struct Observer {
     checked: u64,
     unordered: u64,
     released_by_deadline: u64,
+    /// Gone with the synchronous finalizer but never seen being deleted with it.
+    armed_as_deleted: u64,
     /// A relist in progress: the uids it has shown.
     relisting: Option<HashSet<String>>,
     relists: u64,
@@ -244,6 +257,9 @@ impl Observer {
         }
         if ordered {
             self.checked += 1;
+            if seen.finalized && !seen.armed {
+                self.armed_as_deleted += 1;
+            }
             let by_deadline = seen
                 .deadline
                 .is_some_and(|d| jiff::Timestamp::now() >= d - jiff::SignedDuration::from_secs(2));
@@ -361,11 +377,14 @@ impl Replica {
     }
 
     fn start(&mut self, plane: &Plane, standalone: bool, skew: Option<&str>) -> Result<()> {
-        let kubeconfig = std::env::var("SYNCGC_KUBECONFIG")?;
+        // A controller's credentials: the admin's (system:masters) are never refused a 429.
+        let kubeconfig = PathBuf::from(std::env::var("SYNCGC_KUBECONFIG")?)
+            .with_file_name("controller.kubeconfig");
         let mut command = Command::new(plane::syncgc_binary());
         command
             .arg("run")
-            .args(["--kubeconfig", &kubeconfig])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
             .args(["--webhook-addr", &self.webhook.to_string()])
             .args(["--metrics-addr", &self.metrics.to_string()])
             .arg("--tls-cert")
@@ -725,13 +744,55 @@ async fn leader(replicas: &Mutex<Vec<Replica>>, within: Duration) -> Option<usiz
 }
 
 /// Strikes `fault`; returns the handover time when it moved the lease.
+/// What a fault showed.
+#[derive(Default)]
+struct Struck {
+    /// How long the other replica took to lead, when the leader went.
+    handover: Option<Duration>,
+    /// The 429s the replicas met (items queued again as `throttled`).
+    throttled: u64,
+    /// The lists again after 410 Gone of the replica whose watches were compacted away.
+    relisted: u64,
+}
+
+impl Struck {
+    fn handover(took: Option<Duration>) -> Self {
+        Self {
+            handover: took,
+            ..Self::default()
+        }
+    }
+}
+
+/// Each replica's count of items queued again after a 429.
+async fn throttled(replicas: &Mutex<Vec<Replica>>) -> Vec<f64> {
+    let addresses: Vec<SocketAddr> = replicas.lock().iter().map(|r| r.metrics).collect();
+    let mut counts = Vec::new();
+    for metrics in addresses {
+        let count = plane::http_get(metrics, "/metrics")
+            .await
+            .map(|(_, body)| {
+                body.lines()
+                    .filter(|l| {
+                        l.starts_with("syncgc_queue_retries_total{")
+                            && l.contains("reason=\"throttled\"")
+                    })
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0.0);
+        counts.push(count);
+    }
+    counts
+}
+
 async fn strike(
     fault: Fault,
     plane: &Plane,
     replicas: &Mutex<Vec<Replica>>,
     standalone: bool,
     rng: &mut Rng,
-) -> Result<Option<Duration>> {
+) -> Result<Struck> {
     let Some(lead) = leader(replicas, Duration::from_secs(30)).await else {
         bail!("no replica leads");
     };
@@ -756,7 +817,7 @@ async fn strike(
             let took = handover(started).await;
             tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(5))).await;
             replicas.lock()[lead].start(plane, standalone, None)?;
-            Ok(took)
+            Ok(Struck::handover(took))
         }
         Fault::PauseLeader => {
             let started = Instant::now();
@@ -769,39 +830,77 @@ async fn strike(
             let took = handover(started).await;
             tokio::time::sleep(pause.saturating_sub(started.elapsed())).await;
             replicas.lock()[lead].signal("-CONT");
-            Ok(took)
+            Ok(Struck::handover(took))
         }
         Fault::RestartApiserver => {
             cluster(&["restart-apiserver"], &[])?;
-            Ok(None)
+            Ok(Struck::default())
         }
         Fault::RestartEtcd => {
             cluster(&["restart-etcd"], &[])?;
-            Ok(None)
+            Ok(Struck::default())
         }
         Fault::CompactBehindAWatch => {
-            // The follower's watches fall behind while it is stopped; etcd is compacted
-            // past them.
+            // The follower's watches fall behind while it is stopped; the apiserver restarts
+            // without its watch cache (the follower's connections close, and watches read etcd
+            // from then on), and etcd is compacted past them: they resume into 410 Gone.
+            let metrics = replicas.lock()[other].metrics;
+            let relists = || async move {
+                plane::http_get(metrics, "/metrics")
+                    .await
+                    .ok()
+                    .and_then(|(_, body)| {
+                        body.lines()
+                            .find_map(|l| l.strip_prefix("syncgc_watch_relists_total "))
+                            .and_then(|v| v.parse::<f64>().ok())
+                    })
+                    .unwrap_or(0.0)
+            };
+            let before = relists().await;
             {
                 let mut replicas = replicas.lock();
-                replicas[other].quiet_until = Instant::now() + Duration::from_secs(20);
+                replicas[other].quiet_until = Instant::now() + Duration::from_secs(40);
                 replicas[other].signal("-STOP");
             }
+            let restarted = cluster(
+                &["restart-apiserver"],
+                &[("SYNCGC_APISERVER_WATCH_CACHE", "false")],
+            );
             tokio::time::sleep(Duration::from_secs(8)).await;
             let compacted = cluster(&["compact"], &[]);
             replicas.lock()[other].signal("-CONT");
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let after = relists().await;
+            let normal = cluster(&["restart-apiserver"], &[]);
+            restarted?;
             compacted?;
-            Ok(None)
+            normal?;
+            Ok(Struck {
+                relisted: (after - before).max(0.0) as u64,
+                ..Struck::default()
+            })
         }
         Fault::SqueezeInflight => {
+            // Without flow control, a request over the limits is refused with 429 at once.
             let squeezed = [
                 ("SYNCGC_APISERVER_INFLIGHT", "4"),
                 ("SYNCGC_APISERVER_MUTATING_INFLIGHT", "2"),
+                ("SYNCGC_APISERVER_FLOW_CONTROL", "false"),
             ];
+            let before = throttled(replicas).await;
             cluster(&["restart-apiserver"], &squeezed)?;
             tokio::time::sleep(rng.between(Duration::from_secs(20), Duration::from_secs(40))).await;
+            let after = throttled(replicas).await;
             cluster(&["restart-apiserver"], &[])?;
-            Ok(None)
+            let met = before
+                .iter()
+                .zip(&after)
+                .map(|(b, a)| (a - b).max(0.0) as u64)
+                .sum();
+            Ok(Struck {
+                throttled: met,
+                ..Struck::default()
+            })
         }
         Fault::SkewAClock => {
             // The leader restarted on a clock two minutes off, either way.
@@ -810,7 +909,7 @@ async fn strike(
             replicas.lock()[lead].stop("-TERM");
             let took = handover(started).await;
             replicas.lock()[lead].start(plane, standalone, Some(skew))?;
-            Ok(took)
+            Ok(Struck::handover(took))
         }
     }
 }
@@ -843,6 +942,8 @@ struct Tally {
     faults: BTreeMap<Fault, u64>,
     fault_errors: Vec<String>,
     handovers: Vec<Duration>,
+    throttled: u64,
+    relisted: u64,
     webhook_probes: u64,
     webhook_failures: Vec<String>,
     memory: Vec<Life>,
@@ -997,7 +1098,11 @@ async fn main() -> Result<()> {
                 println!("soak: {:?} {fault:?}", started.elapsed());
                 observer.lock().note(format!("fault {fault:?}"));
                 match strike(fault, &plane, &replicas, standalone, &mut rng).await {
-                    Ok(handover) => tally.handovers.extend(handover),
+                    Ok(struck) => {
+                        tally.handovers.extend(struck.handover);
+                        tally.throttled += struck.throttled;
+                        tally.relisted += struck.relisted;
+                    }
                     Err(err) => {
                         eprintln!("fault {fault:?}: {err:#}");
                         tally.fault_errors.push(format!("{fault:?}: {err:#}"));
@@ -1229,6 +1334,11 @@ fn report(
         "| owners released by their deadline with dependents left | {} |",
         observer.released_by_deadline
     );
+    let _ = writeln!(
+        out,
+        "| owners armed by the collector as their unarmed DELETE ran (not synchronous) | {} |",
+        observer.armed_as_deleted
+    );
     let _ = writeln!(out, "| webhook probes | {} |", tally.webhook_probes);
     let mut handovers = tally.handovers.clone();
     let _ = writeln!(
@@ -1237,6 +1347,16 @@ fn report(
         handovers.len(),
         percentile(&mut handovers, 0.5).as_secs_f64(),
         percentile(&mut handovers, 1.0).as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| 429s the replicas met while squeezed (items queued again) | {} |",
+        tally.throttled
+    );
+    let _ = writeln!(
+        out,
+        "| watches listed again after 410 Gone, behind a compaction | {} |",
+        tally.relisted
     );
     let _ = writeln!(
         out,

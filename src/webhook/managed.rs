@@ -13,12 +13,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, RuleWithOperations,
+};
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::certificate::{self, Keeper, SecretError};
-use super::registration::{Registration, Scope, ServerVersion};
+use super::registration::{ARM_WEBHOOK, Registration, Scope, ServerVersion};
 use super::served::{SERVED_VERSIONS_ANNOTATION, Served};
 use super::tls::ReloadingCert;
 use crate::api::{ApiError, Cluster, clock};
@@ -222,10 +224,17 @@ impl Managed {
             return Ok(Written::Waiting);
         } else {
             let resources = self.collector.resources();
-            Scope::of_discovery(
+            let discovered = Scope::of_discovery(
                 resources.served().map(|(_, r)| r),
                 resources.failed_groups(),
-            )
+            );
+            // While apiservers of several versions answer, another replica's discovery may
+            // be another version's: the rules only grow until one version is left, so that
+            // the replicas agree.
+            match arm_rules(existing.as_ref()) {
+                Some(written) if served.mixed() => discovered.widened(written),
+                _ => discovered,
+            }
         };
         let desired = Registration {
             server,
@@ -291,6 +300,19 @@ impl Managed {
             .with_label_values(&[object, what])
             .inc();
     }
+}
+
+/// The rules of the configuration's webhook for CREATE and UPDATE.
+fn arm_rules(
+    configuration: Option<&MutatingWebhookConfiguration>,
+) -> Option<&[RuleWithOperations]> {
+    configuration?
+        .webhooks
+        .as_ref()?
+        .iter()
+        .find(|hook| hook.name == ARM_WEBHOOK)?
+        .rules
+        .as_deref()
 }
 
 /// The CA bundle the configuration publishes to every one of its webhooks (empty when they

@@ -199,6 +199,31 @@ impl Scope {
         )
     }
 
+    /// This scope and every resource `rules` name (rules written from another scope).
+    pub fn widened(self, rules: &[RuleWithOperations]) -> Self {
+        let Self::Discovered(mut groups) = self else {
+            return self;
+        };
+        for rule in rules {
+            let names = |list: &Option<Vec<String>>| list.clone().unwrap_or_default();
+            let (rule_groups, resources) = (names(&rule.api_groups), names(&rule.resources));
+            if rule_groups.iter().any(|g| g == "*") {
+                return Self::Every;
+            }
+            let whole = resources.iter().any(|r| r == "*");
+            for group in rule_groups {
+                if whole {
+                    groups.insert(group, None);
+                } else if let Some(listed) =
+                    groups.entry(group).or_insert_with(|| Some(BTreeSet::new()))
+                {
+                    listed.extend(resources.iter().cloned());
+                }
+            }
+        }
+        Self::Discovered(groups)
+    }
+
     fn rules(&self, operations: &[&str]) -> Vec<RuleWithOperations> {
         let rule = |groups: Vec<String>, resources: Vec<String>| RuleWithOperations {
             api_groups: Some(groups),
@@ -456,6 +481,44 @@ mod tests {
                 .unwrap()
                 .match_conditions()
         );
+    }
+
+    /// Two replicas whose discoveries differ (each reaches an apiserver of another version)
+    /// agree on the union of their scopes: each widens its own by the rules written.
+    #[test]
+    fn a_scope_widened_by_another_scope_s_rules_is_their_union() {
+        let one = Scope::discovered(
+            [
+                ("", "configmaps"),
+                ("", "events"),
+                ("", "secrets"),
+                ("apps", "deployments"),
+            ],
+            [],
+        );
+        let other = Scope::discovered(
+            [("", "configmaps"), ("", "pods"), ("batch", "jobs")],
+            ["metrics.k8s.io"],
+        );
+        let union = Scope::discovered(
+            [
+                ("", "configmaps"),
+                ("", "pods"),
+                ("", "secrets"),
+                ("apps", "deployments"),
+                ("batch", "jobs"),
+            ],
+            ["metrics.k8s.io"],
+        );
+        let widened = one.clone().widened(&other.rules(&["CREATE"]));
+        assert_eq!(widened, union);
+        assert_eq!(
+            other.widened(&widened.rules(&["CREATE"])),
+            union,
+            "the other replica writes nothing new"
+        );
+        assert_eq!(one.clone().widened(&one.rules(&["CREATE"])), one);
+        assert_eq!(one.widened(&Scope::Every.rules(&["CREATE"])), Scope::Every);
     }
 
     #[test]

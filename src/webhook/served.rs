@@ -9,10 +9,16 @@
 //! A version is recorded when it is first answered; while others are recorded too, it is
 //! recorded again once its record is [`REFRESH`] old, and forgotten once it is [`FORGET`] old:
 //! a new version becomes the one written for when no replica has answered an older one for
-//! that long. A version that appears gives the others recorded [`FORGET`] minus [`REFRESH`]
-//! more (their records may be old because nothing changed), so that a replica still reaching
-//! one refreshes it before it is forgotten. One version alone stays recorded as it is: a
-//! control plane that is not changing costs no writes.
+//! that long. When a version appears, the others' records count as at most [`FORGET`] minus
+//! [`REFRESH`] old (they may be old only because nothing changed), so a replica still reaching
+//! one has [`REFRESH`] to record it again before it is forgotten. One version alone stays
+//! recorded as it is: a control plane that is not changing costs no writes; while several are,
+//! each costs a write every [`REFRESH`]. A record dated more than [`AHEAD`] after now (a clock
+//! far off, a hand edit) counts as made now.
+//!
+//! Only versions that some replica's connection reaches are heard of: an old apiserver that no
+//! replica reaches is not recorded, and the configuration may be written for a newer version
+//! while it still serves.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +34,8 @@ pub const SERVED_VERSIONS_ANNOTATION: &str = "syncgc.io/served-versions";
 pub const REFRESH: SignedDuration = SignedDuration::from_secs(120);
 /// How long a version no replica answers stays recorded while others are.
 pub const FORGET: SignedDuration = SignedDuration::from_secs(360);
+/// How far after now a record may be dated before it counts as made now.
+pub const AHEAD: SignedDuration = SignedDuration::from_secs(60);
 
 /// The versions recorded, each with when it was last answered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +60,11 @@ impl Served {
     pub fn answered(&mut self, version: ServerVersion, now: Timestamp) {
         let now = now.round(Unit::Second).unwrap_or(now);
         let at = |age: SignedDuration| now.checked_sub(age).unwrap_or(now);
+        for last in self.0.values_mut() {
+            if last.duration_since(now) > AHEAD {
+                *last = now;
+            }
+        }
         match self.0.get(&version) {
             None => {
                 for last in self.0.values_mut() {
@@ -71,6 +84,11 @@ impl Served {
     /// The version the configuration is written for: the oldest recorded.
     pub fn oldest(&self) -> Option<ServerVersion> {
         self.0.keys().next().copied()
+    }
+
+    /// Whether apiservers of more than one version answered lately.
+    pub fn mixed(&self) -> bool {
+        self.0.len() > 1
     }
 }
 
@@ -190,6 +208,20 @@ mod tests {
             Some(v(28)),
             "forgotten once nobody reached it"
         );
+    }
+
+    /// A record dated far ahead (a clock off, a hand edit) neither pins the old version until
+    /// that date nor is rewritten at every round.
+    #[test]
+    fn a_record_dated_ahead_counts_as_made_now() {
+        let mut served = Served([(v(27), at(86_400)), (v(28), at(0))].into());
+        served.answered(v(28), at(10));
+        assert_eq!(served.0[&v(27)], at(10));
+        let once = served.clone();
+        served.answered(v(28), at(20));
+        assert_eq!(served, once, "no second write");
+        served.answered(v(28), at(10 + FORGET.as_secs()));
+        assert_eq!(served.oldest(), Some(v(28)));
     }
 
     /// An older version (a rollback, an old apiserver behind the address again) is the one

@@ -280,15 +280,7 @@ pub async fn an_apiserver_restart_does_not_release_the_owner(ns: &TestNamespace,
 /// Restarts kube-apiserver (`hack/cluster.sh restart-apiserver`): every watch ends and is
 /// established again. Test binaries run one at a time, so no other test sees it.
 pub fn restart_apiserver() {
-    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
-        .arg("restart-apiserver")
-        .output()
-        .expect("running hack/cluster.sh");
-    assert!(
-        out.status.success(),
-        "hack/cluster.sh restart-apiserver: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::cluster_sh(&["restart-apiserver"], &[]);
 }
 
 /// A custom resource kind `things` stored at v1 and served also at v2 (the version syncgc

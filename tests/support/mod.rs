@@ -49,6 +49,20 @@ pub fn kubeconfig_path() -> String {
     })
 }
 
+/// The kubeconfig of a user outside `system:masters` (`controller.kubeconfig` beside the
+/// admin's, bound to cluster-admin by `hack/cluster.sh up`): the apiserver's in-flight limits
+/// refuse it with 429 as they refuse a controller's ServiceAccount, never the admin.
+pub fn controller_kubeconfig_path() -> String {
+    let admin = kubeconfig_path();
+    let path = std::path::Path::new(&admin).with_file_name("controller.kubeconfig");
+    assert!(
+        path.exists(),
+        "{} is missing: `hack/cluster.sh up` writes it",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
 /// A client for the local control plane, checked to answer; panics with a clear message when
 /// it does not.
 pub async fn client() -> Client {
@@ -136,13 +150,21 @@ pub fn kcm(mode: Kcm) {
     };
     static SWITCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = SWITCHING.lock().unwrap_or_else(|e| e.into_inner());
+    cluster_sh(&["kcm", arg], &[]);
+}
+
+/// Runs `hack/cluster.sh ARGS` with `env`, and fails the test if it fails. What it does to the
+/// control plane no other test sees: test binaries run one at a time.
+pub fn cluster_sh(args: &[&str], env: &[(&str, &str)]) {
     let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
-        .args(["kcm", arg])
+        .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("running hack/cluster.sh");
     assert!(
         out.status.success(),
-        "hack/cluster.sh kcm {arg}: {}",
+        "hack/cluster.sh {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -264,11 +264,26 @@ impl Syncgc {
 
     /// Sends SIGTERM, as the kubelet does to a pod being deleted, without waiting.
     pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Stops the process where it stands (SIGSTOP), as a node that freezes does: its
+    /// connections stay open and nothing it holds is let go.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused process go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
         let sent = Command::new("kill")
-            .args(["-TERM", &self.pid])
+            .args([signal, &self.pid])
             .status()
             .unwrap();
-        assert!(sent.success(), "kill -TERM {}", self.pid);
+        assert!(sent.success(), "kill {signal} {}", self.pid);
     }
 
     /// Waits until syncgc has exited (and the watchdog has unregistered its webhook).
@@ -278,11 +293,7 @@ impl Syncgc {
 
     /// Stops syncgc at once, as a crash or an eviction would (SIGKILL to the process).
     pub fn kill(&mut self) {
-        let killed = Command::new("kill")
-            .args(["-KILL", &self.pid])
-            .status()
-            .unwrap();
-        assert!(killed.success(), "kill -KILL {}", self.pid);
+        self.signal("-KILL");
         let _ = self.child.wait();
     }
 }
