@@ -46,6 +46,18 @@ async fn syncgc_and_namespace(
     (alone, client, ns, syncgc)
 }
 
+/// An owner armed by the webhook, with a timeout far beyond the tests' waits (a release by it
+/// would be noticed).
+async fn armed_owner(api: &Api<ConfigMap>) -> ConfigMap {
+    let owner = create(
+        api,
+        &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "10m")]),
+    )
+    .await;
+    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER], "armed");
+    owner
+}
+
 /// An owner waits for two dependents; syncgc is stopped (SIGSTOP), the apiserver restarts
 /// without its watch cache (every connection closes, and watches read etcd from then on), one
 /// dependent goes and etcd is compacted past its deletion. Let go on, syncgc's watches resume
@@ -55,12 +67,7 @@ async fn syncgc_and_namespace(
 async fn a_compaction_behind_the_watches_releases_neither_early_nor_never() {
     let (_alone, _, ns, syncgc) = syncgc_and_namespace("compaction").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(
-        &api,
-        &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "10m")]),
-    )
-    .await;
-    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER], "armed");
+    let owner = armed_owner(&api).await;
     let first = create(&api, &held("first", vec![owner_ref(&owner, true)])).await;
     create(&api, &held("second", vec![owner_ref(&owner, true)])).await;
     seen(&syncgc, &first.uid().unwrap()).await;
@@ -117,12 +124,7 @@ async fn an_apiserver_at_its_inflight_limit_loses_nothing() {
     let (_alone, client, ns, syncgc) = syncgc_and_namespace("throttled").await;
     let writers_ns = TestNamespace::new(&client, "throttled-writers").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(
-        &api,
-        &opted_in("owner", vec![], &[(TIMEOUT_ANNOTATION, "10m")]),
-    )
-    .await;
-    assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER], "armed");
+    let owner = armed_owner(&api).await;
     const DEPENDENTS: usize = 40;
     for i in 0..DEPENDENTS {
         create(
