@@ -12,7 +12,9 @@
 //! - no wave of a deletion order goes while a higher one of the same owner is left;
 //! - no object that must survive is deleted (anchors, bystanders, dependents with another live
 //!   owner);
-//! - every deleted owner's tree is gone within its timeout plus the faults' time;
+//! - every deleted owner's tree that syncgc collects (an armed owner's; in standalone mode
+//!   every one) is gone within its timeout plus the faults' time (in cooperative mode
+//!   kube-controller-manager collects the others, and those it is late with are counted);
 //! - at the end no soak object refers to an owner that is gone;
 //! - the replicas' webhooks answer but while their own process is down or stopped;
 //! - memory: no replica process grows by more than [`LEAK`] over a life of at least
@@ -544,6 +546,9 @@ struct Pending {
     owner: String,
     deleted: Instant,
     must_go: Vec<String>,
+    /// syncgc collects it (an armed owner's, or any in standalone mode); in cooperative mode
+    /// kube-controller-manager collects the others, and how soon is not syncgc's to answer for.
+    by_syncgc: bool,
 }
 
 #[derive(Default)]
@@ -552,6 +557,8 @@ struct Counts {
     objects: u64,
     deletes: BTreeMap<&'static str, u64>,
     collected: Vec<Duration>,
+    /// Trees kube-controller-manager had not collected in time (cooperative mode).
+    late_by_kcm: u64,
 }
 
 fn config_map(name: &str, role: &str, owners: Vec<OwnerReference>) -> ConfigMap {
@@ -582,6 +589,7 @@ async fn one_tree(
     api: &Api<ConfigMap>,
     anchor: &ConfigMap,
     id: u64,
+    standalone: bool,
     rng: &mut Rng,
     counts: &Mutex<Counts>,
 ) -> Result<Pending> {
@@ -681,6 +689,7 @@ async fn one_tree(
         owner: must_go[0].clone(),
         deleted: Instant::now(),
         must_go,
+        by_syncgc: armed || standalone,
     })
 }
 
@@ -1038,7 +1047,7 @@ async fn main() -> Result<()> {
                     let mut id = (half as u64) << 40 | (w as u64) << 32;
                     while Instant::now() < half_ends {
                         id += 1;
-                        match one_tree(&api, &anchor, id, &mut rng, &counts).await {
+                        match one_tree(&api, &anchor, id, standalone, &mut rng, &counts).await {
                             Ok(tree) => pending.lock().push(tree),
                             // The apiserver restarting or refusing (429): try again.
                             Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
@@ -1249,11 +1258,17 @@ fn check_collected(
             return false;
         }
         if last || tree.deleted.elapsed() > COLLECTED_WITHIN {
-            late.push(format!(
+            let what = format!(
                 "the tree of {} is not gone {:?} after its deletion: {left:?} left",
                 tree.owner,
                 tree.deleted.elapsed()
-            ));
+            );
+            if tree.by_syncgc {
+                late.push(what);
+            } else {
+                observer.note(format!("kube-controller-manager: {what}"));
+                counts.lock().late_by_kcm += 1;
+            }
             return false;
         }
         true
@@ -1317,6 +1332,12 @@ fn report(
         percentile(&mut collected, 0.5).as_secs_f64(),
         percentile(&mut collected, 0.99).as_secs_f64(),
         percentile(&mut collected, 1.0).as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| trees kube-controller-manager collected after {}s or not by the half's end (cooperative, unarmed: not syncgc's) | {} |",
+        COLLECTED_WITHIN.as_secs(),
+        counts.late_by_kcm
     );
     let _ = writeln!(
         out,

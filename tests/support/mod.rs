@@ -257,12 +257,29 @@ impl Drop for TestNamespace {
             clear_all_finalizers(&Api::<ConfigMap>::namespaced(client.clone(), &name)).await;
             clear_all_finalizers(&Api::<Pod>::namespaced(client.clone(), &name)).await;
             clear_all_finalizers(&Api::<Secret>::namespaced(client.clone(), &name)).await;
+            delete_crds_of(&client, &name).await;
             Api::<Namespace>::all(client)
                 .delete(&name, &DeleteParams::background())
                 .await
                 .map_err(|err| anyhow::anyhow!("deleting namespace {name}: {err}"))?;
             Ok(())
         });
+    }
+}
+
+/// Deletes the CustomResourceDefinitions of the group a test made for `namespace`
+/// (`NAMESPACE.test.syncgc.io`, see [`create_crd`]), whether the test got to delete them or not.
+async fn delete_crds_of(client: &Client, namespace: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let Ok(list) = crds.list_metadata(&Default::default()).await else {
+        return;
+    };
+    let group = format!(".{namespace}.test.syncgc.io");
+    for crd in list.items.iter().filter(|c| c.name_any().ends_with(&group)) {
+        let _ = crds
+            .delete(&crd.name_any(), &DeleteParams::background())
+            .await;
     }
 }
 
