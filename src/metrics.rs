@@ -187,7 +187,7 @@ impl Metrics {
             )?,
             watch_relists: r.counter(
                 "syncgc_watch_relists_total",
-                "Lists again because a watch's resourceVersion expired (410 Gone, after a compaction)",
+                "Lists again because a watch's resourceVersion had expired (410 Gone)",
             )?,
             queue_depth: r.gauge("syncgc_queue_depth", "Items waiting in the work queue")?,
             queue_adds: r.counter_vec(
