@@ -21,7 +21,7 @@ use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::surface::seen;
 use support::{
     Kcm, TestNamespace, being_deleted, clear_finalizers, cluster_sh, config_map, create, delete,
-    eventually, exists, gone, held, opted_in, owner_ref,
+    eventually, exists, gone, held, opted_in, owner_ref, try_cluster_sh,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -225,13 +225,11 @@ impl Restarted {
 
 impl Drop for Restarted {
     fn drop(&mut self) {
-        // Not cluster_sh, whose failure panics: this also runs while a failed test unwinds.
-        let restarted =
-            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
-                .arg("restart-apiserver")
-                .status();
-        if !restarted.is_ok_and(|s| s.success()) && !std::thread::panicking() {
-            panic!("hack/cluster.sh restart-apiserver failed");
+        let restarted = try_cluster_sh(&["restart-apiserver"], &[]);
+        if let Err(err) = restarted
+            && !std::thread::panicking()
+        {
+            panic!("{err}");
         }
     }
 }

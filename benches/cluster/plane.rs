@@ -390,12 +390,7 @@ impl Syncgc {
 
     /// The sum of a metric's series whose line starts with `series`.
     pub async fn metric(&self, series: &str) -> Result<f64> {
-        let (_, text) = http_get(self.metrics, "/metrics").await?;
-        Ok(text
-            .lines()
-            .filter(|l| l.starts_with(series))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum())
+        metric(self.metrics, series, "").await
     }
 }
 
@@ -407,6 +402,17 @@ impl Drop for Syncgc {
 }
 
 /// A process's resident memory (VmRSS), in bytes.
+/// The sum of the series on the metrics port `metrics` whose line starts with `series` and
+/// holds `label` (a `name="value"`, or nothing).
+pub async fn metric(metrics: SocketAddr, series: &str, label: &str) -> Result<f64> {
+    let (_, text) = http_get(metrics, "/metrics").await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(series) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
 pub fn rss(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: u64 = status

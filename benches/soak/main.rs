@@ -778,18 +778,13 @@ async fn throttled(replicas: &Mutex<Vec<Replica>>) -> Vec<f64> {
     let addresses: Vec<SocketAddr> = replicas.lock().iter().map(|r| r.metrics).collect();
     let mut counts = Vec::new();
     for metrics in addresses {
-        let count = plane::http_get(metrics, "/metrics")
-            .await
-            .map(|(_, body)| {
-                body.lines()
-                    .filter(|l| {
-                        l.starts_with("syncgc_queue_retries_total{")
-                            && l.contains("reason=\"throttled\"")
-                    })
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .sum()
-            })
-            .unwrap_or(0.0);
+        let count = plane::metric(
+            metrics,
+            "syncgc_queue_retries_total",
+            "reason=\"throttled\"",
+        )
+        .await
+        .unwrap_or(0.0);
         counts.push(count);
     }
     counts
@@ -855,14 +850,8 @@ async fn strike(
             // from then on), and etcd is compacted past them: they resume into 410 Gone.
             let metrics = replicas.lock()[other].metrics;
             let relists = || async move {
-                plane::http_get(metrics, "/metrics")
+                plane::metric(metrics, "syncgc_watch_relists_total", "")
                     .await
-                    .ok()
-                    .and_then(|(_, body)| {
-                        body.lines()
-                            .find_map(|l| l.strip_prefix("syncgc_watch_relists_total "))
-                            .and_then(|v| v.parse::<f64>().ok())
-                    })
                     .unwrap_or(0.0)
             };
             let before = relists().await;

@@ -212,10 +212,7 @@ impl Reflector<'_> {
                 let stream =
                     match async { self.client.request_events::<Item>(request?).await }.await {
                         Ok(stream) => stream,
-                        Err(err) if is_expired(&err) => {
-                            self.metrics.watch_relists.inc();
-                            break;
-                        }
+                        Err(err) if is_expired(&err) => break,
                         Err(err) => {
                             self.failed(feed, "watching", &err, &mut backoff).await?;
                             continue;
@@ -225,13 +222,12 @@ impl Reflector<'_> {
                 backoff.reset();
                 match self.follow(feed, stream, &mut version).await? {
                     Ok(Ended::Resume) => {}
-                    Ok(Ended::Expired) => {
-                        self.metrics.watch_relists.inc();
-                        break;
-                    }
+                    Ok(Ended::Expired) => break,
                     Err(err) => self.failed(feed, "watching", &err, &mut backoff).await?,
                 }
             }
+            // Only an expired resourceVersion ends the watching: list again.
+            self.metrics.watch_relists.inc();
         }
     }
 

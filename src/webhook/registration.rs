@@ -205,17 +205,18 @@ impl Scope {
             return self;
         };
         for rule in rules {
-            let names = |list: &Option<Vec<String>>| list.clone().unwrap_or_default();
-            let (rule_groups, resources) = (names(&rule.api_groups), names(&rule.resources));
+            let rule_groups = rule.api_groups.as_deref().unwrap_or_default();
+            let resources = rule.resources.as_deref().unwrap_or_default();
             if rule_groups.iter().any(|g| g == "*") {
                 return Self::Every;
             }
             let whole = resources.iter().any(|r| r == "*");
             for group in rule_groups {
                 if whole {
-                    groups.insert(group, None);
-                } else if let Some(listed) =
-                    groups.entry(group).or_insert_with(|| Some(BTreeSet::new()))
+                    groups.insert(group.clone(), None);
+                } else if let Some(listed) = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| Some(BTreeSet::new()))
                 {
                     listed.extend(resources.iter().cloned());
                 }

@@ -156,17 +156,25 @@ pub fn kcm(mode: Kcm) {
 /// Runs `hack/cluster.sh ARGS` with `env`, and fails the test if it fails. What it does to the
 /// control plane no other test sees: test binaries run one at a time.
 pub fn cluster_sh(args: &[&str], env: &[(&str, &str)]) {
+    if let Err(err) = try_cluster_sh(args, env) {
+        panic!("{err}");
+    }
+}
+
+/// Runs `hack/cluster.sh ARGS` with `env`; what failed, if it did (for a guard's drop, which
+/// must not panic while a failed test unwinds).
+pub fn try_cluster_sh(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let what = format!("hack/cluster.sh {}", args.join(" "));
     let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/cluster.sh"))
         .args(args)
         .envs(env.iter().copied())
         .output()
-        .expect("running hack/cluster.sh");
-    assert!(
-        out.status.success(),
-        "hack/cluster.sh {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|err| format!("running {what}: {err}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)))
+    }
 }
 
 /// A namespace of a test's own, deleted when the value is dropped (also when the test fails).
