@@ -353,6 +353,15 @@ async fn observe(client: Client, observer: Arc<Mutex<Observer>>, namespaces: Has
     }
 }
 
+/// The name of syncgc's `--mode`, as the results say it too.
+fn mode(standalone: bool) -> &'static str {
+    if standalone {
+        "standalone"
+    } else {
+        "cooperative"
+    }
+}
+
 // --- the replicas ----------------------------------------------------------------------------
 
 struct Replica {
@@ -393,14 +402,7 @@ impl Replica {
             .arg(plane.certs().join("tls.crt"))
             .arg("--tls-key")
             .arg(plane.certs().join("tls.key"))
-            .args([
-                "--mode",
-                if standalone {
-                    "standalone"
-                } else {
-                    "cooperative"
-                },
-            ])
+            .args(["--mode", mode(standalone)])
             .args(["--leader-election-namespace", "syncgc-system"])
             .args(["--leader-election-lease", NAME])
             .args(["--leader-election-lease-duration", "4s"])
@@ -975,15 +977,8 @@ async fn main() -> Result<()> {
     let mut rng = Rng::new(7);
 
     for (half, standalone) in [(0, false), (1, true)] {
-        println!(
-            "soak: {} half, {:?}",
-            if standalone {
-                "standalone"
-            } else {
-                "cooperative"
-            },
-            options.duration / 2
-        );
+        let mode = mode(standalone);
+        println!("soak: {mode} half, {:?}", options.duration / 2);
         plane
             .kcm(Kcm {
                 gc: !standalone,
@@ -1021,11 +1016,6 @@ async fn main() -> Result<()> {
             }
             anchors.push((api, anchor));
         }
-        let mode = if standalone {
-            "standalone"
-        } else {
-            "cooperative"
-        };
         let half_ends = started + options.duration * (half + 1) / 2;
         let workload: Vec<_> = (0..WORKERS)
             .map(|w| {
