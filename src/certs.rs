@@ -292,7 +292,7 @@ impl Certificate {
 }
 
 /// The PEM block of a DER certificate.
-fn pem_of(der: &[u8]) -> String {
+pub(crate) fn pem_of(der: &[u8]) -> String {
     use base64::Engine;
     let text = base64::prelude::BASE64_STANDARD.encode(der);
     let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");

@@ -1,4 +1,4 @@
-//! The command line: `syncgc run`, `certs`, `webhook-config`, `explain` and `disarm`.
+//! The command line: `syncgc run`, `certs`, `webhook-config`, `explain`, `disarm` and `check`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::app::{RunArgs, WebhookArgs};
 use crate::certs::{DevCerts, SubjectAltNames};
+use crate::check::CheckArgs;
 use crate::disarm::DisarmArgs;
 use crate::explain::{Outcome, Output};
 use crate::webhook::admit::UnarmedDelete;
@@ -48,6 +49,11 @@ pub enum Command {
     /// For uninstalling: take syncgc's finalizer and armed label off every object, releasing
     /// those being deleted. Refuses while syncgc runs, unless forced.
     Disarm(DisarmArgs),
+    /// Is syncgc working here? One line per check (the apiserver reaches the webhook, a
+    /// replica leads, the certificate verifies, the permissions, the metrics), each with what
+    /// to do when it fails. Exits 1 when a check fails; with --pre, checks a cluster before
+    /// installing.
+    Check(CheckArgs),
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +129,16 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
         Command::Certs(args) => certs(args),
         Command::WebhookConfig(args) => webhook_config(args).await,
         Command::Disarm(args) => args.run().await,
+        Command::Check(args) => {
+            return match args.run().await {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(err) => {
+                    tracing::error!("{err:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Explain(ExplainArgs {
             object,
             namespace,

@@ -6,7 +6,10 @@
 //!
 //! A running syncgc would arm the objects again (its webhook on their next update, its
 //! collector at once), so `disarm` refuses while a replica holds the leader Lease or syncgc's
-//! webhook configuration has webhooks, unless forced.
+//! webhook configuration has webhooks, unless forced. With `--stop-deployment` (the uninstall
+//! Job's way, run before the install's objects are deleted) it stops syncgc first: scales its
+//! Deployment to zero, waits until its pods are gone and the Lease is free, and deletes the
+//! webhook configuration, which no replica is left to write again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +20,9 @@ use clap::Args;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::meta::Meta;
 use crate::api::{ApiError, Changed, Cluster, RateLimiter, Target};
@@ -37,6 +42,14 @@ pub struct DisarmArgs {
     /// configuration has webhooks); it arms again what it finds opted in.
     #[arg(long)]
     pub force: bool,
+    /// Stop syncgc first (for an uninstall Job): scale its Deployment NAMESPACE/NAME to zero,
+    /// wait until its pods are gone and no replica holds the leader Lease, and delete its
+    /// webhook configuration; then disarm.
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = deployment_name)]
+    pub stop_deployment: Option<(String, String)>,
+    /// How long --stop-deployment waits for syncgc's pods to go and its Lease to be free.
+    #[arg(long, default_value = "3m", value_parser = crate::duration::parse)]
+    pub stop_timeout: Duration,
     /// Only objects in this namespace (cluster-scoped ones are left alone); every namespace
     /// without it.
     #[arg(long, short = 'n')]
@@ -54,6 +67,14 @@ pub struct DisarmArgs {
     #[arg(long, env = "SYNCGC_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 }
+
+fn deployment_name(text: &str) -> Result<(String, String), String> {
+    crate::webhook::registration::namespaced_name(text)
+        .ok_or_else(|| format!("{text:?} is not a Deployment as NAMESPACE/NAME"))
+}
+
+/// How often `--stop-deployment` looks whether syncgc has stopped.
+const STOP_POLL: Duration = Duration::from_secs(1);
 
 /// An armed object found.
 struct Armed {
@@ -124,6 +145,13 @@ impl DisarmArgs {
             Duration::from_secs(30),
             crate::metrics::Metrics::new()?,
         );
+        if let Some((namespace, name)) = &self.stop_deployment {
+            if self.dry_run {
+                eprintln!("would stop syncgc's Deployment {namespace}/{name} first (--dry-run)");
+            } else {
+                self.stop(&cluster, namespace, name).await?;
+            }
+        }
         let why = self.syncgc_running(&cluster).await?;
         if !why.is_empty() {
             let why = why.join("; ");
@@ -217,8 +245,86 @@ impl DisarmArgs {
         Ok(())
     }
 
-    /// Why syncgc is taken to be running (see [`running`]).
-    async fn syncgc_running(&self, cluster: &Cluster) -> anyhow::Result<Vec<String>> {
+    /// Stops syncgc: its Deployment scaled to zero, then, once its pods are gone and no replica
+    /// holds the Lease, its webhook configuration deleted (a replica with `--manage-webhook`
+    /// would have written it again).
+    async fn stop(&self, cluster: &Cluster, namespace: &str, name: &str) -> anyhow::Result<()> {
+        let deployments = cluster.namespaced::<Deployment>(namespace);
+        let selector = loop {
+            let Some(mut deployment) = cluster.get_whole(&deployments, name).await? else {
+                eprintln!("no Deployment {namespace}/{name}: nothing to scale down");
+                break None;
+            };
+            let selector = deployment
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.selector.match_labels.as_ref())
+                .map(|labels| {
+                    labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                });
+            let spec = deployment.spec.get_or_insert_with(Default::default);
+            if spec.replicas == Some(0) {
+                break selector;
+            }
+            spec.replicas = Some(0);
+            match cluster.replace_whole(&deployments, &deployment).await {
+                Ok(_) => {
+                    println!("scaled the Deployment {namespace}/{name} to 0 replicas");
+                    break selector;
+                }
+                // Written meanwhile (by its controller's status): read it again.
+                Err(err) if err.status() == Some(409) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        };
+
+        let pods = cluster.namespaced::<Pod>(namespace);
+        let deadline = tokio::time::Instant::now() + self.stop_timeout;
+        loop {
+            let mut left = Vec::new();
+            if let Some(selector) = selector.as_deref().filter(|s| !s.is_empty()) {
+                let pods_left = cluster.list_whole(&pods, selector).await?.len();
+                if pods_left > 0 {
+                    left.push(format!("{pods_left} pod(s) of the Deployment still run"));
+                }
+            }
+            left.extend(running(
+                self.lease(cluster).await?.as_ref(),
+                None,
+                crate::api::clock::now(),
+            ));
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "syncgc did not stop within {:?}: {}",
+                    self.stop_timeout,
+                    left.join("; ")
+                );
+            }
+            tokio::time::sleep(STOP_POLL).await;
+        }
+        let configurations = cluster.all::<MutatingWebhookConfiguration>();
+        if cluster
+            .delete_whole(&configurations, &self.webhook_config_name)
+            .await?
+            == Changed::Yes
+        {
+            println!(
+                "deleted the MutatingWebhookConfiguration {}",
+                self.webhook_config_name
+            );
+        }
+        Ok(())
+    }
+
+    /// syncgc's leader Lease, as a record, if there is one.
+    async fn lease(&self, cluster: &Cluster) -> anyhow::Result<Option<Record>> {
         let lease = cluster
             .namespaced::<Lease>(&self.leader_election_namespace)
             .get_opt(&self.leader_election_lease)
@@ -229,7 +335,12 @@ impl DisarmArgs {
                     self.leader_election_namespace, self.leader_election_lease
                 )
             })?;
-        let record = lease.map(|l| Record::of(&l, Duration::from_secs(15)));
+        Ok(lease.map(|l| Record::of(&l, Duration::from_secs(15))))
+    }
+
+    /// Why syncgc is taken to be running (see [`running`]).
+    async fn syncgc_running(&self, cluster: &Cluster) -> anyhow::Result<Vec<String>> {
+        let record = self.lease(cluster).await?;
         let configuration = cluster
             .all::<MutatingWebhookConfiguration>()
             .get_opt(&self.webhook_config_name)

@@ -18,10 +18,12 @@
 //! Modules, from the top down; a module imports only from the modules below its own line
 //! (`tests/layout.rs` checks it, and that the parts of [`gc`] use each other without a circle):
 //!
-//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `explain`, `disarm`), parsed
+//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `explain`, `disarm`, `check`), parsed
 //!   with clap.
 //! - [`app`]: `syncgc run`: its flags ([`app::RunArgs`]) next to what runs them, wiring every
 //!   part together.
+//! - [`check`]: `syncgc check`, whether syncgc works on a cluster (it asks what the parts
+//!   below know).
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision);
 //!   [`explain`]: `syncgc explain`, what keeps an object from going; [`disarm`]: `syncgc
 //!   disarm`, syncgc's finalizer and label off every object, for uninstalling.
@@ -41,6 +43,7 @@
 pub mod api;
 pub mod app;
 pub mod certs;
+pub mod check;
 pub mod cli;
 pub mod disarm;
 pub mod duration;

@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["graph", "certs", "leader"],
     &["gc"],
     &["webhook", "explain", "disarm"],
+    &["check"],
     &["app"],
     &["cli"],
 ];

@@ -1097,6 +1097,56 @@ impl Cluster {
         .await
     }
 
+    /// What the apiserver would make of creating `object` with `api`, admission included
+    /// (`dryRun=All`): nothing is stored.
+    pub async fn create_whole_dry_run<K: Whole>(
+        &self,
+        api: &Api<K>,
+        object: &K,
+    ) -> Result<K, ApiError> {
+        let name = object.meta().name.as_deref().unwrap_or_default();
+        let target = Self::whole(api, name);
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        self.call(Verb::Create, &target, api.create(&params, object))
+            .await
+    }
+
+    /// The objects of `api` that `labels` (a label selector) selects.
+    pub async fn list_whole<K: Whole>(
+        &self,
+        api: &Api<K>,
+        labels: &str,
+    ) -> Result<Vec<K>, ApiError> {
+        let target = Self::whole(api, "");
+        let params = ListParams::default().labels(labels);
+        let list = self.call(Verb::List, &target, api.list(&params)).await?;
+        Ok(list.items)
+    }
+
+    /// Deletes the object `name` of `api`; [`Changed::AlreadySo`] when there was none.
+    pub async fn delete_whole<K: Whole>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+    ) -> Result<Changed, ApiError> {
+        let target = Self::whole(api, name);
+        match self
+            .call(
+                Verb::Delete,
+                &target,
+                api.delete(name, &DeleteParams::default()),
+            )
+            .await
+        {
+            Ok(_) => Ok(Changed::Yes),
+            Err(err) if err.status() == Some(404) => Ok(Changed::AlreadySo),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Replaces the object named by `object`'s metadata with `object`.
     pub async fn replace_whole<K: Whole>(&self, api: &Api<K>, object: &K) -> Result<K, ApiError> {
         let name = object.meta().name.as_deref().unwrap_or_default();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod barrier;
+pub mod chart;
 pub mod gc;
 pub mod process;
 pub mod surface;
@@ -499,4 +500,47 @@ where
         Ok(Some(_)) => None,
         Err(err) => panic!("reading {name}: {err}"),
     }
+}
+
+/// A kubeconfig (written into `dir`) for the ServiceAccount `namespace/name`, with the token
+/// the control plane's token controller gives it: to run syncgc with an install's RBAC instead
+/// of the admin's.
+pub async fn service_account_kubeconfig(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    dir: &std::path::Path,
+) -> String {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+    let secret = eventually(
+        "the ServiceAccount has a token",
+        Duration::from_secs(60),
+        || async {
+            let account = accounts.get(name).await.ok()?;
+            account.secrets?.first()?.name.clone()
+        },
+    )
+    .await;
+    let token = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(&secret)
+        .await
+        .unwrap()
+        .data
+        .unwrap()["token"]
+        .clone();
+    let admin = kube::config::Kubeconfig::read_from(kubeconfig_path()).unwrap();
+    let cluster = admin.clusters[0].cluster.clone().unwrap();
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{ "name": "local", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{ "name": name, "user": { "token": String::from_utf8(token.0).unwrap() } }],
+        "contexts": [{ "name": name, "context": { "cluster": "local", "user": name } }],
+    });
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, config.to_string()).unwrap();
+    path.display().to_string()
 }

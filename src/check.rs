@@ -1,0 +1,1213 @@
+//! `syncgc check`: is syncgc working on this cluster? From a user's kubeconfig, one finding per
+//! question, each with what to do when it fails:
+//!
+//! - the apiserver's version, and which of syncgc's features it serves;
+//! - API groups that do not answer (syncgc cannot see their objects, and a namespace that
+//!   holds one cannot be deleted);
+//! - syncgc's Deployment with ready replicas, and a replica holding the leader Lease;
+//! - the MutatingWebhookConfiguration with its webhooks, and its CA bundle verifying the
+//!   certificate syncgc serves (a TLS handshake for a URL, the certificate's Secret for a
+//!   Service: a laptop cannot reach a Service);
+//! - the proof that matters most: a server-side dry-run CREATE of an opted-in ConfigMap comes
+//!   back armed, so the apiserver reaches the webhook (which fails open: otherwise objects
+//!   silently stay unarmed);
+//! - syncgc's ServiceAccount allowed what the collector does (SubjectAccessReviews);
+//! - the leader's metrics answering, ready.
+//!
+//! With `--pre`, before installing: the version, the groups, the APIs syncgc needs, and
+//! whether the user may install it. The findings are pure functions of what was read
+//! ([`Finding`]); the reading is thin.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use jiff::Timestamp;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::ObjectMeta;
+use serde::Serialize;
+
+use crate::api::{ApiError, Cluster};
+use crate::certs::Certificate;
+use crate::explain::Output;
+use crate::leader::Record;
+use crate::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
+use crate::webhook::registration::{ServerVersion, WebhookClient};
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Check a cluster before installing syncgc: its version, its API groups, and whether you
+    /// may install it.
+    #[arg(long)]
+    pub pre: bool,
+    /// The namespace syncgc is installed in (its Deployment, Lease, ServiceAccount).
+    #[arg(long, default_value = crate::leader::DEFAULT_NAMESPACE)]
+    pub syncgc_namespace: String,
+    /// The name of syncgc's Deployment.
+    #[arg(long, default_value = "syncgc")]
+    pub deployment: String,
+    /// The name of syncgc's ServiceAccount.
+    #[arg(long, default_value = "syncgc")]
+    pub service_account: String,
+    /// The name of syncgc's leader Lease.
+    #[arg(long, default_value = "syncgc")]
+    pub leader_election_lease: String,
+    /// The name of syncgc's MutatingWebhookConfiguration.
+    #[arg(long, default_value = "syncgc")]
+    pub webhook_config_name: String,
+    /// Where the dry-run ConfigMap is created: a namespace the webhook is not excluded from.
+    #[arg(long, default_value = "default")]
+    pub test_namespace: String,
+    /// Read the metrics here (such as http://127.0.0.1:8080/metrics) instead of through the
+    /// apiserver's proxy to the leader's pod.
+    #[arg(long, value_name = "URL")]
+    pub metrics_url: Option<String>,
+    /// Output format: a line per check, or JSON.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// Could not be asked here, or does not apply; not a failure.
+    Skip,
+}
+
+impl Status {
+    fn mark(self) -> &'static str {
+        match self {
+            Self::Pass => "✓",
+            Self::Fail => "✗",
+            Self::Skip => "·",
+        }
+    }
+}
+
+/// One check's answer: what was found, and what to do when it failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub check: &'static str,
+    pub status: Status,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    fn pass(check: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            check,
+            status: Status::Pass,
+            message: message.into(),
+            fix: None,
+        }
+    }
+
+    fn fail(check: &'static str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            check,
+            status: Status::Fail,
+            message: message.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    fn skip(check: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            check,
+            status: Status::Skip,
+            message: message.into(),
+            fix: None,
+        }
+    }
+
+    /// A check that could not be made because a read failed.
+    fn unread(check: &'static str, err: &dyn std::fmt::Display) -> Self {
+        Self::fail(
+            check,
+            format!("could not be read: {err}"),
+            "make sure your kubeconfig's user may read it, then run syncgc check again",
+        )
+    }
+
+    fn line(&self) -> String {
+        let mut line = format!("{} {:<12} {}", self.status.mark(), self.check, self.message);
+        if let Some(fix) = &self.fix {
+            line.push_str("\n    → ");
+            line.push_str(fix);
+        }
+        line
+    }
+}
+
+/// The report `-o json` prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    pub checks: Vec<Finding>,
+}
+
+/// The apiserver's version and what of syncgc it serves.
+pub fn apiserver(version: &str) -> Finding {
+    let Ok(server) = version.parse::<ServerVersion>() else {
+        return Finding::fail(
+            "apiserver",
+            format!("answers version {version:?}, which is not a Kubernetes version"),
+            "point your kubeconfig at a Kubernetes apiserver",
+        );
+    };
+    if server
+        < (ServerVersion {
+            major: 1,
+            minor: 20,
+        })
+    {
+        return Finding::fail(
+            "apiserver",
+            format!("Kubernetes {version}: syncgc needs 1.20 or later"),
+            "upgrade the cluster",
+        );
+    }
+    let conditions = if server.match_conditions() {
+        "matchConditions (only opted-in objects reach the webhook)"
+    } else {
+        "no matchConditions before 1.28 (every CREATE and UPDATE outside the excluded \
+         namespaces reaches the webhook)"
+    };
+    let disruption = if server
+        >= (ServerVersion {
+            major: 1,
+            minor: 21,
+        }) {
+        "policy/v1 PodDisruptionBudget (install.yaml)"
+    } else {
+        "policy/v1beta1 PodDisruptionBudget (install-1.20.yaml)"
+    };
+    Finding::pass(
+        "apiserver",
+        format!("Kubernetes {version}: arming, synchronous deletion; {conditions}; {disruption}"),
+    )
+}
+
+/// API groups whose discovery failed.
+pub fn discovery(failed: &BTreeSet<String>) -> Finding {
+    if failed.is_empty() {
+        return Finding::pass("discovery", "every API group answers");
+    }
+    let groups = failed.iter().cloned().collect::<Vec<_>>().join(", ");
+    Finding::fail(
+        "discovery",
+        format!(
+            "API groups that do not answer: {groups}; syncgc cannot see their objects, and a \
+             namespace that holds one cannot be deleted"
+        ),
+        "kubectl get apiservices | grep False: repair the service behind each, or delete the \
+         APIService of what was uninstalled",
+    )
+}
+
+/// The APIs syncgc needs, among the group versions discovery listed (named as APIServices:
+/// `v1.coordination.k8s.io`).
+pub fn apis(group_versions: &BTreeSet<String>) -> Finding {
+    let needed = [
+        "v1.admissionregistration.k8s.io",
+        "v1.coordination.k8s.io",
+        "v1.events.k8s.io",
+    ];
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|gv| !group_versions.contains(*gv))
+        .collect();
+    if missing.is_empty() {
+        Finding::pass(
+            "apis",
+            "admissionregistration, coordination and events v1 are served",
+        )
+    } else {
+        Finding::fail(
+            "apis",
+            format!("not served: {}", missing.join(", ")),
+            "syncgc needs Kubernetes 1.20 or later with these API groups enabled",
+        )
+    }
+}
+
+/// syncgc's Deployment; a replica may lead without one (syncgc run outside the cluster).
+pub fn deployment(found: Option<&Deployment>, holder: Option<&str>, at: &str) -> Finding {
+    let Some(deployment) = found else {
+        return match holder {
+            Some(holder) => Finding::skip(
+                "deployment",
+                format!("no Deployment {at}; syncgc runs as {holder}, outside it"),
+            ),
+            None => Finding::fail(
+                "deployment",
+                format!("no Deployment {at}"),
+                "install syncgc (docs/install.md), or give --syncgc-namespace and --deployment",
+            ),
+        };
+    };
+    let wanted = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let ready = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    if ready > 0 {
+        Finding::pass(
+            "deployment",
+            format!("{at}: {ready} of {wanted} replicas ready"),
+        )
+    } else {
+        Finding::fail(
+            "deployment",
+            format!("{at}: none of {wanted} replicas ready"),
+            format!(
+                "kubectl -n {ns} get pods -l app.kubernetes.io/name=syncgc; kubectl -n {ns} \
+                 describe deployment {name}",
+                ns = at.split('/').next().unwrap_or_default(),
+                name = at.split('/').nth(1).unwrap_or_default()
+            ),
+        )
+    }
+}
+
+/// Whether a replica holds the leader Lease, renewed within its duration at `now`.
+pub fn leader(record: Option<&Record>, now: Timestamp, at: &str) -> Finding {
+    let fresh = crate::disarm::running(record, None, now);
+    match fresh.into_iter().next() {
+        Some(holds) => Finding::pass("leader", holds),
+        None => Finding::fail(
+            "leader",
+            format!("no replica holds the leader Lease {at}: nothing is being collected"),
+            "look at syncgc's logs (kubectl logs deploy/syncgc -n NAMESPACE): a replica that \
+             cannot write the Lease says why",
+        ),
+    }
+}
+
+/// The webhook configuration and where it sends the apiserver.
+pub fn webhook(found: Option<&MutatingWebhookConfiguration>, name: &str) -> Finding {
+    let hooks = found
+        .and_then(|c| c.webhooks.as_deref())
+        .unwrap_or_default();
+    let Some(first) = hooks.first() else {
+        let what = if found.is_some() {
+            format!("the MutatingWebhookConfiguration {name} has no webhooks yet")
+        } else {
+            format!("no MutatingWebhookConfiguration {name}")
+        };
+        return Finding::fail(
+            "webhook",
+            what,
+            "syncgc writes it once a replica starts (--manage-webhook): check the deployment \
+             line; or apply `syncgc webhook-config` yourself",
+        );
+    };
+    let to = match (&first.client_config.url, &first.client_config.service) {
+        (Some(url), _) => url.clone(),
+        (None, Some(service)) => format!(
+            "service {}/{}:{}",
+            service.namespace,
+            service.name,
+            service.port.unwrap_or(443)
+        ),
+        (None, None) => "nowhere".to_owned(),
+    };
+    Finding::pass(
+        "webhook",
+        format!(
+            "{name}: {} webhook(s) calling {to}, failurePolicy {}, timeout {}s",
+            hooks.len(),
+            first.failure_policy.as_deref().unwrap_or("Fail"),
+            first.timeout_seconds.unwrap_or(10)
+        ),
+    )
+}
+
+/// Whether `ca_bundle` verifies the serving certificate `served` (PEM, leaf first) for the
+/// names the apiserver asks for, at `now`.
+pub fn certificate(
+    ca_bundle: &[u8],
+    served: &[u8],
+    client: &WebhookClient,
+    now: time::OffsetDateTime,
+    source: &str,
+) -> Finding {
+    const FIX: &str = "the configuration's caBundle must be the CA that signed the serving \
+                       certificate: with --manage-webhook syncgc publishes it itself (see its \
+                       logs); with cert-manager, check the Certificate and that \
+                       SYNCGC_WEBHOOK_CA_FILE names its ca.crt";
+    let cas = match Certificate::parse_all(ca_bundle) {
+        Ok(cas) if !cas.is_empty() => cas,
+        _ => return Finding::fail("certificate", "the caBundle holds no certificate", FIX),
+    };
+    let leaf = match Certificate::parse_all(served) {
+        Ok(chain) if !chain.is_empty() => chain.into_iter().next(),
+        _ => None,
+    };
+    let Some(leaf) = leaf else {
+        return Finding::fail(
+            "certificate",
+            format!("{source} holds no serving certificate"),
+            "syncgc fills it in once it runs (--tls-secret), or cert-manager issues it",
+        );
+    };
+    if !cas.iter().any(|ca| leaf.signed_by(ca)) {
+        return Finding::fail(
+            "certificate",
+            format!("the caBundle does not verify the certificate of {source}"),
+            FIX,
+        );
+    }
+    if leaf.not_after <= now {
+        return Finding::fail(
+            "certificate",
+            format!("the certificate of {source} expired at {}", leaf.not_after),
+            "syncgc renews its own before expiry: look at its logs; with cert-manager, at the \
+             Certificate's status",
+        );
+    }
+    // The name the apiserver verifies: NAME.NAMESPACE.svc for a Service, the URL's host.
+    let wanted = match client {
+        WebhookClient::Service { namespace, name } => crate::certs::SubjectAltNames {
+            dns: vec![format!("{name}.{namespace}.svc")],
+            ips: vec![],
+        },
+        WebhookClient::Url(_) => client.subject_alt_names(),
+    };
+    if !leaf.sans.covers(&wanted) {
+        return Finding::fail(
+            "certificate",
+            format!(
+                "the certificate of {source} names {:?} {:?}, not {:?} {:?}",
+                leaf.sans.dns, leaf.sans.ips, wanted.dns, wanted.ips
+            ),
+            "issue it for the Service's names (NAME.NAMESPACE.svc)",
+        );
+    }
+    Finding::pass(
+        "certificate",
+        format!(
+            "the caBundle verifies the certificate of {source} (valid until {})",
+            leaf.not_after.date()
+        ),
+    )
+}
+
+/// What a dry-run CREATE of an opted-in ConfigMap came back as.
+pub fn admission(
+    created: Result<&ConfigMap, &ApiError>,
+    namespace: &str,
+    took: Duration,
+) -> Finding {
+    let fix = "the apiserver did not reach the webhook, and fails open: check the certificate \
+               line, a NetworkPolicy or firewall between the control plane and port 8443 of \
+               syncgc's pods (GKE private clusters: a firewall rule from the control plane's \
+               range to 8443), and the apiserver's log for \"failed calling webhook\"";
+    match created {
+        Ok(object) => {
+            let armed = object
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == SYNCHRONOUS_FINALIZER);
+            if armed {
+                Finding::pass(
+                    "admission",
+                    format!(
+                        "a dry-run ConfigMap in {namespace} came back armed in {} ms: the \
+                         apiserver calls the webhook",
+                        took.as_millis()
+                    ),
+                )
+            } else {
+                Finding::fail(
+                    "admission",
+                    format!("a dry-run opted-in ConfigMap in {namespace} came back unarmed"),
+                    fix,
+                )
+            }
+        }
+        Err(err) => Finding::fail(
+            "admission",
+            format!("a dry-run CREATE of a ConfigMap in {namespace} failed: {err}"),
+            "check that you may create ConfigMaps there (--test-namespace), and the webhook's \
+             failurePolicy",
+        ),
+    }
+}
+
+/// One thing syncgc's ServiceAccount must be allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl Need {
+    fn describe(&self) -> String {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            self.group
+        };
+        let mut text = format!("{} {}.{}", self.verb, self.resource, group);
+        if let Some(name) = &self.name {
+            text.push_str(&format!(" {name}"));
+        }
+        if let Some(ns) = &self.namespace {
+            text.push_str(&format!(" in {ns}"));
+        }
+        text
+    }
+
+    fn attributes(&self) -> ResourceAttributes {
+        ResourceAttributes {
+            verb: Some(self.verb.to_owned()),
+            group: Some(self.group.to_owned()),
+            resource: Some(self.resource.to_owned()),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            ..ResourceAttributes::default()
+        }
+    }
+}
+
+/// What the collector needs, for syncgc in `namespace`; and when it manages its webhook
+/// configuration (`managed`), writing that.
+pub fn needs(namespace: &str, webhook_config: &str, managed: bool) -> Vec<Need> {
+    let every = |verb| Need {
+        verb,
+        group: "*",
+        resource: "*",
+        namespace: None,
+        name: None,
+    };
+    let mut needs: Vec<Need> = ["list", "watch", "get", "patch", "delete"]
+        .into_iter()
+        .map(every)
+        .collect();
+    needs.push(Need {
+        verb: "create",
+        group: "events.k8s.io",
+        resource: "events",
+        namespace: None,
+        name: None,
+    });
+    for verb in ["get", "create", "update"] {
+        needs.push(Need {
+            verb,
+            group: "coordination.k8s.io",
+            resource: "leases",
+            namespace: Some(namespace.to_owned()),
+            name: None,
+        });
+    }
+    for verb in ["get", "update"].into_iter().filter(|_| managed) {
+        needs.push(Need {
+            verb,
+            group: "admissionregistration.k8s.io",
+            resource: "mutatingwebhookconfigurations",
+            namespace: None,
+            name: Some(webhook_config.to_owned()),
+        });
+    }
+    needs
+}
+
+/// What `who` was denied of what it needs.
+pub fn permissions(who: &str, denied: &[&Need]) -> Finding {
+    if denied.is_empty() {
+        return Finding::pass(
+            "permissions",
+            format!("{who} may do what the collector does"),
+        );
+    }
+    let list: Vec<String> = denied.iter().map(|n| n.describe()).collect();
+    Finding::fail(
+        "permissions",
+        format!("{who} may not: {}", list.join(", ")),
+        "apply the install's RBAC again (the ClusterRole syncgc and its binding)",
+    )
+}
+
+/// What the user installing syncgc must be allowed.
+pub fn install_needs(namespace: &str) -> Vec<Need> {
+    let cluster = |verb, group, resource| Need {
+        verb,
+        group,
+        resource,
+        namespace: None,
+        name: None,
+    };
+    vec![
+        cluster("create", "rbac.authorization.k8s.io", "clusterroles"),
+        cluster("create", "rbac.authorization.k8s.io", "clusterrolebindings"),
+        cluster(
+            "create",
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+        ),
+        cluster("create", "", "namespaces"),
+        Need {
+            verb: "create",
+            group: "apps",
+            resource: "deployments",
+            namespace: Some(namespace.to_owned()),
+            name: None,
+        },
+    ]
+}
+
+/// What the installing user was denied.
+pub fn install_permissions(denied: &[&Need]) -> Finding {
+    if denied.is_empty() {
+        return Finding::pass(
+            "install",
+            "you may install syncgc (RBAC, webhook, Deployment)",
+        );
+    }
+    let list: Vec<String> = denied.iter().map(|n| n.describe()).collect();
+    Finding::fail(
+        "install",
+        format!("you may not: {}", list.join(", ")),
+        "install as a cluster administrator",
+    )
+}
+
+/// The leader's metrics: its version, and any readiness condition that fails.
+pub fn metrics(text: &str, from: &str) -> Finding {
+    let version = text
+        .lines()
+        .find(|l| l.starts_with("syncgc_build_info{"))
+        .and_then(|l| l.split("version=\"").nth(1))
+        .and_then(|v| v.split('"').next());
+    let Some(version) = version else {
+        return Finding::fail(
+            "metrics",
+            format!("{from} answers without syncgc_build_info"),
+            "is --metrics-url syncgc's metrics address?",
+        );
+    };
+    let failing: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("syncgc_ready{") && l.trim_end().ends_with(" 0"))
+        .filter_map(|l| l.split("condition=\"").nth(1)?.split('"').next())
+        .collect();
+    if failing.is_empty() {
+        Finding::pass("metrics", format!("{from}: syncgc {version}, ready"))
+    } else {
+        Finding::fail(
+            "metrics",
+            format!(
+                "{from}: syncgc {version}, not ready: {}",
+                failing.join(", ")
+            ),
+            "syncgc's logs say why each condition fails (docs/troubleshooting.md)",
+        )
+    }
+}
+
+/// What could be checked, in order; [`Report::ok`] when none failed.
+pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
+    let config = crate::api::config(args.kubeconfig.as_deref()).await?;
+    let client = crate::api::client(config)?;
+    let cluster = Cluster::new(
+        client,
+        Some(Arc::new(crate::api::RateLimiter::new(20.0, 40))),
+        Duration::from_secs(15),
+        crate::metrics::Metrics::new()?,
+    );
+    let mut checks = Vec::new();
+    let version = cluster.server_version().await?;
+    checks.push(apiserver(&version));
+    match crate::gc::discovery::discover(cluster.streams(), &[]).await {
+        Ok(found) => {
+            checks.push(discovery(&found.failed));
+            if args.pre {
+                checks.push(apis(&found.group_versions));
+            }
+        }
+        Err(err) => checks.push(Finding::unread("discovery", &err)),
+    }
+    if args.pre {
+        checks.push(self_review(&cluster, &args.syncgc_namespace).await);
+        return Ok(Report::of(checks));
+    }
+
+    let at = format!("{}/{}", args.syncgc_namespace, args.deployment);
+    let lease_at = format!("{}/{}", args.syncgc_namespace, args.leader_election_lease);
+    let lease = cluster
+        .get_whole(
+            &cluster.namespaced::<Lease>(&args.syncgc_namespace),
+            &args.leader_election_lease,
+        )
+        .await;
+    let record = match &lease {
+        Ok(lease) => lease
+            .as_ref()
+            .map(|l| Record::of(l, Duration::from_secs(15))),
+        Err(_) => None,
+    };
+    let deployments = cluster.namespaced::<Deployment>(&args.syncgc_namespace);
+    let found = cluster.get_whole(&deployments, &args.deployment).await;
+    let now = crate::api::clock::now();
+    let holder = record
+        .as_ref()
+        .filter(|r| !crate::disarm::running(Some(r), None, now).is_empty())
+        .and_then(|r| r.holder.clone());
+    checks.push(match &found {
+        Ok(found) => deployment(found.as_ref(), holder.as_deref(), &at),
+        Err(err) => Finding::unread("deployment", err),
+    });
+    checks.push(match &lease {
+        Ok(_) => leader(record.as_ref(), now, &lease_at),
+        Err(err) => Finding::unread("leader", err),
+    });
+
+    let configuration = cluster
+        .get_whole(
+            &cluster.all::<MutatingWebhookConfiguration>(),
+            &args.webhook_config_name,
+        )
+        .await;
+    match &configuration {
+        Ok(configuration) => {
+            checks.push(webhook(configuration.as_ref(), &args.webhook_config_name));
+            let first = configuration
+                .as_ref()
+                .and_then(|c| c.webhooks.as_ref())
+                .and_then(|hooks| hooks.first());
+            if let Some(hook) = first {
+                let deployment = found.as_ref().ok().and_then(Option::as_ref);
+                checks.push(served_certificate(&cluster, &hook.client_config, deployment).await);
+            }
+        }
+        Err(err) => checks.push(Finding::unread("webhook", err)),
+    }
+
+    checks.push(dry_run(&cluster, &args.test_namespace).await);
+
+    let who = format!(
+        "system:serviceaccount:{}:{}",
+        args.syncgc_namespace, args.service_account
+    );
+    // syncgc writes its configuration itself when its Deployment says so (or, run outside
+    // one, when the configuration is labelled as syncgc's).
+    let managed = match found.as_ref().ok().and_then(Option::as_ref) {
+        Some(deployment) => env(deployment, "SYNCGC_MANAGE_WEBHOOK").as_deref() == Some("true"),
+        None => configuration
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .is_some_and(|c| {
+                c.metadata.labels.as_ref().is_some_and(|l| {
+                    l.get("app.kubernetes.io/managed-by").map(String::as_str) == Some("syncgc")
+                })
+            }),
+    };
+    let needs = needs(&args.syncgc_namespace, &args.webhook_config_name, managed);
+    checks.push(match reviews(&cluster, Some(&who), &needs).await {
+        Ok(denied) => permissions(&who, &denied),
+        Err(err) => Finding::unread("permissions", &err),
+    });
+
+    checks.push(read_metrics(&cluster, args, holder.as_deref()).await);
+    Ok(Report::of(checks))
+}
+
+impl Report {
+    fn of(checks: Vec<Finding>) -> Self {
+        Self {
+            ok: checks.iter().all(|c| c.status != Status::Fail),
+            checks,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let mut text: String = self.checks.iter().map(|c| c.line() + "\n").collect();
+        let failed = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .count();
+        text.push_str(&match failed {
+            0 => "syncgc works here\n".to_owned(),
+            n => format!("{n} check(s) failed\n"),
+        });
+        text
+    }
+}
+
+/// The installing user's own rights (SelfSubjectAccessReviews).
+async fn self_review(cluster: &Cluster, namespace: &str) -> Finding {
+    let needs = install_needs(namespace);
+    match reviews(cluster, None, &needs).await {
+        Ok(denied) => install_permissions(&denied),
+        Err(err) => Finding::unread("install", &err),
+    }
+}
+
+/// Which of `needs` the apiserver denies `user` (the kubeconfig's own user when `None`).
+async fn reviews<'a>(
+    cluster: &Cluster,
+    user: Option<&str>,
+    needs: &'a [Need],
+) -> Result<Vec<&'a Need>, ApiError> {
+    let mut denied = Vec::new();
+    for need in needs {
+        let allowed = match user {
+            Some(user) => {
+                let review = SubjectAccessReview {
+                    metadata: ObjectMeta::default(),
+                    spec: SubjectAccessReviewSpec {
+                        user: Some(user.to_owned()),
+                        resource_attributes: Some(need.attributes()),
+                        ..SubjectAccessReviewSpec::default()
+                    },
+                    status: None,
+                };
+                let api = cluster.all::<SubjectAccessReview>();
+                let answer = cluster.create_whole(&api, &review).await?;
+                answer.status.is_some_and(|s| s.allowed)
+            }
+            None => {
+                let review = SelfSubjectAccessReview {
+                    metadata: ObjectMeta::default(),
+                    spec: SelfSubjectAccessReviewSpec {
+                        resource_attributes: Some(need.attributes()),
+                        ..SelfSubjectAccessReviewSpec::default()
+                    },
+                    status: None,
+                };
+                let api = cluster.all::<SelfSubjectAccessReview>();
+                let answer = cluster.create_whole(&api, &review).await?;
+                answer.status.is_some_and(|s| s.allowed)
+            }
+        };
+        if !allowed {
+            denied.push(need);
+        }
+    }
+    Ok(denied)
+}
+
+/// A server-side dry-run CREATE of an opted-in ConfigMap in `namespace`.
+async fn dry_run(cluster: &Cluster, namespace: &str) -> Finding {
+    let object = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("syncgc-check".to_owned()),
+            annotations: Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    let started = Instant::now();
+    let created = cluster
+        .create_whole_dry_run(&cluster.namespaced::<ConfigMap>(namespace), &object)
+        .await;
+    admission(created.as_ref(), namespace, started.elapsed())
+}
+
+/// The certificate the webhook serves, against the configuration's CA bundle: by a TLS
+/// handshake for a URL, from the Secret the Deployment names for a Service.
+async fn served_certificate(
+    cluster: &Cluster,
+    config: &k8s_openapi::api::admissionregistration::v1::WebhookClientConfig,
+    deployment: Option<&Deployment>,
+) -> Finding {
+    let ca_bundle = config
+        .ca_bundle
+        .as_ref()
+        .map(|b| b.0.clone())
+        .unwrap_or_default();
+    let now = time::OffsetDateTime::now_utc();
+    if let Some(url) = &config.url {
+        let client = WebhookClient::Url(url.clone());
+        return match handshake(url, &ca_bundle).await {
+            Ok(chain) => certificate(&ca_bundle, &chain, &client, now, url),
+            Err(err) => Finding::fail(
+                "certificate",
+                format!("a TLS handshake with {url} verified by the caBundle failed: {err}"),
+                "the caBundle must be the CA that signed the certificate served there, which \
+                 must name the URL's host",
+            ),
+        };
+    }
+    let Some(service) = &config.service else {
+        return Finding::skip(
+            "certificate",
+            "the webhook names neither a URL nor a Service",
+        );
+    };
+    let client = WebhookClient::Service {
+        namespace: service.namespace.clone(),
+        name: service.name.clone(),
+    };
+    let Some((namespace, name)) = deployment.and_then(tls_secret) else {
+        return Finding::skip(
+            "certificate",
+            "no Secret of the serving certificate named in syncgc's Deployment (the admission \
+             line proves the TLS connection)",
+        );
+    };
+    let source = format!("Secret {namespace}/{name}");
+    match cluster
+        .get_whole(&cluster.namespaced::<Secret>(&namespace), &name)
+        .await
+    {
+        Ok(Some(secret)) => {
+            let served = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get("tls.crt"))
+                .map(|b| b.0.clone())
+                .unwrap_or_default();
+            certificate(&ca_bundle, &served, &client, now, &source)
+        }
+        Ok(None) => Finding::fail(
+            "certificate",
+            format!("no {source}"),
+            "syncgc makes it again when it runs with --tls-secret; cert-manager when its \
+             Certificate is ready",
+        ),
+        Err(err) => Finding::unread("certificate", &err),
+    }
+}
+
+/// The Secret syncgc's Deployment takes its serving certificate from: `SYNCGC_TLS_SECRET`, or
+/// a mounted Secret volume.
+fn tls_secret(deployment: &Deployment) -> Option<(String, String)> {
+    let namespace = deployment.metadata.namespace.clone().unwrap_or_default();
+    let pod = deployment.spec.as_ref()?.template.spec.as_ref()?;
+    let from_env = env(deployment, "SYNCGC_TLS_SECRET")
+        .as_deref()
+        .and_then(crate::webhook::registration::namespaced_name);
+    from_env.or_else(|| {
+        let secret = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find_map(|v| v.secret.as_ref()?.secret_name.clone())?;
+        Some((namespace, secret))
+    })
+}
+
+/// The value of the environment variable `name` of the Deployment's containers.
+fn env(deployment: &Deployment, name: &str) -> Option<String> {
+    let pod = deployment.spec.as_ref()?.template.spec.as_ref()?;
+    pod.containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == name)?
+        .value
+        .clone()
+}
+
+/// The certificate chain (PEM) served at `url`, in a handshake verified by `ca_bundle` for the
+/// URL's host, as the apiserver makes it.
+async fn handshake(url: &str, ca_bundle: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let uri: http::Uri = url.parse()?;
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow::anyhow!("no host"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in Certificate::parse_all(ca_bundle)? {
+        roots.add(CertificateDer::from(ca.der.clone()))?;
+    }
+    crate::api::install_crypto_provider();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from(host.clone())?;
+    let tcp = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await??;
+    let tls = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp)).await??;
+    let chain = tls.get_ref().1.peer_certificates().unwrap_or_default();
+    Ok(chain
+        .iter()
+        .map(|c| crate::certs::pem_of(c.as_ref()))
+        .collect::<String>()
+        .into_bytes())
+}
+
+/// The leader's `/metrics`: at `--metrics-url`, or through the apiserver's proxy to the pod
+/// that holds the Lease.
+async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>) -> Finding {
+    let (from, text) = if let Some(url) = &args.metrics_url {
+        (url.clone(), get_text(url).await)
+    } else if let Some(pod) = holder {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{pod}:8080/proxy/metrics",
+            args.syncgc_namespace
+        );
+        let request = http::Request::get(&path).body(Vec::new());
+        let text = match request {
+            Ok(request) => cluster
+                .streams()
+                .request_text(request)
+                .await
+                .map_err(anyhow::Error::from),
+            Err(err) => Err(err.into()),
+        };
+        (format!("pod {pod}"), text)
+    } else {
+        return Finding::skip(
+            "metrics",
+            "no leader to ask (give --metrics-url to read a replica's metrics)",
+        );
+    };
+    match text {
+        Ok(text) => metrics(&text, &from),
+        Err(err) => Finding::fail(
+            "metrics",
+            format!("{from} does not answer: {err:#}"),
+            "the metrics port (8080) takes connections from namespaces labelled \
+             syncgc.io/metrics=allowed (the install's NetworkPolicy); give --metrics-url to \
+             read it another way",
+        ),
+    }
+}
+
+/// A plain-HTTP GET.
+async fn get_text(url: &str) -> anyhow::Result<String> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url.parse()?)).await??;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    anyhow::ensure!(status.is_success(), "HTTP {status}");
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+impl CheckArgs {
+    /// Runs the checks and prints them; whether every check passed.
+    pub async fn run(self) -> anyhow::Result<bool> {
+        let report = check(&self).await?;
+        match self.output {
+            Output::Text => print!("{}", report.text()),
+            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        }
+        Ok(report.ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::{DevCerts, SubjectAltNames};
+
+    #[test]
+    fn the_version_says_which_features_apply() {
+        let old = apiserver("v1.20.2");
+        assert_eq!(old.status, Status::Pass);
+        assert!(
+            old.message.contains("no matchConditions"),
+            "{}",
+            old.message
+        );
+        assert!(old.message.contains("install-1.20.yaml"));
+        let new = apiserver("v1.30.1-eks-abc");
+        assert!(
+            new.message.contains("matchConditions (only opted-in"),
+            "{}",
+            new.message
+        );
+        assert_eq!(apiserver("v1.19.0").status, Status::Fail);
+        assert_eq!(apiserver("banana").status, Status::Fail);
+    }
+
+    #[test]
+    fn failing_groups_fail_with_what_to_do() {
+        assert_eq!(discovery(&BTreeSet::new()).status, Status::Pass);
+        let failed = discovery(&["metrics.k8s.io/v1beta1".to_owned()].into());
+        assert_eq!(failed.status, Status::Fail);
+        assert!(failed.message.contains("metrics.k8s.io/v1beta1"));
+        assert!(failed.fix.unwrap().contains("apiservices"));
+    }
+
+    #[test]
+    fn a_leader_without_a_deployment_is_not_a_failure() {
+        assert_eq!(
+            deployment(None, Some("laptop"), "syncgc-system/syncgc").status,
+            Status::Skip
+        );
+        assert_eq!(
+            deployment(None, None, "syncgc-system/syncgc").status,
+            Status::Fail
+        );
+        let mut d = Deployment::default();
+        d.spec = Some(Default::default());
+        d.spec.as_mut().unwrap().replicas = Some(2);
+        assert_eq!(deployment(Some(&d), None, "ns/syncgc").status, Status::Fail);
+        d.status = Some(Default::default());
+        d.status.as_mut().unwrap().ready_replicas = Some(1);
+        let ready = deployment(Some(&d), None, "ns/syncgc");
+        assert_eq!(ready.status, Status::Pass);
+        assert_eq!(ready.message, "ns/syncgc: 1 of 2 replicas ready");
+    }
+
+    fn certs(dns: &str) -> DevCerts {
+        DevCerts::generate(&SubjectAltNames {
+            dns: vec![dns.to_owned()],
+            ips: vec![],
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_ca_bundle_must_verify_the_served_certificate_for_the_services_name() {
+        let client = WebhookClient::Service {
+            namespace: "syncgc-system".into(),
+            name: "syncgc-webhook".into(),
+        };
+        let now = time::OffsetDateTime::now_utc();
+        let right = certs("syncgc-webhook.syncgc-system.svc");
+        let found = certificate(
+            right.ca_cert.as_bytes(),
+            right.tls_cert.as_bytes(),
+            &client,
+            now,
+            "Secret s",
+        );
+        assert_eq!(found.status, Status::Pass, "{found:?}");
+        let other = certs("syncgc-webhook.syncgc-system.svc");
+        let wrong_ca = certificate(
+            other.ca_cert.as_bytes(),
+            right.tls_cert.as_bytes(),
+            &client,
+            now,
+            "Secret s",
+        );
+        assert_eq!(wrong_ca.status, Status::Fail);
+        assert!(wrong_ca.message.contains("does not verify"));
+        let misnamed = certs("elsewhere.svc");
+        let found = certificate(
+            misnamed.ca_cert.as_bytes(),
+            misnamed.tls_cert.as_bytes(),
+            &client,
+            now,
+            "Secret s",
+        );
+        assert_eq!(found.status, Status::Fail);
+        assert!(found.message.contains("names"), "{found:?}");
+        let later = now + time::Duration::days(3650);
+        let expired = certificate(
+            right.ca_cert.as_bytes(),
+            right.tls_cert.as_bytes(),
+            &client,
+            later,
+            "Secret s",
+        );
+        assert!(expired.message.contains("expired"), "{expired:?}");
+        assert_eq!(
+            certificate(b"", right.tls_cert.as_bytes(), &client, now, "s").status,
+            Status::Fail
+        );
+        assert!(
+            certificate(right.ca_cert.as_bytes(), b"", &client, now, "Secret s")
+                .message
+                .contains("no serving certificate")
+        );
+    }
+
+    #[test]
+    fn only_an_armed_dry_run_proves_the_webhook_is_reached() {
+        let mut object = ConfigMap::default();
+        let unarmed = admission(Ok(&object), "default", Duration::from_millis(3));
+        assert_eq!(unarmed.status, Status::Fail);
+        assert!(unarmed.fix.unwrap().contains("8443"));
+        object.metadata.finalizers = Some(vec![SYNCHRONOUS_FINALIZER.to_owned()]);
+        let armed = admission(Ok(&object), "default", Duration::from_millis(3));
+        assert_eq!(armed.status, Status::Pass);
+        assert!(armed.message.contains("armed in 3 ms"));
+    }
+
+    #[test]
+    fn the_collectors_needs_and_what_was_denied() {
+        let needs = needs("syncgc-system", "syncgc", true);
+        assert_eq!(needs.len(), 11);
+        assert_eq!(super::needs("syncgc-system", "syncgc", false).len(), 9);
+        assert!(
+            needs
+                .iter()
+                .any(|n| n.verb == "delete" && n.resource == "*")
+        );
+        assert_eq!(
+            permissions("sa", &[]).status,
+            Status::Pass,
+            "nothing denied"
+        );
+        let denied = permissions("sa", &[&needs[4], &needs[8]]);
+        assert_eq!(
+            denied.message,
+            "sa may not: delete *.*, update leases.coordination.k8s.io in syncgc-system"
+        );
+    }
+
+    #[test]
+    fn metrics_name_the_version_and_failing_conditions() {
+        let text = "# HELP x\nsyncgc_build_info{commit=\"abc\",version=\"0.1.0\"} 1\n\
+                    syncgc_ready{condition=\"watches\"} 1\nsyncgc_ready{condition=\"webhook\"} 0\n";
+        let found = metrics(text, "pod a");
+        assert_eq!(found.status, Status::Fail);
+        assert_eq!(found.message, "pod a: syncgc 0.1.0, not ready: webhook");
+        let ready = metrics(&text.replace("} 0", "} 1"), "pod a");
+        assert_eq!(ready.status, Status::Pass);
+        assert_eq!(metrics("up 1\n", "x").status, Status::Fail);
+    }
+
+    #[test]
+    fn the_report_fails_only_on_failures_and_says_what_to_do() {
+        let report = Report::of(vec![
+            Finding::pass("a", "fine"),
+            Finding::skip("b", "not here"),
+        ]);
+        assert!(report.ok);
+        assert!(report.text().ends_with("syncgc works here\n"));
+        let report = Report::of(vec![Finding::fail("c", "broken", "mend it")]);
+        assert!(!report.ok);
+        assert_eq!(
+            report.text(),
+            "✗ c            broken\n    → mend it\n1 check(s) failed\n"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["checks"][0]["status"], "fail");
+        assert_eq!(json["checks"][0]["fix"], "mend it");
+    }
+}
