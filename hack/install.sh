@@ -6,16 +6,17 @@
 # directory and fails if the committed files differ (tests/manifests.rs runs it).
 #
 # Each is built by the kubectl its users run: manifests/ by a current one (SYNCGC_KUBECTL,
-# default /usr/bin/kubectl; kustomize v4 or later), manifests/kubernetes-1.20/ by kubectl
-# 1.20 (kustomize v2, from hack/cluster.sh's build). A kustomize warning fails the build.
+# default hack/tools.sh's kubectl 1.34; kustomize v4 or later), manifests/kubernetes-1.20/ by
+# kubectl 1.20 (kustomize v2, from hack/cluster.sh install). A kustomize warning fails the
+# build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 image=${SYNCGC_IMAGE:-syncgc:dev}
-current=${SYNCGC_KUBECTL:-/usr/bin/kubectl}
+current=${SYNCGC_KUBECTL:-$(hack/tools.sh kubectl)}
 cache=${SYNCGC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncgc}
 kubectl_1_20=$cache/kubernetes-1.20.2/bin/kubectl
 for bin in "$current" "$kubectl_1_20"; do
-  [ -x "$bin" ] || { echo "hack/install.sh: no kubectl at $bin (hack/cluster.sh up builds 1.20's; set SYNCGC_KUBECTL to a current one)" >&2; exit 1; }
+  [ -x "$bin" ] || { echo "hack/install.sh: no kubectl at $bin (hack/cluster.sh install builds 1.20's)" >&2; exit 1; }
 done
 out=manifests
 if [ "${1:-}" = "--check" ]; then

@@ -1071,8 +1071,10 @@ mod tests {
             deployment(None, None, "syncgc-system/syncgc").status,
             Status::Fail
         );
-        let mut d = Deployment::default();
-        d.spec = Some(Default::default());
+        let mut d = Deployment {
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
         d.spec.as_mut().unwrap().replicas = Some(2);
         assert_eq!(deployment(Some(&d), None, "ns/syncgc").status, Status::Fail);
         d.status = Some(Default::default());

@@ -250,36 +250,34 @@ impl DisarmArgs {
     /// would have written it again).
     async fn stop(&self, cluster: &Cluster, namespace: &str, name: &str) -> anyhow::Result<()> {
         let deployments = cluster.namespaced::<Deployment>(namespace);
-        let selector = loop {
-            let Some(mut deployment) = cluster.get_whole(&deployments, name).await? else {
+        // A merge patch of the replicas alone: the install's RBAC allows `patch` on every
+        // resource, not `update`.
+        let scaled = cluster
+            .merge_whole(
+                &deployments,
+                name,
+                &serde_json::json!({ "spec": { "replicas": 0 } }),
+            )
+            .await;
+        let selector = match scaled {
+            Ok(deployment) => {
+                println!("scaled the Deployment {namespace}/{name} to 0 replicas");
+                deployment
+                    .spec
+                    .and_then(|spec| spec.selector.match_labels)
+                    .map(|labels| {
+                        labels
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+            }
+            Err(err) if err.status() == Some(404) => {
                 eprintln!("no Deployment {namespace}/{name}: nothing to scale down");
-                break None;
-            };
-            let selector = deployment
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.selector.match_labels.as_ref())
-                .map(|labels| {
-                    labels
-                        .iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                });
-            let spec = deployment.spec.get_or_insert_with(Default::default);
-            if spec.replicas == Some(0) {
-                break selector;
+                None
             }
-            spec.replicas = Some(0);
-            match cluster.replace_whole(&deployments, &deployment).await {
-                Ok(_) => {
-                    println!("scaled the Deployment {namespace}/{name} to 0 replicas");
-                    break selector;
-                }
-                // Written meanwhile (by its controller's status): read it again.
-                Err(err) if err.status() == Some(409) => continue,
-                Err(err) => return Err(err.into()),
-            }
+            Err(err) => return Err(err.into()),
         };
 
         let pods = cluster.namespaced::<Pod>(namespace);

@@ -1,10 +1,74 @@
-//! The README cannot drift from the binary: every flag and environment variable of every
-//! subcommand and every metric syncgc registers is documented there.
+//! The documentation cannot drift from the binary, checked both ways: every flag and
+//! environment variable of every subcommand is documented (README.md and docs/), and every flag
+//! the configuration and command pages name exists; every metric syncgc registers is in
+//! docs/observability.md, and every `syncgc_` name the documentation mentions is one syncgc
+//! exports; every alert has its section in docs/alerts.md, where its runbook_url points; every
+//! relative link and anchor resolves; and the README stays a short front door.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The subcommands whose `--help` the documentation must cover.
+const SUBCOMMANDS: [&str; 6] = [
+    "run",
+    "certs",
+    "webhook-config",
+    "explain",
+    "disarm",
+    "check",
+];
+
+/// Flags of other tools that the flag pages may name; everything else written `--name` there
+/// must be a flag of syncgc.
+const OTHER_TOOLS_FLAGS: [&str; 0] = [];
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+/// README.md and every docs/*.md, by path relative to the repository root.
+fn documents() -> BTreeMap<String, String> {
+    let mut docs = BTreeMap::new();
+    docs.insert(
+        "README.md".to_owned(),
+        read(&Path::new(ROOT).join("README.md")),
+    );
+    let dir = Path::new(ROOT).join("docs");
+    for entry in std::fs::read_dir(&dir).expect("docs/ exists") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let name = format!("docs/{}", path.file_name().unwrap().to_string_lossy());
+            docs.insert(name, read(&path));
+        }
+    }
+    assert!(docs.len() > 5, "docs/ holds the documentation: {docs:?}");
+    docs
+}
+
+/// All the documentation as one text.
+fn all_docs() -> String {
+    documents().into_values().collect::<Vec<_>>().join("\n")
+}
+
+fn doc(name: &str) -> String {
+    read(&Path::new(ROOT).join(name))
+}
+
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "syncgc {args:?} --help: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The long flags a `--help` text lists.
@@ -21,16 +85,44 @@ fn flags(help: &str) -> Vec<String> {
         .collect()
 }
 
+/// The environment variables a `--help` text names.
+fn env_vars(help: &str) -> Vec<String> {
+    help.match_indices("[env: ")
+        .map(|(at, _)| {
+            help[at + 6..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+/// Every `--name` written in `text` (a word of its own: not the tail of a longer dash run).
+fn written_flags(text: &str) -> BTreeSet<String> {
+    let bytes = text.as_bytes();
+    let mut found = BTreeSet::new();
+    for (at, _) in text.match_indices("--") {
+        let before = at.checked_sub(1).map(|i| bytes[i]);
+        if before.is_some_and(|b| b == b'-' || b.is_ascii_alphanumeric()) {
+            continue;
+        }
+        let name: String = text[at + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+            .collect();
+        let name = name.trim_end_matches('-');
+        if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            found.insert(format!("--{name}"));
+        }
+    }
+    found
+}
+
 #[test]
-fn every_flag_of_each_subcommand_is_in_the_readme() {
-    let readme = readme();
-    for subcommand in ["run", "certs", "webhook-config", "explain", "disarm"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
-            .args([subcommand, "--help"])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        let help = String::from_utf8(out.stdout).unwrap();
+fn every_flag_of_each_subcommand_is_documented() {
+    let docs = all_docs();
+    for subcommand in SUBCOMMANDS {
+        let help = help(&[subcommand]);
         let flags = flags(&help);
         assert!(flags.len() >= 2, "{help}");
         for flag in flags
@@ -38,42 +130,282 @@ fn every_flag_of_each_subcommand_is_in_the_readme() {
             .filter(|f| !["--help", "--version"].contains(&f.as_str()))
         {
             assert!(
-                readme.contains(flag.as_str()),
-                "README.md does not mention {subcommand} {flag}"
+                docs.contains(&format!("`{flag}")),
+                "neither README.md nor docs/ documents `syncgc {subcommand} {flag}`"
             );
         }
-        // And every environment variable a flag is read from.
-        for (at, _) in help.match_indices("[env: ") {
-            let var: String = help[at + 6..]
-                .chars()
-                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
-                .collect();
+        for var in env_vars(&help) {
             assert!(
-                readme.contains(&format!("`{var}`")),
-                "README.md does not mention {subcommand}'s {var}"
+                docs.contains(&format!("`{var}`")),
+                "neither README.md nor docs/ documents {subcommand}'s {var}"
             );
         }
     }
 }
 
 #[test]
-fn every_metric_is_in_the_readme() {
-    let readme = readme();
-    let source =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics.rs")).unwrap();
-    let names: Vec<&str> = source
+fn the_flag_pages_name_only_flags_syncgc_has() {
+    let mut known: BTreeSet<String> = flags(&help(&[])).into_iter().collect();
+    for subcommand in SUBCOMMANDS {
+        known.extend(flags(&help(&[subcommand])));
+    }
+    known.extend(OTHER_TOOLS_FLAGS.iter().map(|f| (*f).to_owned()));
+    for page in ["docs/configuration.md", "docs/commands.md"] {
+        let written = written_flags(&doc(page));
+        assert!(written.len() > 10, "{page} names flags: {written:?}");
+        let unknown: Vec<&String> = written.difference(&known).collect();
+        assert!(
+            unknown.is_empty(),
+            "{page} names flags no subcommand of syncgc has: {unknown:?}"
+        );
+    }
+}
+
+/// The metric names syncgc registers: the `"syncgc_…"` string literals of src/metrics.rs.
+fn exported_metrics() -> BTreeSet<String> {
+    let source = doc("src/metrics.rs");
+    let names: BTreeSet<String> = source
         .split('"')
         .filter(|s| {
             s.starts_with("syncgc_") && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
         })
+        .map(str::to_owned)
         .collect();
     assert!(names.len() >= 5, "{names:?}");
-    for name in names {
+    names
+}
+
+/// The metric family of a series name: without a histogram's `_bucket`, `_sum` or `_count`.
+fn family(name: &str) -> &str {
+    ["_bucket", "_sum", "_count"]
+        .iter()
+        .fold(name, |n, suffix| n.strip_suffix(suffix).unwrap_or(n))
+}
+
+/// Every `syncgc_[a-z_]+` word in `text`.
+fn mentioned_metrics(text: &str) -> BTreeSet<String> {
+    let bytes = text.as_bytes();
+    let mut found = BTreeSet::new();
+    for (at, _) in text.match_indices("syncgc_") {
+        let before = at.checked_sub(1).map(|i| bytes[i]);
+        if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            continue;
+        }
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        if name.len() > "syncgc_".len() {
+            found.insert(name);
+        }
+    }
+    found
+}
+
+#[test]
+fn every_metric_is_documented_and_every_documented_metric_exists() {
+    let exported = exported_metrics();
+    let observability = doc("docs/observability.md");
+    for name in &exported {
         assert!(
-            readme.contains(name),
-            "README.md does not mention the metric {name}"
+            observability.contains(name.as_str()),
+            "docs/observability.md does not document the metric {name}"
         );
     }
+    for (file, text) in documents() {
+        for name in mentioned_metrics(&text) {
+            assert!(
+                exported.contains(family(&name)),
+                "{file} mentions {name}, which syncgc does not export"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_alert_has_its_runbook_section() {
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&doc("manifests/prometheus/prometheusrule.yaml")).unwrap();
+    let sections = headings(&doc("docs/alerts.md"));
+    let mut alerts = 0;
+    for group in rules["spec"]["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            assert!(
+                sections
+                    .iter()
+                    .any(|(level, text)| *level == 2 && text == alert),
+                "docs/alerts.md has no section `## {alert}`"
+            );
+            if let Some(url) = rule["annotations"]["runbook_url"].as_str() {
+                let anchor = format!("docs/alerts.md#{}", alert.to_lowercase());
+                assert!(
+                    url.ends_with(&anchor),
+                    "{alert}'s runbook_url {url} does not point at {anchor}"
+                );
+            }
+        }
+    }
+    assert!(alerts > 5, "prometheusrule.yaml holds the alerts");
+}
+
+/// The headings of a Markdown text outside fenced code blocks: (level, text).
+fn headings(text: &str) -> Vec<(usize, String)> {
+    let mut fenced = false;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let level = line.chars().take_while(|c| *c == '#').count();
+        if (1..=6).contains(&level) && line[level..].starts_with(' ') {
+            found.push((level, line[level..].trim().to_owned()));
+        }
+    }
+    found
+}
+
+/// GitHub's anchors for the headings of a Markdown text: lower case, punctuation dropped,
+/// spaces as hyphens, a repeated anchor numbered.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut anchors = BTreeSet::new();
+    for (_, heading) in headings(text) {
+        let slug: String = heading
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        anchors.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    anchors
+}
+
+/// The targets of the inline links `[text](target)` of a Markdown text, outside fenced code.
+fn links(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut prose = String::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    prose
+        .match_indices("](")
+        .filter_map(|(at, _)| {
+            let rest = &prose[at + 2..];
+            let end = rest.find(')')?;
+            Some(rest[..end].trim().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let root = Path::new(ROOT);
+    let mut checked = 0;
+    for (file, text) in documents() {
+        let dir = root.join(&file).parent().unwrap().to_path_buf();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = match link.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (link.as_str(), None),
+            };
+            let target: PathBuf = if path.is_empty() {
+                root.join(&file)
+            } else {
+                dir.join(path)
+            };
+            assert!(
+                target.exists(),
+                "{file} links to {link}, and {} does not exist",
+                target.display()
+            );
+            if let Some(anchor) = anchor {
+                assert!(
+                    target.extension().is_some_and(|e| e == "md"),
+                    "{file} links to an anchor in {link}, which is not Markdown"
+                );
+                let anchors = anchors(&read(&target));
+                assert!(
+                    anchors.contains(anchor),
+                    "{file} links to {link}, and {} has no heading #{anchor}: {anchors:?}",
+                    target.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "the documentation links its pages: {checked}");
+}
+
+#[test]
+fn the_readme_is_a_front_door() {
+    let readme = doc("README.md");
+    assert!(
+        (5 * 1024..=16 * 1024).contains(&readme.len()),
+        "README.md is {} bytes; keep it between 5 and 16 KB and move the rest to docs/",
+        readme.len()
+    );
+    let first_screen: String = readme.lines().take(40).collect::<Vec<_>>().join("\n");
+    for needed in ["syncgc.io/synchronous", "kubectl delete"] {
+        assert!(
+            first_screen.contains(needed),
+            "the first 40 lines of README.md do not mention {needed}"
+        );
+    }
+}
+
+#[test]
+fn the_slugs_are_githubs() {
+    let text = "# syncgc\n## When `syncgc check` fails\n## Kubernetes 1.20\n\
+                ## The finalizer syncgc.io/synchronous\n## Limitations\n## Limitations\n\
+                ```\n# not a heading\n```\n";
+    let found = anchors(text);
+    for anchor in [
+        "syncgc",
+        "when-syncgc-check-fails",
+        "kubernetes-120",
+        "the-finalizer-syncgciosynchronous",
+        "limitations",
+        "limitations-1",
+    ] {
+        assert!(found.contains(anchor), "{anchor} in {found:?}");
+    }
+    assert!(!found.contains("not-a-heading"));
+    assert_eq!(
+        written_flags("`--tls-cert`/`--tls-key`, a --x-y flag, |---|, a—b, -n NS"),
+        ["--tls-cert", "--tls-key", "--x-y"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    );
+    assert_eq!(
+        mentioned_metrics("`syncgc_ready{condition}`, the prefix `syncgc_`, SYNCGC_MODE"),
+        BTreeSet::from(["syncgc_ready".to_owned()])
+    );
 }
 
 /// Every syncgc series the Grafana dashboard and the alert rules query is one syncgc exports.
@@ -95,11 +427,7 @@ fn dashboards_and_alerts_query_only_exported_metrics() {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
-            let family = ["_bucket", "_sum", "_count"]
-                .iter()
-                .fold(name.as_str(), |n, suffix| {
-                    n.strip_suffix(suffix).unwrap_or(n)
-                });
+            let family = family(&name);
             assert!(
                 exported.contains(&format!("\"{family}\"")),
                 "{file} queries {name}, which syncgc does not export"

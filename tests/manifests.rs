@@ -34,9 +34,9 @@ const NOT_BUILT_IN: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
 const KUBERNETES_1_20: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/kubernetes-1.20");
 
 /// A current kubectl (kustomize v5), as users of Kubernetes 1.21 and later run: `SYNCGC_KUBECTL`,
-/// else the machine's `/usr/bin/kubectl` (the control plane's own is 1.20's).
+/// else the one `hack/tools.sh` installs (the control plane's own is 1.20's).
 fn current_kubectl() -> String {
-    std::env::var("SYNCGC_KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".to_owned())
+    std::env::var("SYNCGC_KUBECTL").unwrap_or_else(|_| support::chart::tool("kubectl"))
 }
 
 /// The kustomize build of `dir` by the kubectl its users run (1.20's for
@@ -51,7 +51,7 @@ fn built(dir: &str) -> Vec<Value> {
     let out = std::process::Command::new(&kubectl)
         .args(["kustomize", dir])
         .output()
-        .unwrap_or_else(|err| panic!("{kubectl} (set SYNCGC_KUBECTL to a current kubectl): {err}"));
+        .unwrap_or_else(|err| panic!("{kubectl}: {err}"));
     let warnings = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -113,8 +113,9 @@ fn dry_run(objects: &[Value]) {
     assert_eq!(out.lines().count(), built_in.len(), "{out}");
 }
 
-const COMMON: [&str; 10] = [
+const COMMON: [&str; 11] = [
     "Namespace",
+    "ResourceQuota",
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -181,6 +182,21 @@ fn the_install_for_1_20_is_accepted_as_it_is_and_the_rendered_files_are_current(
     .unwrap();
     let out = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered));
     assert_eq!(out.lines().count(), parsed(&rendered).len(), "{out}");
+}
+
+/// The uninstall Job (`manifests/uninstall/`, not part of the install) is accepted as it is, in
+/// syncgc's namespace with syncgc's ServiceAccount.
+#[test]
+fn the_apiserver_accepts_the_uninstall_job() {
+    support::syncgc_namespace();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/uninstall/job.yaml");
+    let objects = parsed(&std::fs::read_to_string(path).unwrap());
+    assert_eq!(kinds(&objects), ["Job"]);
+    assert_eq!(objects[0]["metadata"]["namespace"], "syncgc-system");
+    let pod = &objects[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "syncgc");
+    let out = kubectl(&["apply", "--dry-run=server", "-f", path], None);
+    assert_eq!(out.lines().count(), 1, "{out}");
 }
 
 /// The cert-manager overlay: a Certificate instead of the Secret syncgc keeps, mounted, its

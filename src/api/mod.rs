@@ -1114,6 +1114,22 @@ impl Cluster {
             .await
     }
 
+    /// Merges `patch` (a JSON merge patch) into the object `name` of `api`.
+    pub async fn merge_whole<K: Whole>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<K, ApiError> {
+        let target = Self::whole(api, name);
+        self.call(
+            Verb::Patch,
+            &target,
+            api.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await
+    }
+
     /// The objects of `api` that `labels` (a label selector) selects.
     pub async fn list_whole<K: Whole>(
         &self,

@@ -1,0 +1,51 @@
+//! The Helm chart (`charts/syncgc`), rendered by the helm that `hack/tools.sh` installs.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The chart's directory.
+pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/syncgc");
+
+/// The path of a tool `hack/tools.sh` installs (`helm`, `kubectl`), installing it first.
+pub fn tool(name: &str) -> String {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/tools.sh"))
+        .arg(name)
+        .output()
+        .expect("running hack/tools.sh");
+    assert!(
+        out.status.success(),
+        "hack/tools.sh {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// `helm template syncgc charts/syncgc -n syncgc-system ARGS`, as JSON objects.
+pub fn template(args: &[&str]) -> Vec<Value> {
+    let helm = tool("helm");
+    let out = Command::new(&helm)
+        .args(["template", "syncgc", CHART, "--namespace", "syncgc-system"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|err| panic!("{helm}: {err}"));
+    assert!(
+        out.status.success(),
+        "helm template {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// The objects of a multi-document YAML stream.
+pub fn parse(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// Whether `object` is a Helm hook (run around an install or uninstall, not installed).
+pub fn is_hook(object: &Value) -> bool {
+    object["metadata"]["annotations"]["helm.sh/hook"].is_string()
+}
