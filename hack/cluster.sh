@@ -56,17 +56,8 @@ die() { log "error: $*"; exit 1; }
 
 # --- install -----------------------------------------------------------------
 
-apt_updated=false
-apt_install() {
-  local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  if ! $apt_updated; then apt-get update -qq; apt_updated=true; fi
-  log "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+# shellcheck source=hack/apt.sh
+. "$(dirname "$0")/apt.sh"
 
 enable_deb_src() {
   local f=/etc/apt/sources.list.d/debian.sources

@@ -47,7 +47,7 @@ sed -i -e "s#^    newName: .*#    newName: $repository#" -e "s#^    newTag: .*# 
 sed -i "s#^\( *image: \).*#\1$image#" manifests/uninstall/job.yaml
 
 # 2. The changelog: Unreleased becomes VERSION, and a new empty Unreleased stands above it.
-if grep -q "^## $version " CHANGELOG.md; then
+if grep -Eq "^## $version( |$)" CHANGELOG.md; then
   log "CHANGELOG.md already has $version"
 else
   log "cutting CHANGELOG.md"

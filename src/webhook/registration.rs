@@ -121,20 +121,13 @@ impl std::str::FromStr for WebhookClient {
                 )),
             };
         }
-        match namespaced_name(s) {
+        match crate::names::namespaced_name(s) {
             Some((namespace, name)) => Ok(Self::Service { namespace, name }),
             None => Err(format!(
                 "{s:?} is neither an https:// URL nor a Service as NAMESPACE/NAME"
             )),
         }
     }
-}
-
-/// `NAMESPACE/NAME`, both non-empty, split.
-pub fn namespaced_name(text: &str) -> Option<(String, String)> {
-    let (namespace, name) = text.split_once('/')?;
-    (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
-        .then(|| (namespace.to_owned(), name.to_owned()))
 }
 
 /// Resources that can be opted in no more than they can be collected meaningfully, yet are
