@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Renders the single-file installs from the kustomizations: manifests/install.yaml (Kubernetes
-# 1.21 or later) and manifests/install-1.20.yaml (Kubernetes 1.20), with the image
-# SYNCGC_IMAGE (default syncgc:dev; a release sets its own, such as
-# registry.example/syncgc:v0.2.0 or a digest). With --check, renders into a temporary
+# 1.21 or later) and manifests/install-1.20.yaml (Kubernetes 1.20), with the image the
+# kustomization names (hack/release.sh pins each release's), or SYNCGC_IMAGE (such as
+# registry.example/syncgc:dev or a digest). With --check, renders into a temporary
 # directory and fails if the committed files differ (tests/manifests.rs runs it).
 #
 # Each is built by the kubectl its users run: manifests/ by a current one (SYNCGC_KUBECTL,
@@ -11,7 +11,7 @@
 # build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-image=${SYNCGC_IMAGE:-syncgc:dev}
+image=${SYNCGC_IMAGE:-}
 current=${SYNCGC_KUBECTL:-$(hack/tools.sh kubectl)}
 cache=${SYNCGC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncgc}
 kubectl_1_20=$cache/kubernetes-1.20.2/bin/kubectl
@@ -29,7 +29,7 @@ render() { # kubectl, kustomization, file, what it is for
   {
     echo "# syncgc $4: kubectl apply -f $3"
     echo "# Rendered by hack/install.sh from $2 (do not edit)."
-    "$1" kustomize "$2" 2>"$warnings" | sed "s#image: syncgc:dev#image: $image#"
+    "$1" kustomize "$2" 2>"$warnings" | if [ -n "$image" ]; then sed "s#^\( *image: \).*#\1$image#"; else cat; fi
   } >"$out/$3"
   if [ -s "$warnings" ]; then
     echo "$1 kustomize $2 warns:" >&2

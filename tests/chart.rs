@@ -87,7 +87,7 @@ fn file(path: &str) -> Vec<Value> {
     parse(&std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap())
 }
 
-/// The `--set` of the image `objects` run (the manifests' `syncgc:dev`, or a release's).
+/// The `--set` of the image `objects` run (the manifests' own: a release's).
 fn image_values(objects: &[Value]) -> String {
     let image = objects
         .iter()
