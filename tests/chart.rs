@@ -116,8 +116,6 @@ fn normalized(object: &Value) -> Value {
     {
         for (key, value) in chart_labels() {
             match labels.get(key) {
-                // syncgc labels what it writes itself as its own.
-                Some(found) if key == "app.kubernetes.io/managed-by" && found == "syncgc" => {}
                 Some(found) => {
                     assert_eq!(found, &value, "{kind}'s {key}");
                     labels.remove(key);
@@ -194,10 +192,23 @@ fn sort_env(object: &mut Value) {
     }
 }
 
-/// A manifest with its environment in order, as [`normalized`] puts the chart's.
+/// A manifest with its environment in order, as [`normalized`] puts the chart's, and without
+/// the label that says syncgc writes it (under Helm, Helm's label stands: syncgc does not
+/// fight over it).
 fn normalized_manifest(object: &Value) -> Value {
     let mut object = object.clone();
     sort_env(&mut object);
+    if let Some(labels) = object
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        if labels.get("app.kubernetes.io/managed-by") == Some(&Value::from("syncgc")) {
+            labels.remove("app.kubernetes.io/managed-by");
+        }
+        if labels.is_empty() {
+            object["metadata"].as_object_mut().unwrap().remove("labels");
+        }
+    }
     object
 }
 

@@ -1,7 +1,8 @@
 //! SG-16: syncgc killed (SIGKILL) in the middle of a synchronous deletion finishes it after a
 //! restart, with the deadline it fixed before; an owner it inherits waits for what its tree may
 //! have left; and stopped (SIGTERM), it goes on answering admission reviews for its shutdown
-//! delay.
+//! delay. The tests run one at a time ([`alone`]): two leave an owner waiting while their
+//! syncgc is stopped, which another test's syncgc would collect.
 
 mod support;
 
@@ -14,7 +15,7 @@ use kube::ResourceExt;
 use kube::api::DeleteParams;
 use syncgc::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION};
 
-use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
+use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL, alone};
 use support::{
     TestNamespace, clear_finalizers, create, delete, eventually, exists, gone, held, opted_in,
     owner_and_held, with_finalizer,
@@ -22,6 +23,7 @@ use support::{
 
 #[tokio::test]
 async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
+    let _alone = alone().await;
     let name = format!("syncgc-restart-{}", std::process::id());
     let mut first = Syncgc::start_async(&name, &TEST_TIMEOUTS).await;
     let client = support::client().await;
@@ -73,6 +75,7 @@ async fn sg16_a_restart_keeps_the_deadline_and_finishes() {
 /// it is shutting down (so the endpoint is removed first), then syncgc exits.
 #[tokio::test]
 async fn sigterm_keeps_the_webhook_answering_through_the_shutdown_delay() {
+    let _alone = alone().await;
     let name = format!("syncgc-shutdown-{}", std::process::id());
     let mut syncgc = Syncgc::start_async(&name, &["--shutdown-delay", "3s"]).await;
     let webhook = syncgc.webhook;
@@ -125,6 +128,7 @@ async fn sigterm_keeps_the_webhook_answering_through_the_shutdown_delay() {
 /// owner that is gone may be a grandchild of its tree, and holds it until it goes.
 #[tokio::test]
 async fn an_inherited_owner_waits_for_an_object_whose_owner_is_gone() {
+    let _alone = alone().await;
     let name = format!("syncgc-inherited-{}", std::process::id());
     let client = support::client().await;
     let ns = TestNamespace::with_labels(&client, "inherited", &[(WEBHOOK_LABEL, &name)]).await;

@@ -255,14 +255,11 @@ impl Managed {
             Some(mut current) => {
                 let recorded =
                     current.annotations().get(SERVED_VERSIONS_ANNOTATION) == Some(&record);
-                let labels = current.metadata.labels.get_or_insert_default();
-                let labelled = certificate::managed_by()
-                    .iter()
-                    .all(|(k, v)| labels.get(k) == Some(v));
-                if current.webhooks == desired.webhooks && labelled && recorded {
+                // Its labels are left as they are: an installer's (Helm's
+                // `app.kubernetes.io/managed-by: Helm`) is not fought over.
+                if current.webhooks == desired.webhooks && recorded {
                     return Ok(Written::Nothing);
                 }
-                labels.extend(certificate::managed_by());
                 current
                     .annotations_mut()
                     .insert(SERVED_VERSIONS_ANNOTATION.to_owned(), record);

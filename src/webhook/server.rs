@@ -16,6 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::tls::ReloadingCert;
 
+/// How long the apiserver keeps an idle connection to a webhook (Go's `http.Transport`, as
+/// client-go sets it up: 90 s); it closes it itself after that.
+pub const CLIENT_IDLE: Duration = Duration::from_secs(90);
+
 /// The bounds that keep slow or numerous clients from hurting the server.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -23,7 +27,11 @@ pub struct Limits {
     pub max_connections: usize,
     /// Time for a client to complete the TLS handshake.
     pub handshake_timeout: Duration,
-    /// Time for a client to send a request's headers (HTTP/1.1), also between requests.
+    /// Time for a client to send a request's headers (HTTP/1.1), counted from the end of the
+    /// last response on the connection, so the idle time between requests is part of it. It
+    /// must outlast [`CLIENT_IDLE`]: a server that closes an idle connection while the
+    /// apiserver sends a review on it fails that call (a POST is not sent again), and the
+    /// webhook fails open.
     pub header_timeout: Duration,
     /// Time for in-flight requests to finish after shutdown is asked.
     pub drain_timeout: Duration,
@@ -34,7 +42,7 @@ impl Default for Limits {
         Self {
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(10),
-            header_timeout: Duration::from_secs(10),
+            header_timeout: CLIENT_IDLE + Duration::from_secs(30),
             drain_timeout: Duration::from_secs(25),
         }
     }
@@ -115,5 +123,15 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("in-flight webhook requests did not finish in time");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_connection_is_kept_longer_than_the_apiserver_keeps_it() {
+        assert!(Limits::default().header_timeout > CLIENT_IDLE);
     }
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ObjectMeta, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
+use syncgc::names::SYNCHRONOUS_FINALIZER;
 
 use super::surface::{WAIT, create_as, dynamic, stays};
 use super::{
@@ -33,7 +34,17 @@ impl Wait {
             Self::Synchronous => opted_in(name, vec![], &[]),
             Self::Foreground => config_map(name, vec![]),
         };
-        create(&ns.api::<ConfigMap>(), &owner).await
+        let owner = create(&ns.api::<ConfigMap>(), &owner).await;
+        // An owner the webhook did not arm (a call that failed open) would go at once.
+        let armed = owner
+            .finalizers()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER);
+        assert!(
+            armed || self == Self::Foreground,
+            "the webhook did not arm {name}: the apiserver's call to it failed (see its log)"
+        );
+        owner
     }
 
     /// Deletes the owner `name` so that it waits.

@@ -28,6 +28,15 @@ pub struct Syncgc {
     _certs: tempfile::TempDir,
 }
 
+/// Held by each test of a binary that must not run beside another syncgc of that binary:
+/// every syncgc acts in every namespace, so an owner left waiting while its test's syncgc is
+/// stopped (killed and restarted, or deleted before it starts) would be collected by another
+/// test's.
+pub async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ALONE.lock().await
+}
+
 pub fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -42,11 +51,15 @@ impl Syncgc {
     }
 
     /// [`Syncgc::start`] from async code, on a thread that may block.
-    pub async fn start_async(name: &str, args: &'static [&'static str]) -> Self {
+    pub async fn start_async(name: &str, args: &[&str]) -> Self {
         let name = name.to_owned();
-        tokio::task::spawn_blocking(move || Self::start(&name, args))
-            .await
-            .unwrap()
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Self::start(&name, &args)
+        })
+        .await
+        .unwrap()
     }
 
     /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
@@ -219,10 +232,13 @@ impl Syncgc {
         panic!(
             "syncgc {} did not {what}; see its log in {}",
             self.name,
-            std::env::temp_dir()
-                .join(format!("{}.log", self.name))
-                .display()
+            self.log().display()
         );
+    }
+
+    /// Where its log goes (appended to by every process of this name).
+    pub fn log(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{}.log", self.name))
     }
 
     /// A plain HTTP GET on the metrics address.
@@ -298,10 +314,30 @@ impl Syncgc {
     }
 }
 
-/// The one syncgc process the tests of this test binary share.
+/// A test that fails with a syncgc running shows what that syncgc said last (its log stays
+/// where [`Syncgc::log`] says), since a test machine may not keep the file.
+impl Drop for Syncgc {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let said: Vec<&str> = log.lines().filter(|l| !l.contains(" DEBUG ")).collect();
+        eprintln!(
+            "--- the last of syncgc {}'s log (without DEBUG; all of it in {}):",
+            self.name,
+            self.log().display()
+        );
+        for line in &said[said.len().saturating_sub(40)..] {
+            eprintln!("{line}");
+        }
+    }
+}
+
 /// The timeouts the tests' syncgc runs with: a minute, and 100 ms per dependent.
 pub const TEST_TIMEOUTS: [&str; 4] = ["--timeout-base", "60s", "--timeout-per-dependent", "100ms"];
 
+/// The one syncgc process the tests of this test binary share.
 pub fn shared() -> &'static Syncgc {
     static SHARED: OnceLock<Syncgc> = OnceLock::new();
     SHARED.get_or_init(|| {

@@ -24,15 +24,6 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
-{{/*
-The labels of what syncgc writes itself (its webhook configuration, its certificate Secret):
-syncgc labels them as managed by syncgc on every write, and Helm's label would fight it.
-*/}}
-{{- define "syncgc.selfManagedLabels" -}}
-{{ include "syncgc.chartLabels" . }}
-app.kubernetes.io/managed-by: syncgc
-{{- end -}}
-
 {{/* The image: repository@digest, or repository:tag (v and the appVersion by default). */}}
 {{- define "syncgc.image" -}}
 {{- if .Values.image.digest -}}
