@@ -20,6 +20,8 @@
 //!   ([`order::Orders`], decided from the graph).
 //! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
 //!   nothing refers to it any more.
+//! - [`cascade`]: a cascade run on a copy of the graph by the same rules, to its end: what a
+//!   DELETE would take down (`syncgc plan`).
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - [`debug`]: `/debug/graph`, the graph around one object.
 //!
@@ -28,6 +30,7 @@
 pub mod absent;
 pub mod barrier;
 pub mod builder;
+pub mod cascade;
 pub mod collector;
 pub mod debug;
 pub mod decide;

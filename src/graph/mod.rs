@@ -532,6 +532,28 @@ impl Graph {
         Some(interned)
     }
 
+    /// What the graph knows of the observed object `uid`, as a watch would deliver it again:
+    /// its resource and its [`Observed`] (for a change made on a copy, as a plan does).
+    pub fn observed(&self, uid: Uid) -> Option<(ResourceId, Observed)> {
+        let node = self.nodes.get(&uid)?;
+        let resource = node.resource?;
+        Some((
+            resource,
+            Observed {
+                uid,
+                coordinates: node.coordinates,
+                namespace: node.namespace().map(str::to_owned),
+                name: node.name.to_string(),
+                resource_version: node.resource_version,
+                owners: node.owners.to_vec(),
+                flags: node.flags,
+                places: node.places,
+                order: self.orders.get(&uid).cloned().unwrap_or_default(),
+                deleted_at: self.deleted_at(uid),
+            },
+        ))
+    }
+
     /// An object was added or changed.
     pub fn apply(&mut self, resource: ResourceId, object: Observed) -> Vec<Work> {
         let Observed {
