@@ -89,6 +89,7 @@ fn main() {
                 syncgc::graph::Mode::Cooperative,
             ))
             .reader(),
+            resources: Default::default(),
             body_timeout: Duration::from_secs(10),
         })
     });

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Cluster, RateLimiter};
 use crate::duration::Backoff;
-use crate::gc::decide::Timeouts;
 use crate::gc::watch::InitialList;
 use crate::gc::{self, GcConfig};
 use crate::graph::{Graph, Mode, Writer};
@@ -71,24 +70,12 @@ pub struct RunArgs {
     /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
     pub unarmed_delete: UnarmedDelete,
-    /// How long an owner waits for its dependents at least (`syncgc.io/timeout` overrides it).
-    #[arg(long, env = "SYNCGC_TIMEOUT_BASE", default_value = "60s", value_parser = crate::duration::parse)]
-    pub timeout_base: Duration,
-    /// How much longer it waits for each direct and indirect dependent.
-    #[arg(long, env = "SYNCGC_TIMEOUT_PER_DEPENDENT", default_value = "500ms", value_parser = crate::duration::parse)]
-    pub timeout_per_dependent: Duration,
-    /// The longest an owner waits; then it is released anyway.
-    #[arg(long, env = "SYNCGC_TIMEOUT_MAX", default_value = "1h", value_parser = crate::duration::parse)]
-    pub timeout_max: Duration,
+    /// Timeouts and the client's rate.
+    #[command(flatten)]
+    pub collector: gc::CollectorArgs,
     /// Garbage-collector workers.
     #[arg(long, env = "SYNCGC_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
-    /// Client-side limit on the garbage collector's calls to the apiserver, per second.
-    #[arg(long, env = "SYNCGC_QPS", default_value_t = 50.0, value_parser = positive)]
-    pub qps: f64,
-    /// Calls allowed in a burst above --qps.
-    #[arg(long, env = "SYNCGC_BURST", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
-    pub burst: u32,
     /// Leader election among replicas (boxed: it would make every `Command` as big).
     #[command(flatten)]
     pub leader_election: Box<LeaderElectionArgs>,
@@ -267,25 +254,10 @@ pub struct LeaderElectionArgs {
     pub leader_election_retry_period: Duration,
 }
 
-/// A number above zero (a rate of zero would all but stop the collector).
-fn positive(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(n) if n > 0.0 && n.is_finite() => Ok(n),
-        Ok(_) => Err(format!("{text} is not above zero")),
-        Err(err) => Err(format!("{text:?} is not a number: {err}")),
-    }
-}
-
 impl RunArgs {
     /// What the flags say together that each alone cannot: checked before anything starts.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.timeout_max >= self.timeout_base,
-            "--timeout-max ({:?}) is shorter than --timeout-base ({:?}): no owner could wait as long as the base says",
-            self.timeout_max,
-            self.timeout_base
-        );
-        Ok(())
+        self.collector.validate()
     }
 }
 
@@ -336,12 +308,8 @@ impl RunArgs {
             tls_key,
             mode,
             unarmed_delete,
-            timeout_base,
-            timeout_per_dependent,
-            timeout_max,
+            collector: collector_args,
             workers,
-            qps,
-            burst,
             ignored_resources,
             rediscovery_interval,
             initial_list,
@@ -410,6 +378,8 @@ impl RunArgs {
             let _in = collector_runtime.handle().enter();
             api::client(config)?
         };
+        let timeouts = collector_args.timeouts();
+        let gc::CollectorArgs { qps, burst, .. } = collector_args;
         let limiter = Arc::new(RateLimiter::new(qps, burst));
         let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone());
 
@@ -438,13 +408,22 @@ impl RunArgs {
         };
         let graph = Writer::new(Graph::new(mode));
         tracing::info!(?mode, "garbage collector mode");
-        let timeouts = Timeouts {
-            base: timeout_base,
-            per_dependent: timeout_per_dependent,
-            max: timeout_max,
-        };
+        let gc = Arc::new(gc::Collector::new(
+            graph.reader(),
+            gc_cluster,
+            metrics.clone(),
+            GcConfig {
+                timeouts,
+                workers: usize::from(workers),
+                ignored: ignored_resources,
+                rediscovery: rediscovery_interval,
+                initial_list,
+                barrier: release_barrier,
+            },
+        ));
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
+            resources: gc.resource_table(),
             policy: Policy {
                 unarmed_delete,
                 timeouts: Some(timeouts),
@@ -475,19 +454,6 @@ impl RunArgs {
             webhook_stop.clone(),
         ));
 
-        let gc = Arc::new(gc::Collector::new(
-            graph.reader(),
-            gc_cluster,
-            metrics.clone(),
-            GcConfig {
-                timeouts,
-                workers: usize::from(workers),
-                ignored: ignored_resources,
-                rediscovery: rediscovery_interval,
-                initial_list,
-                barrier: release_barrier,
-            },
-        ));
         let metrics_listener = TcpListener::bind(metrics_addr)
             .await
             .with_context(|| format!("binding the metrics address {metrics_addr}"))?;

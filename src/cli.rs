@@ -1,4 +1,5 @@
-//! The command line: `syncgc run`, `certs`, `webhook-config`, `explain`, `disarm` and `check`.
+//! The command line: `syncgc run`, `certs`, `webhook-config`, `plan`, `explain`, `disarm` and
+//! `check`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use crate::certs::{DevCerts, SubjectAltNames};
 use crate::check::CheckArgs;
 use crate::disarm::DisarmArgs;
 use crate::explain::{Outcome, Output};
+use crate::plan::{Format, PlanArgs};
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::{Scope, ServerVersion};
 
@@ -42,6 +44,10 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the MutatingWebhookConfiguration (JSON) for a webhook reached by URL or Service.
     WebhookConfig(WebhookConfigArgs),
+    /// Before deleting: what a DELETE of an object would take down, as the garbage
+    /// collector would run it (deleted in which wave, orphaned, kept, waiting on finalizers
+    /// of others), the timeout syncgc would fix, and how long it would take.
+    Plan(PlanArgs),
     /// Say what keeps an object from going: its finalizers and who removes them, and the
     /// dependents that block it. Exits 1 while the object is being deleted and blocked; with
     /// --watch, follows it until it is gone.
@@ -124,20 +130,18 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
         command,
     } = Cli::parse();
     init_logging(log_format);
-    let result = match command {
-        Command::Run(args) => args.run(collector_runtime).await,
-        Command::Certs(args) => certs(args),
-        Command::WebhookConfig(args) => webhook_config(args).await,
-        Command::Disarm(args) => args.run().await,
+    // The commands that answer a question (check, explain, plan) exit 2 on errors, as their
+    // answers take 0, 1 and 3; the others 1.
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
+    let (result, on_error) = match command {
+        Command::Run(args) => (done(args.run(collector_runtime).await), 1),
+        Command::Certs(args) => (done(certs(args)), 1),
+        Command::WebhookConfig(args) => (done(webhook_config(args).await), 1),
+        Command::Disarm(args) => (done(args.run().await), 1),
+        Command::Plan(args) => (done(plan(&args).await), 2),
         Command::Check(args) => {
-            return match args.run().await {
-                Ok(true) => ExitCode::SUCCESS,
-                Ok(false) => ExitCode::from(1),
-                Err(err) => {
-                    tracing::error!("{err:#}");
-                    ExitCode::from(2)
-                }
-            };
+            let answer = args.run().await;
+            (answer.map(|ok| ExitCode::from(if ok { 0 } else { 1 })), 2)
         }
         Command::Explain(ExplainArgs {
             object,
@@ -146,32 +150,36 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
             output,
             watch,
         }) => {
-            return match crate::explain::explain(
+            let answer = crate::explain::explain(
                 kubeconfig.as_deref(),
                 &object,
                 namespace.as_deref(),
                 output,
                 watch,
             )
-            .await
-            {
-                Ok(Outcome::Free) => ExitCode::SUCCESS,
-                Ok(Outcome::Blocked) => ExitCode::from(1),
-                Ok(Outcome::TimedOut) => ExitCode::from(3),
-                Err(err) => {
-                    tracing::error!("{err:#}");
-                    ExitCode::from(2)
-                }
+            .await;
+            let code = |outcome| match outcome {
+                Outcome::Free => ExitCode::SUCCESS,
+                Outcome::Blocked => ExitCode::from(1),
+                Outcome::TimedOut => ExitCode::from(3),
             };
+            (answer.map(code), 2)
         }
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            tracing::error!("{err:#}");
-            ExitCode::FAILURE
-        }
+    result.unwrap_or_else(|err| {
+        tracing::error!("{err:#}");
+        ExitCode::from(on_error)
+    })
+}
+
+async fn plan(args: &PlanArgs) -> anyhow::Result<()> {
+    let plan = args.run().await?;
+    match args.output {
+        Format::Text => print!("{}", plan.text()),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&plan)?),
     }
+    Ok(())
 }
 
 fn certs(args: CertsArgs) -> anyhow::Result<()> {

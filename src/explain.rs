@@ -15,11 +15,11 @@ use kube::api::{DynamicObject, ListParams};
 
 use k8s_openapi::api::core::v1::Event;
 
-use crate::gc::discovery::{self, Aliases, Resource};
+use crate::gc::discovery::{self, Aliases, Resource, resolve};
 use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
 use crate::names::{
-    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Reason,
-    SYNCHRONOUS_FINALIZER,
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, Reason,
+    SYNCHRONOUS_FINALIZER, remover,
 };
 
 /// An object as the report shows it.
@@ -65,19 +65,6 @@ impl Object {
 
     fn has(&self, finalizer: &str) -> bool {
         self.finalizers().iter().any(|f| f == finalizer)
-    }
-}
-
-/// Who removes a finalizer.
-pub fn remover(finalizer: &str) -> &'static str {
-    match finalizer {
-        SYNCHRONOUS_FINALIZER => "syncgc, once every dependent is gone or the deadline passes",
-        FOREGROUND_FINALIZER => {
-            "the garbage collector, once no dependent with blockOwnerDeletion is left"
-        }
-        ORPHAN_FINALIZER => "the garbage collector, once the dependents are orphaned",
-        "kubernetes" => "the namespace controller, once the namespace is empty",
-        _ => "another controller (not Kubernetes' garbage collector or syncgc)",
     }
 }
 
@@ -718,27 +705,6 @@ fn scoped(client: &kube::Client, resource: &Resource, namespace: &str) -> Api<Dy
     } else {
         Api::all_with(client.clone(), &resource.api)
     }
-}
-
-/// The resource `kind` names: its kind, plural or short name, case-insensitively, optionally
-/// followed by `.group`; the core group and then the first match win.
-pub fn resolve<'a>(resources: &'a [Resource], kind: &str) -> Option<&'a Resource> {
-    let kind = kind.to_ascii_lowercase();
-    let (name, group) = match kind.split_once('.') {
-        Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
-        None => (kind.clone(), None),
-    };
-    let matches = |r: &&Resource| {
-        let api = &r.api;
-        let named = api.kind.eq_ignore_ascii_case(&name)
-            || api.plural.eq_ignore_ascii_case(&name)
-            || r.short_names.iter().any(|s| s.eq_ignore_ascii_case(&name));
-        named && group.as_ref().is_none_or(|g| *g == api.group)
-    };
-    resources
-        .iter()
-        .filter(matches)
-        .min_by_key(|r| !r.api.group.is_empty())
 }
 
 #[cfg(test)]

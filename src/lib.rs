@@ -18,15 +18,17 @@
 //! Modules, from the top down; a module imports only from the modules below its own line
 //! (`tests/layout.rs` checks it, and that the parts of [`gc`] use each other without a circle):
 //!
-//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `explain`, `disarm`, `check`), parsed
-//!   with clap.
+//! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `plan`, `explain`, `disarm`,
+//!   `check`), parsed with clap.
 //! - [`app`]: `syncgc run`: its flags ([`app::RunArgs`]) next to what runs them, wiring every
 //!   part together.
 //! - [`check`]: `syncgc check`, whether syncgc works on a cluster (it asks what the parts
 //!   below know).
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision);
-//!   [`explain`]: `syncgc explain`, what keeps an object from going; [`disarm`]: `syncgc
-//!   disarm`, syncgc's finalizer and label off every object, for uninstalling.
+//!   [`plan`]: `syncgc plan`, what a DELETE would take down (the collector's rules run on a
+//!   copy of the graph, [`gc::cascade`]); [`explain`]: `syncgc explain`, what keeps an object
+//!   from going; [`disarm`]: `syncgc disarm`, syncgc's finalizer and label off every object,
+//!   for uninstalling.
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
 //! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure; [`certs`]:
 //!   development certificates; [`leader`]: leader election with a Lease.
@@ -53,4 +55,5 @@ pub mod graph;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub mod plan;
 pub mod webhook;

@@ -12,13 +12,14 @@ use std::process::Command;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The subcommands whose `--help` the documentation must cover.
-const SUBCOMMANDS: [&str; 6] = [
+const SUBCOMMANDS: [&str; 7] = [
     "run",
     "certs",
     "webhook-config",
     "explain",
     "disarm",
     "check",
+    "plan",
 ];
 
 /// Flags of other tools that the flag pages may name; everything else written `--name` there

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["api"],
     &["graph", "certs", "leader"],
     &["gc"],
-    &["webhook", "explain", "disarm"],
+    &["webhook", "explain", "disarm", "plan"],
     &["check"],
     &["app"],
     &["cli"],

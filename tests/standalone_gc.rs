@@ -41,6 +41,7 @@ fn syncgc() -> &'static Syncgc {
 }
 
 async fn namespace(test: &str) -> TestNamespace {
+    support::kcm(support::Kcm::NoGc);
     tokio::task::spawn_blocking(syncgc).await.unwrap();
     let client = support::client().await;
     let ns = TestNamespace::new(&client, test).await;
@@ -856,4 +857,16 @@ async fn foreground_deletion_goes_in_waves() {
     clear_finalizers(&api, "first").await;
     eventually("the default wave goes", WAIT, || gone(&api, "then")).await;
     eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+}
+
+/// `syncgc plan` with syncgc the only collector: each shape planned, deleted, and what
+/// happened held against the plan (tests/support/plan.rs).
+#[tokio::test]
+async fn a_tree_goes_as_planned() {
+    support::plan::a_tree(&namespace("plan-tree").await, false).await;
+}
+
+#[tokio::test]
+async fn foreground_and_orphan_go_as_planned() {
+    support::plan::foreground_and_orphan(&namespace("plan-cascade").await).await;
 }

@@ -24,6 +24,7 @@ use support::{
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn namespace(test: &str) -> TestNamespace {
+    support::kcm(support::Kcm::Gc);
     let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
     let client = support::client().await;
     TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await

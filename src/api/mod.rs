@@ -284,6 +284,16 @@ impl Propagation {
         }
     }
 
+    /// The policy `syncgc.io/propagation` names (`Foreground`, `Background`, `Orphan`).
+    pub fn from_annotation(value: &str) -> Option<Self> {
+        match value {
+            "Foreground" => Some(Self::Foreground),
+            "Background" => Some(Self::Background),
+            "Orphan" => Some(Self::Orphan),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Background => "background",

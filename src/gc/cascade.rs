@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::Propagation;
-use crate::graph::{Flags, Graph, Mode, OwnerLink, Uid, Work};
+use crate::graph::{Flags, Graph, Mode, OwnerLink, ResourceId, Uid, Work};
 
 use super::decide::{self, Attempt, Dependent, OwnerState};
 use super::order::Orders;
@@ -348,6 +348,74 @@ impl Cascade<'_> {
     }
 }
 
+/// What a cascade from an object of the live graph would do, in numbers: the summary a
+/// dry-run DELETE is told.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preview {
+    /// The objects deleted, counted by kind.
+    pub deleted: BTreeMap<String, usize>,
+    pub waves: usize,
+    pub orphaned: usize,
+    pub kept: usize,
+    /// Objects that stay being deleted for finalizers of others.
+    pub waiting: usize,
+    /// Whether the object deleted is gone at the end.
+    pub gone: bool,
+}
+
+/// Runs the DELETE of `target` with `propagation` on a copy of the part of `graph` it reads:
+/// the tree (the object and what depends on it, transitively) and the owners of its objects.
+/// The graph knows which objects carry finalizers of others, not their names.
+pub fn preview(
+    graph: &Graph,
+    target: Uid,
+    propagation: Propagation,
+    kind: impl Fn(ResourceId) -> String,
+) -> Preview {
+    let mut copy = Graph::new(Mode::Standalone);
+    let mut facts = Facts::default();
+    let mut kinds = HashMap::new();
+    let mut stack = vec![target];
+    let mut tree = HashSet::from([target]);
+    while let Some(uid) = stack.pop() {
+        if let Some((resource, observed)) = graph.observed(uid) {
+            for owner in &observed.owners {
+                if let Some((resource, observed)) = graph.observed(owner.uid) {
+                    copy.apply(resource, observed);
+                }
+            }
+            if observed.places.others() {
+                facts.foreign.insert(uid, Vec::new());
+            }
+            kinds.insert(uid, kind(resource));
+            copy.apply(resource, observed);
+        }
+        for (dependent, ..) in graph.valid_dependents(uid) {
+            if tree.insert(dependent) {
+                stack.push(dependent);
+            }
+        }
+    }
+    let outcome = run(&mut copy, &facts, target, propagation);
+    let mut preview = Preview {
+        waves: outcome.waves,
+        waiting: outcome.waiting.len(),
+        gone: outcome.gone,
+        ..Preview::default()
+    };
+    for (uid, fate) in &outcome.fates {
+        match fate {
+            Fate::Deleted { .. } => {
+                let kind = kinds.get(uid).cloned().unwrap_or_default();
+                *preview.deleted.entry(kind).or_default() += 1;
+            }
+            Fate::Orphaned => preview.orphaned += 1,
+            Fate::Kept { .. } => preview.kept += 1,
+        }
+    }
+    preview
+}
+
 fn item_uid(work: Work) -> Uid {
     match work {
         Work::SyncOwner(uid) | Work::AttemptToDelete(uid) | Work::Orphan(uid) | Work::Arm(uid) => {
@@ -486,6 +554,33 @@ mod tests {
         let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Background);
         assert!(outcome.gone);
         assert_eq!(deleted(&outcome), [(2, 1), (3, 2), (4, 2), (5, 3)]);
+    }
+
+    #[test]
+    fn a_preview_runs_on_a_copy_of_the_tree_and_counts_by_kind() {
+        let mut g = graph(&[(1, &[], Flags::ARMED), (2, &[1], NONE), (9, &[], NONE)]);
+        let held = Observed {
+            places: crate::graph::FinalizerPlaces::of_list([Flags::empty()]),
+            ..Observed::config_map(3, &[1], NONE)
+        };
+        g.apply(ResourceId::new(2), held);
+        g.apply(ResourceId::new(1), Observed::config_map(4, &[1, 9], NONE));
+        let before: Vec<_> = (1..=4).map(|n| g.observed(uid(n))).collect();
+        let kind = |id: ResourceId| ["Secret", "ConfigMap", "Pod"][id.index()].to_owned();
+        let preview = preview(&g, uid(1), Propagation::Background, kind);
+        assert_eq!(
+            preview,
+            Preview {
+                deleted: [("ConfigMap".to_owned(), 1), ("Pod".to_owned(), 1)].into(),
+                waves: 1,
+                orphaned: 0,
+                kept: 1,
+                waiting: 1,
+                gone: false,
+            }
+        );
+        let after: Vec<_> = (1..=4).map(|n| g.observed(uid(n))).collect();
+        assert_eq!(before, after, "the graph is left as it was");
     }
 
     #[test]

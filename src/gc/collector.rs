@@ -108,6 +108,11 @@ impl Collector {
         self.resources.read()
     }
 
+    /// The table of resources, shared: to name the kinds of the graph's objects elsewhere.
+    pub fn resource_table(&self) -> Arc<RwLock<Resources>> {
+        self.resources.clone()
+    }
+
     /// Follows how many discoveries changed what is served (the resources or the groups
     /// that fail); 0 until the first discovery.
     pub fn discoveries(&self) -> tokio::sync::watch::Receiver<u64> {

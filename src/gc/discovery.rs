@@ -465,6 +465,27 @@ async fn in_time<T>(
         .map_err(DiscoveryError::Api)
 }
 
+/// The resource `kind` names: its kind, plural or short name, case-insensitively, optionally
+/// followed by `.group`; the core group and then the first match win.
+pub fn resolve<'a>(resources: &'a [Resource], kind: &str) -> Option<&'a Resource> {
+    let kind = kind.to_ascii_lowercase();
+    let (name, group) = match kind.split_once('.') {
+        Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
+        None => (kind.clone(), None),
+    };
+    let matches = |r: &&Resource| {
+        let api = &r.api;
+        let named = api.kind.eq_ignore_ascii_case(&name)
+            || api.plural.eq_ignore_ascii_case(&name)
+            || r.short_names.iter().any(|s| s.eq_ignore_ascii_case(&name));
+        named && group.as_ref().is_none_or(|g| *g == api.group)
+    };
+    resources
+        .iter()
+        .filter(matches)
+        .min_by_key(|r| !r.api.group.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

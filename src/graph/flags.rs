@@ -129,12 +129,14 @@ impl Flags {
 /// Where the finalizers that [`Flags::ARMED`], [`Flags::FOREGROUND`] and [`Flags::ORPHAN`]
 /// stand for are in an object's list, when among its first three: so that the collector can
 /// remove one by its index without reading the object first. Two bits each, the index plus
-/// one; 0 when it is not there, or further down.
+/// one; 0 when it is not there, or further down. One bit more says whether the list holds
+/// finalizers of others (for what a cascade waits on: [`crate::gc::cascade`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FinalizerPlaces(u8);
 
 impl FinalizerPlaces {
     const FINALIZERS: [Flags; 3] = [Flags::ARMED, Flags::FOREGROUND, Flags::ORPHAN];
+    const OTHERS: u8 = 1 << 6;
 
     /// The places of the finalizers of an object's metadata from a list or a watch event.
     pub fn of(meta: &Meta) -> Self {
@@ -145,12 +147,19 @@ impl FinalizerPlaces {
     /// none).
     pub fn of_list(list: impl IntoIterator<Item = Flags>) -> Self {
         let mut places = 0u8;
-        for (index, finalizer) in list.into_iter().take(3).enumerate() {
-            if let Some(slot) = Self::slot(finalizer) {
-                places |= (index as u8 + 1) << (2 * slot);
+        for (index, finalizer) in list.into_iter().enumerate() {
+            match Self::slot(finalizer) {
+                Some(slot) if index < 3 => places |= (index as u8 + 1) << (2 * slot),
+                Some(_) => {}
+                None => places |= Self::OTHERS,
             }
         }
         Self(places)
+    }
+
+    /// Whether the object carries finalizers of others: not the garbage collector's.
+    pub fn others(self) -> bool {
+        self.0 & Self::OTHERS != 0
     }
 
     fn slot(finalizer: Flags) -> Option<usize> {
@@ -222,5 +231,14 @@ mod tests {
         let first = FinalizerPlaces::of(&first);
         assert_eq!(first.of_finalizer(Flags::ORPHAN), Some(0));
         assert_eq!(first.of_finalizer(Flags::FOREGROUND), None);
+        assert!(places.others(), "example.com/x");
+        assert!(!first.others());
+        let late: Meta = serde_json::from_value(json!({ "name": "a",
+            "finalizers": [ORPHAN_FINALIZER, FOREGROUND_FINALIZER, SYNCHRONOUS_FINALIZER, "example.com/x"] }))
+        .unwrap();
+        assert!(
+            FinalizerPlaces::of(&late).others(),
+            "found further down too"
+        );
     }
 }

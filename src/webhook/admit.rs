@@ -15,7 +15,8 @@ use jsonptr::PointerBuf;
 use serde_json::Value;
 
 use super::review::{Meta, Operation, Request};
-use crate::api::Marks;
+use crate::api::{Marks, Propagation};
+use crate::gc::cascade::Preview;
 use crate::gc::decide::{Timeouts, annotation_problems};
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
@@ -108,6 +109,14 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether the request is the DELETE of an armed object, going ahead.
+    pub fn deletes_armed(&self) -> bool {
+        matches!(
+            self.reason,
+            Reason::DeleteArmed | Reason::DeleteDefaultPropagation
+        )
+    }
+
     fn allow(reason: Reason) -> Self {
         Self {
             reason,
@@ -154,11 +163,7 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
         }
         Operation::Delete => {
             let mut decision = admit_delete(request, policy);
-            let armed = matches!(
-                decision.reason,
-                Reason::DeleteArmed | Reason::DeleteDefaultPropagation
-            );
-            if armed && dependents > 0 {
+            if decision.deletes_armed() && dependents > 0 && !dry_run(request) {
                 decision
                     .warnings
                     .push(waiting_warning(request, policy, dependents));
@@ -216,12 +221,7 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
     if meta.deletion_timestamp.is_some() {
         return Decision::allow(Reason::Terminating);
     }
-    let dry_run = request.dry_run == Some(true)
-        || request
-            .options
-            .as_ref()
-            .and_then(|o| o.dry_run.as_ref())
-            .is_some_and(|d| !d.is_empty());
+    let dry_run = dry_run(request);
     let uid = meta.uid.clone().unwrap_or_default();
 
     if !meta.has_finalizer(SYNCHRONOUS_FINALIZER) {
@@ -263,17 +263,17 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
     if named_policy || default.is_none() {
         return Decision::allow(Reason::DeleteArmed);
     }
-    let finalizer = match default {
-        Some("Foreground") => FOREGROUND_FINALIZER,
-        Some("Orphan") => ORPHAN_FINALIZER,
-        Some("Background") => return Decision::allow(Reason::DeleteArmed),
-        Some(other) => {
+    let default = default.unwrap_or_default();
+    let finalizer = match Propagation::from_annotation(default) {
+        Some(Propagation::Foreground) => FOREGROUND_FINALIZER,
+        Some(Propagation::Orphan) => ORPHAN_FINALIZER,
+        Some(Propagation::Background) => return Decision::allow(Reason::DeleteArmed),
+        None => {
             return Decision {
-                warnings: annotation_problems([(PROPAGATION_ANNOTATION, other)], None),
+                warnings: annotation_problems([(PROPAGATION_ANNOTATION, default)], None),
                 ..Decision::allow(Reason::DeleteArmed)
             };
         }
-        None => unreachable!("handled above"),
     };
     if meta.has_finalizer(finalizer) || dry_run || uid.is_empty() {
         return Decision::allow(Reason::DeleteArmed);
@@ -284,24 +284,61 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
     }
 }
 
-/// What a DELETE of an armed owner with `dependents` is told: that it waits, for how long at
-/// most, and how to follow it.
-fn waiting_warning(request: &Request, policy: &Policy, dependents: usize) -> String {
-    let mut warning = format!(
-        "syncgc: {} stays until its {dependents} dependent(s) are gone",
-        describe(request)
-    );
-    let meta = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref());
-    if let Some(timeouts) = policy.timeouts {
-        let most = timeouts.for_owner(
-            dependents,
-            meta.and_then(|m| m.annotation(TIMEOUT_ANNOTATION)),
-        );
-        let _ = write!(warning, ", for at most {}", crate::duration::format(most));
+/// Whether the request is a dry run (`dryRun` in the review, or in the DELETE's options).
+pub fn dry_run(request: &Request) -> bool {
+    request.dry_run == Some(true)
+        || request
+            .options
+            .as_ref()
+            .and_then(|o| o.dry_run.as_ref())
+            .is_some_and(|d| !d.is_empty())
+}
+
+/// The propagation the DELETE gets: the one it names, else the object's
+/// `syncgc.io/propagation`, else background.
+pub fn propagation(request: &Request) -> Propagation {
+    let options = request.options.as_ref();
+    let named = options.and_then(|o| match o.propagation_policy.as_deref() {
+        Some("Foreground") => Some(Propagation::Foreground),
+        Some("Orphan") => Some(Propagation::Orphan),
+        Some("Background") => Some(Propagation::Background),
+        _ => o.orphan_dependents.map(|orphan| {
+            if orphan {
+                Propagation::Orphan
+            } else {
+                Propagation::Background
+            }
+        }),
+    });
+    let default = || {
+        request
+            .old_object
+            .as_ref()
+            .and_then(|o| o.metadata.as_ref())
+            .and_then(|m| m.annotation(PROPAGATION_ANNOTATION))
+            .and_then(Propagation::from_annotation)
+    };
+    named.or_else(default).unwrap_or(Propagation::Background)
+}
+
+/// The longest warning syncgc gives: the apiserver may cut longer ones.
+pub const MAX_WARNING: usize = 256;
+
+/// `warning`, cut to [`MAX_WARNING`] bytes (on a character boundary, marked `…`).
+fn fit(mut warning: String) -> String {
+    if warning.len() > MAX_WARNING {
+        let mut end = MAX_WARNING - '…'.len_utf8();
+        while !warning.is_char_boundary(end) {
+            end -= 1;
+        }
+        warning.truncate(end);
+        warning.push('…');
     }
+    warning
+}
+
+/// The `syncgc COMMAND` line for the object of `request` (`explain`, `plan`), with `rest`.
+fn command(verb: &str, request: &Request, rest: &str) -> String {
     let kind = request.kind.kind.to_ascii_lowercase();
     let kind = if request.kind.group.is_empty() {
         kind
@@ -312,12 +349,85 @@ fn waiting_warning(request: &Request, policy: &Policy, dependents: usize) -> Str
         Some(ns) if !ns.is_empty() => format!(" -n {ns}"),
         _ => String::new(),
     };
-    let _ = write!(
-        warning,
-        "; follow it with: syncgc explain {kind}/{}{namespace} --watch",
-        request.name
+    format!("syncgc {verb} {kind}/{}{namespace}{rest}", request.name)
+}
+
+/// How long an armed owner with `dependents` may wait at most, with the collector's timeouts.
+fn at_most(request: &Request, policy: &Policy, dependents: usize) -> Option<String> {
+    let meta = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref());
+    let timeouts = policy.timeouts?;
+    let most = timeouts.for_owner(
+        dependents,
+        meta.and_then(|m| m.annotation(TIMEOUT_ANNOTATION)),
     );
-    warning
+    Some(crate::duration::format(most))
+}
+
+/// What a DELETE of an armed owner with `dependents` is told: first how to follow it, then
+/// that it waits, and for how long at most.
+fn waiting_warning(request: &Request, policy: &Policy, dependents: usize) -> String {
+    let mut warning = format!(
+        "syncgc: follow it with: {}; {} stays until its {dependents} dependent(s) are gone",
+        command("explain", request, " --watch"),
+        describe(request)
+    );
+    if let Some(most) = at_most(request, policy, dependents) {
+        let _ = write!(warning, ", for at most {most}");
+    }
+    fit(warning)
+}
+
+/// What a dry-run DELETE of an armed owner with `dependents` is told: what the DELETE would
+/// take down, by the collector's plan of it (`preview`), each warning short enough that the
+/// apiserver never cuts it.
+pub fn dry_run_warnings(
+    request: &Request,
+    policy: &Policy,
+    dependents: usize,
+    preview: &Preview,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let deleted: usize = preview.deleted.values().sum();
+    let mut kinds: Vec<(&String, &usize)> = preview.deleted.iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    warnings.push(format!(
+        "syncgc: dry run; in full: {}. {} ({}) would delete {deleted} object(s) in {} wave(s){}{}",
+        command("plan", request, ""),
+        describe(request),
+        propagation(request).as_str(),
+        preview.waves,
+        if kinds.is_empty() { "" } else { ": " },
+        kinds.join(", "),
+    ));
+    let others: Vec<String> = [
+        (preview.kept, "would live on with other owners"),
+        (preview.orphaned, "would be orphaned"),
+        (
+            preview.waiting,
+            "would wait on finalizers of other controllers",
+        ),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if !others.is_empty() {
+        warnings.push(format!("syncgc: dry run: {}", others.join(", ")));
+    }
+    let most = at_most(request, policy, dependents);
+    let until = match (&most, preview.gone) {
+        (Some(most), true) => format!("would stay until they are gone, for at most {most}"),
+        (Some(most), false) => format!(
+            "would stay {most}, until syncgc releases it: what it waits for waits on another controller"
+        ),
+        (None, _) => "would stay until they are gone".to_owned(),
+    };
+    warnings.push(format!("syncgc: dry run: {} {until}", describe(request)));
+    warnings.into_iter().map(fit).collect()
 }
 
 fn describe(request: &Request) -> String {
@@ -750,10 +860,97 @@ mod tests {
         assert_eq!(
             d.warnings,
             [
-                "syncgc: ConfigMap ns/cm stays until its 400 dependent(s) are gone, for at most 1m40s; \
-              follow it with: syncgc explain configmap/cm -n ns --watch"
+                "syncgc: follow it with: syncgc explain configmap/cm -n ns --watch; \
+                 ConfigMap ns/cm stays until its 400 dependent(s) are gone, for at most 1m40s"
             ]
         );
+        // A dry run is told the plan by the handler instead.
+        let mut dry = request.clone();
+        dry.dry_run = Some(true);
+        assert!(admit(&dry, &TIMED, 400).warnings.is_empty());
+    }
+
+    #[test]
+    fn the_longest_name_leaves_the_command_to_follow_it_whole_and_the_warning_uncut() {
+        let old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let mut request = delete(old, Options::default());
+        request.kind.kind = "ConfigMap".into();
+        request.name = "n".repeat(200);
+        request.namespace = Some("é".repeat(30));
+        let d = admit(&request, &TIMED, 400);
+        let warning = &d.warnings[0];
+        assert!(warning.len() <= MAX_WARNING, "{} bytes", warning.len());
+        assert!(warning.ends_with('…'), "{warning}");
+        assert!(warning.starts_with("syncgc: follow it with: syncgc explain configmap/nnn"));
+        assert_eq!(fit("short".into()), "short");
+    }
+
+    #[test]
+    fn the_propagation_is_the_named_one_else_the_annotation_else_background() {
+        let annotated = meta(
+            &[OPT_IN, (PROPAGATION_ANNOTATION, "Foreground")],
+            Some(&[SYNCHRONOUS_FINALIZER]),
+        );
+        let plain = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let named = |policy: &str| Options {
+            propagation_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        let orphaning = Options {
+            orphan_dependents: Some(true),
+            ..Default::default()
+        };
+        for (old, options, want) in [
+            (&annotated, Options::default(), Propagation::Foreground),
+            (&annotated, named("Orphan"), Propagation::Orphan),
+            (&annotated, named("Background"), Propagation::Background),
+            (&plain, orphaning, Propagation::Orphan),
+            (&plain, Options::default(), Propagation::Background),
+        ] {
+            let request = delete(old.clone(), options.clone());
+            assert_eq!(propagation(&request), want, "{options:?}");
+        }
+    }
+
+    #[test]
+    fn a_dry_run_is_told_what_the_delete_would_take_down() {
+        let old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let mut request = delete(old, Options::default());
+        request.kind.kind = "Deployment".into();
+        request.kind.group = "apps".into();
+        let preview = Preview {
+            deleted: [("Pod".to_owned(), 3), ("ReplicaSet".to_owned(), 1)].into(),
+            waves: 2,
+            kept: 1,
+            waiting: 2,
+            gone: true,
+            ..Preview::default()
+        };
+        assert_eq!(
+            dry_run_warnings(&request, &TIMED, 5, &preview),
+            [
+                "syncgc: dry run; in full: syncgc plan deployment.apps/cm -n ns. \
+                 Deployment ns/cm (background) would delete 4 object(s) in 2 wave(s): 3 Pod, 1 ReplicaSet",
+                "syncgc: dry run: 1 would live on with other owners, \
+                 2 would wait on finalizers of other controllers",
+                "syncgc: dry run: Deployment ns/cm would stay until they are gone, for at most 1m0.5s",
+            ]
+        );
+        let stuck = Preview {
+            gone: false,
+            ..Preview::default()
+        };
+        let warnings = dry_run_warnings(&request, &TIMED, 0, &stuck);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].ends_with("would delete 0 object(s) in 0 wave(s)"));
+        assert!(warnings[1].contains("would stay 1m, until syncgc releases it"));
+        let many = Preview {
+            deleted: (0..100).map(|n| (format!("Kind{n}"), 1)).collect(),
+            ..Preview::default()
+        };
+        for warning in dry_run_warnings(&request, &TIMED, 100, &many) {
+            assert!(warning.len() <= MAX_WARNING, "{warning}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `POST /mutate`: reads the body within limits, counts a DELETE's dependents in the graph
-//! (read-only, for the warning), asks [`admit`] for the decision, makes its side effect through
-//! the API before the apiserver's deadline, answers. It decides nothing itself.
+//! (read-only, for the warning; a dry run's cascade is run on a copy of its part), asks
+//! [`admit`] for the decision, makes its side effect through the API before the apiserver's
+//! deadline, answers. It decides nothing itself.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -11,13 +13,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::api::ApiResource;
+use parking_lot::RwLock;
 
-use std::sync::Arc;
-
-use super::admit::{Decision, Policy, admit};
+use super::admit::{self, Decision, Policy, admit};
 use super::review::Operation;
 use super::review::{self, Answer, Review};
 use crate::api::{Cluster, Target};
+use crate::gc::cascade::{self, Preview};
+use crate::gc::discovery::Resources;
 use crate::graph::{Reader, Uid};
 use crate::metrics::Metrics;
 
@@ -40,6 +43,8 @@ pub struct Webhook {
     pub cluster: Cluster,
     /// The ownership graph, read for the dependents of an object being deleted.
     pub graph: Reader,
+    /// The collector's table of resources, to name the kinds of the graph's objects.
+    pub resources: Arc<RwLock<Resources>>,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
 }
@@ -102,7 +107,16 @@ async fn mutate(
             }),
         _ => 0,
     };
-    let decision = admit(request, &webhook.policy, dependents);
+    let mut decision = admit(request, &webhook.policy, dependents);
+    if decision.deletes_armed() && admit::dry_run(request) {
+        let preview = preview(&webhook, request);
+        decision.warnings.extend(admit::dry_run_warnings(
+            request,
+            &webhook.policy,
+            dependents,
+            &preview,
+        ));
+    }
     let answer = settle(&webhook, request, &decision, deadline).await;
     tracing::debug!(
         uid = %request.uid,
@@ -121,6 +135,26 @@ async fn mutate(
         started,
     );
     json(review::respond(review.api_version, &request.uid, answer))
+}
+
+/// What the DELETE of `request`'s object would do, run on a copy of its part of the graph.
+fn preview(webhook: &Webhook, request: &review::Request) -> Preview {
+    let uid = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref())
+        .and_then(|m| m.uid.as_deref())
+        .map(Uid::parse)
+        .unwrap_or_default();
+    let resources = webhook.resources.read();
+    let kind = |id| {
+        resources
+            .get(id)
+            .map(|r| r.api.kind.clone())
+            .unwrap_or_default()
+    };
+    let graph = webhook.graph.read();
+    cascade::preview(&graph, uid, admit::propagation(request), kind)
 }
 
 /// Makes the decision's side effect, if any, and turns the decision into the answer. A side

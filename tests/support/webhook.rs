@@ -66,6 +66,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
             syncgc::graph::Mode::Cooperative,
         ))
         .reader(),
+        resources: Default::default(),
         body_timeout: Duration::from_secs(2),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,0 +1,627 @@
+//! `syncgc plan KIND/NAME`: before anything is deleted, what a DELETE of the object would take
+//! down, as the garbage collector would run it. The metadata of the object's scope (its
+//! namespace; every namespace for a cluster-scoped object) is listed through the project's
+//! Kubernetes seam into a graph, the owners of its tree found elsewhere are read one by one,
+//! and the DELETE is run on that graph by the workers' own rules ([`crate::gc::cascade`]).
+//! The report says what would be deleted (in which wave), orphaned, kept (by which owner),
+//! what would wait on finalizers of others (and who removes them), which resources could not
+//! be listed (the plan is then incomplete), the timeout syncgc would fix, and how long the
+//! requests would take at the collector's rate.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::api::{Cluster, Propagation, RateLimiter, Target, meta::Meta};
+use crate::gc::cascade::{self, Facts, Fate, Outcome};
+use crate::gc::discovery::{self, Resources, resolve};
+use crate::gc::{CollectorArgs, watch};
+use crate::graph::{Coordinates, Flags, Graph, Mode, Observed, ResourceId, Uid};
+use crate::names::{
+    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover,
+};
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The object, as KIND/NAME (KIND: kind, plural or short name, optionally .group).
+    #[arg(value_name = "KIND/NAME")]
+    pub object: String,
+    /// Its namespace; the kubeconfig's by default.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// The propagation of the DELETE; by default the object's `syncgc.io/propagation`, else
+    /// background (as `kubectl delete`).
+    #[arg(long, value_enum)]
+    pub cascade: Option<Cascade>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The timeouts and rate syncgc runs with (for the timeout it would fix and the estimate).
+    #[command(flatten)]
+    pub collector: CollectorArgs,
+}
+
+/// `--cascade`, as `kubectl delete` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Cascade {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+impl From<Cascade> for Propagation {
+    fn from(cascade: Cascade) -> Self {
+        match cascade {
+            Cascade::Background => Self::Background,
+            Cascade::Foreground => Self::Foreground,
+            Cascade::Orphan => Self::Orphan,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Yaml,
+}
+
+/// How long a wave takes besides its requests: the watch event that says an object is gone,
+/// and the worker's look (measured: tens of milliseconds on a local control plane).
+const WAVE_LATENCY: Duration = Duration::from_millis(100);
+
+/// One object in the plan.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Deleted {
+    #[serde(flatten)]
+    pub object: Entry,
+    /// 1 for the first DELETEs after the object's own.
+    pub wave: usize,
+    pub propagation: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Kept {
+    #[serde(flatten)]
+    pub object: Entry,
+    /// The owners it lives on with.
+    pub kept_by: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    #[serde(flatten)]
+    pub object: Entry,
+    pub finalizers: Vec<Finalizer>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Finalizer {
+    pub name: String,
+    pub removed_by: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Unlisted {
+    pub resource: String,
+    pub error: String,
+}
+
+/// The plan, as `-o json` prints it (a stable format: see docs/commands.md).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub object: Entry,
+    pub propagation: &'static str,
+    /// Where the propagation comes from: `--cascade`, `annotation` or `default`.
+    pub propagation_from: &'static str,
+    /// Armed: the DELETE returns only once the tree is gone, or the timeout passes.
+    pub synchronous: bool,
+    /// The object is gone at the end (not held by a finalizer of another controller).
+    pub goes: bool,
+    /// The timeout syncgc would fix, armed only (seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<f64>,
+    pub waves: usize,
+    /// DELETEs and patches the garbage collector sends.
+    pub requests: usize,
+    /// How long the requests and waves take at the collector's rate (seconds), without what
+    /// waits on finalizers of others.
+    pub estimate_seconds: f64,
+    /// Every resource of the scope was listed: nothing in `unlisted`.
+    pub complete: bool,
+    pub delete: Vec<Deleted>,
+    pub orphan: Vec<Entry>,
+    pub keep: Vec<Kept>,
+    pub wait: Vec<Waiting>,
+    pub unlisted: Vec<Unlisted>,
+}
+
+/// What was read for a plan: the graph of the scope, the facts the cascade needs, and each
+/// object's resource and name.
+struct Read {
+    graph: Graph,
+    facts: Facts,
+    objects: HashMap<Uid, (ResourceId, Meta)>,
+    unlisted: Vec<Unlisted>,
+}
+
+impl PlanArgs {
+    pub async fn run(&self) -> anyhow::Result<Plan> {
+        self.collector.validate()?;
+        let (kind, name) = self
+            .object
+            .split_once('/')
+            .context("name the object as KIND/NAME, e.g. deployment/web")?;
+        let client = crate::api::client(crate::api::config(self.kubeconfig.as_deref()).await?)?;
+        let namespace = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let cluster = Cluster::new(
+            client,
+            Some(Arc::new(RateLimiter::new(50.0, 100))),
+            Duration::from_secs(30),
+            crate::metrics::Metrics::new()?,
+        );
+        let found = discovery::discover(cluster.streams(), &[]).await?;
+        let target = resolve(&found.resources, kind)
+            .with_context(|| {
+                format!("the apiserver serves no kind {kind:?} (with list and delete)")
+            })?
+            .clone();
+        let failed = found.failed.clone();
+        let mut resources = Resources::default();
+        resources.update(found);
+        let namespace = target.namespaced.then_some(namespace);
+        let mut read = read(&cluster, &resources, namespace.as_deref()).await;
+        read.unlisted.extend(failed.iter().map(|group| Unlisted {
+            resource: format!("the API group {group:?}"),
+            error: "its discovery failed".to_owned(),
+        }));
+        let id = resources.by_name(&discovery::resource_name(&target.api));
+        let found = read
+            .objects
+            .iter()
+            .find(|(_, (r, meta))| Some(*r) == id && meta.name == name)
+            .map(|(uid, (_, meta))| (*uid, meta.clone()));
+        let Some((uid, meta)) = found else {
+            if let Some(unlisted) = read
+                .unlisted
+                .iter()
+                .find(|u| u.resource == discovery::resource_name(&target.api))
+            {
+                anyhow::bail!(
+                    "{} could not be listed: {}",
+                    unlisted.resource,
+                    unlisted.error
+                );
+            }
+            anyhow::bail!(
+                "{kind}/{name} not found{}",
+                namespace
+                    .map(|ns| format!(" in namespace {ns}"))
+                    .unwrap_or_default()
+            );
+        };
+        read_owners(&cluster, &resources, &mut read, uid).await;
+        let (propagation, from) = match self.cascade {
+            Some(cascade) => (cascade.into(), "--cascade"),
+            None => match meta
+                .annotations
+                .get(PROPAGATION_ANNOTATION)
+                .and_then(Propagation::from_annotation)
+            {
+                Some(propagation) => (propagation, "annotation"),
+                None => (Propagation::Background, "default"),
+            },
+        };
+        let dependents = read.graph.transitive_dependents(uid);
+        let synchronous = meta.finalizers.iter().any(|f| f == SYNCHRONOUS_FINALIZER);
+        let timeout = synchronous.then(|| {
+            self.collector.timeouts().for_owner(
+                dependents,
+                meta.annotations.get(crate::names::TIMEOUT_ANNOTATION),
+            )
+        });
+        let outcome = cascade::run(&mut read.graph, &read.facts, uid, propagation);
+        Ok(plan(
+            &resources,
+            &read,
+            uid,
+            propagation,
+            from,
+            timeout,
+            &outcome,
+            &self.collector,
+        ))
+    }
+}
+
+/// Lists every resource of the scope (`namespace`, or the whole cluster), metadata only,
+/// into a graph.
+async fn read(cluster: &Cluster, resources: &Resources, namespace: Option<&str>) -> Read {
+    let mut read = Read {
+        graph: Graph::new(Mode::Standalone),
+        facts: Facts::default(),
+        objects: HashMap::new(),
+        unlisted: Vec::new(),
+    };
+    for (id, resource) in resources.served() {
+        if namespace.is_some() && !resource.namespaced {
+            continue;
+        }
+        let collection = Target::collection(&resource.api, namespace);
+        let mut listed = Vec::new();
+        let result = cluster
+            .list_metadata(&collection, |page: Vec<Meta>| listed.extend(page))
+            .await;
+        if let Err(err) = result {
+            read.unlisted.push(Unlisted {
+                resource: discovery::resource_name(&resource.api),
+                error: err.to_string(),
+            });
+            continue;
+        }
+        for meta in listed {
+            let Some(observed) = watch::observe(&resource.api, &meta, resources.aliases()) else {
+                continue;
+            };
+            take(&mut read, id, observed, meta);
+        }
+    }
+    // References whose owners cannot be looked up: of a kind not served or not listed, or a
+    // namespaced owner of a cluster-scoped object.
+    let unlisted: HashSet<&str> = read.unlisted.iter().map(|u| u.resource.as_str()).collect();
+    for (uid, (_, meta)) in &read.objects {
+        for reference in &meta.owner_references {
+            let resolvable = resources
+                .by_kind(&reference.api_version, &reference.kind)
+                .is_some_and(|(_, r)| {
+                    !unlisted.contains(discovery::resource_name(&r.api).as_str())
+                        && (!r.namespaced || meta.namespace.is_some())
+                });
+            if !resolvable {
+                read.facts
+                    .unresolvable
+                    .insert((*uid, Uid::parse(&reference.uid)));
+            }
+        }
+    }
+    read
+}
+
+/// Puts one object read into the graph, with its finalizers of others.
+fn take(read: &mut Read, id: ResourceId, observed: Observed, meta: Meta) {
+    let uid = observed.uid;
+    read.graph.apply(id, observed);
+    let foreign: Vec<String> = meta
+        .finalizers
+        .iter()
+        .filter(|f| {
+            ![
+                SYNCHRONOUS_FINALIZER,
+                FOREGROUND_FINALIZER,
+                ORPHAN_FINALIZER,
+            ]
+            .contains(&f.as_str())
+        })
+        .cloned()
+        .collect();
+    if !foreign.is_empty() {
+        read.facts.foreign.insert(uid, foreign);
+    }
+    read.objects.insert(uid, (id, meta));
+}
+
+/// Reads the owners of the tree of `target` that the lists did not cover (a cluster-scoped
+/// owner of a namespaced object), so that an owner that lives keeps its dependents.
+async fn read_owners(cluster: &Cluster, resources: &Resources, read: &mut Read, target: Uid) {
+    let mut tree = HashSet::from([target]);
+    let mut stack = vec![target];
+    while let Some(next) = stack.pop() {
+        for dependent in read.graph.dependents(next).to_vec() {
+            if tree.insert(dependent) {
+                stack.push(dependent);
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    for uid in &tree {
+        let Some((_, meta)) = read.objects.get(uid) else {
+            continue;
+        };
+        for reference in &meta.owner_references {
+            let owner = Uid::parse(&reference.uid);
+            let seen = read
+                .graph
+                .node(owner)
+                .is_some_and(|n| !n.is(Flags::VIRTUAL));
+            if !seen && !read.facts.unresolvable.contains(&(*uid, owner)) {
+                missing.push(reference.clone());
+            }
+        }
+    }
+    for reference in missing {
+        let Some((id, resource)) = resources.by_kind(&reference.api_version, &reference.kind)
+        else {
+            continue;
+        };
+        if resource.namespaced {
+            // A namespaced owner is in its dependent's namespace, which was listed.
+            continue;
+        }
+        let target = Target {
+            resource: resource.api.clone(),
+            namespace: None,
+            name: reference.name.clone(),
+            uid: reference.uid.clone(),
+        };
+        match cluster.get_metadata(&target).await {
+            Ok(Some(object)) => {
+                let observed = Observed {
+                    uid: Uid::parse(&reference.uid),
+                    coordinates: Coordinates::in_group(
+                        &resource.api.group,
+                        &resource.api.kind,
+                        &reference.name,
+                    ),
+                    name: reference.name.clone(),
+                    flags: Flags::of_object(&object),
+                    ..Observed::default()
+                };
+                let meta = Meta {
+                    name: reference.name.clone(),
+                    uid: Some(reference.uid.clone()),
+                    finalizers: object.finalizers.unwrap_or_default(),
+                    ..Meta::default()
+                };
+                take(read, id, observed, meta);
+            }
+            Ok(None) => {}
+            Err(err) => read.unlisted.push(Unlisted {
+                resource: format!(
+                    "{} {}",
+                    discovery::resource_name(&resource.api),
+                    reference.name
+                ),
+                error: err.to_string(),
+            }),
+        }
+    }
+}
+
+#[expect(clippy::too_many_arguments, reason = "the parts of one report")]
+fn plan(
+    resources: &Resources,
+    read: &Read,
+    target: Uid,
+    propagation: Propagation,
+    from: &'static str,
+    timeout: Option<Duration>,
+    outcome: &Outcome,
+    collector: &CollectorArgs,
+) -> Plan {
+    let entry = |uid: &Uid| entry(resources, read, *uid);
+    let mut plan = Plan {
+        object: entry(&target),
+        propagation: propagation.as_str(),
+        propagation_from: from,
+        synchronous: timeout.is_some(),
+        goes: outcome.gone,
+        timeout_seconds: timeout.map(|t| t.as_secs_f64()),
+        waves: outcome.waves,
+        requests: outcome.requests,
+        estimate_seconds: estimate(outcome, collector).as_secs_f64(),
+        complete: read.unlisted.is_empty(),
+        delete: Vec::new(),
+        orphan: Vec::new(),
+        keep: Vec::new(),
+        wait: Vec::new(),
+        unlisted: read.unlisted.clone(),
+    };
+    for (uid, fate) in &outcome.fates {
+        match fate {
+            Fate::Deleted { wave, propagation } => plan.delete.push(Deleted {
+                object: entry(uid),
+                wave: *wave,
+                propagation: propagation.as_str(),
+            }),
+            Fate::Orphaned => plan.orphan.push(entry(uid)),
+            Fate::Kept { by } => plan.keep.push(Kept {
+                object: entry(uid),
+                kept_by: by.iter().map(entry).collect(),
+            }),
+        }
+    }
+    for (uid, finalizers) in &outcome.waiting {
+        plan.wait.push(Waiting {
+            object: entry(uid),
+            finalizers: finalizers
+                .iter()
+                .map(|f| Finalizer {
+                    name: f.clone(),
+                    removed_by: remover(f),
+                })
+                .collect(),
+        });
+    }
+    plan.delete
+        .sort_by(|a, b| (a.wave, &a.object).cmp(&(b.wave, &b.object)));
+    plan
+}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.kind, &self.namespace, &self.name).cmp(&(&other.kind, &other.namespace, &other.name))
+    }
+}
+
+/// The plan's entry for `uid`: read, or only known from a reference to it.
+fn entry(resources: &Resources, read: &Read, uid: Uid) -> Entry {
+    if let Some((id, meta)) = read.objects.get(&uid)
+        && let Some(resource) = resources.get(*id)
+    {
+        let api = &resource.api;
+        return Entry {
+            api_version: api.api_version.clone(),
+            kind: api.kind.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: uid.to_string(),
+        };
+    }
+    let reference = read
+        .objects
+        .values()
+        .flat_map(|(_, meta)| &meta.owner_references)
+        .find(|r| Uid::parse(&r.uid) == uid);
+    Entry {
+        api_version: reference.map(|r| r.api_version.clone()).unwrap_or_default(),
+        kind: reference.map(|r| r.kind.clone()).unwrap_or_default(),
+        namespace: None,
+        name: reference.map(|r| r.name.clone()).unwrap_or_default(),
+        uid: uid.to_string(),
+    }
+}
+
+/// How long the cascade takes at the collector's rate: its requests beyond the burst at
+/// `--qps`, and each wave's latency.
+pub fn estimate(outcome: &Outcome, collector: &CollectorArgs) -> Duration {
+    let beyond = outcome.requests.saturating_sub(collector.burst as usize);
+    Duration::from_secs_f64(beyond as f64 / collector.qps) + WAVE_LATENCY * outcome.waves as u32
+}
+
+impl Plan {
+    /// The plan for people: a tree read at a glance.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let what = |e: &Entry| match &e.namespace {
+            Some(ns) => format!("{}/{} ({ns})", e.kind.to_ascii_lowercase(), e.name),
+            None => format!("{}/{}", e.kind.to_ascii_lowercase(), e.name),
+        };
+        let _ = writeln!(
+            out,
+            "{}: deleted with propagation {} ({}){}",
+            what(&self.object),
+            self.propagation,
+            match self.propagation_from {
+                "--cascade" => "--cascade",
+                "annotation" => "its syncgc.io/propagation",
+                _ => "kubectl delete's default",
+            },
+            if self.synchronous {
+                ", synchronously: the DELETE returns once the tree is gone"
+            } else {
+                ""
+            }
+        );
+        let mut waves: BTreeMap<usize, Vec<&Deleted>> = BTreeMap::new();
+        for deleted in &self.delete {
+            waves.entry(deleted.wave).or_default().push(deleted);
+        }
+        for (wave, objects) in &waves {
+            let _ = writeln!(out, "  wave {wave}: {} deleted", objects.len());
+            for deleted in objects {
+                let _ = writeln!(
+                    out,
+                    "    - {} ({})",
+                    what(&deleted.object),
+                    deleted.propagation
+                );
+            }
+        }
+        for orphan in &self.orphan {
+            let _ = writeln!(
+                out,
+                "  orphaned (kept, its reference removed): {}",
+                what(orphan)
+            );
+        }
+        for kept in &self.keep {
+            let by: Vec<String> = kept.kept_by.iter().map(what).collect();
+            let by = if by.is_empty() {
+                "an owner that cannot be looked up".to_owned()
+            } else {
+                by.join(", ")
+            };
+            let _ = writeln!(out, "  kept: {}, while {by} lives", what(&kept.object));
+        }
+        for waiting in &self.wait {
+            for finalizer in &waiting.finalizers {
+                let _ = writeln!(
+                    out,
+                    "  waits: {} for its finalizer {}, removed by {}",
+                    what(&waiting.object),
+                    finalizer.name,
+                    finalizer.removed_by
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "{} object(s) deleted in {} wave(s), {} request(s): about {:.1}s at the collector's rate{}",
+            self.delete.len(),
+            self.waves,
+            self.requests,
+            self.estimate_seconds,
+            if self.wait.is_empty() {
+                ""
+            } else {
+                ", plus what waits on finalizers of others"
+            }
+        );
+        if let Some(timeout) = self.timeout_seconds {
+            let _ = writeln!(
+                out,
+                "syncgc would release it after {} at the latest",
+                crate::duration::format(Duration::from_secs_f64(timeout))
+            );
+        }
+        if !self.goes {
+            let _ = writeln!(
+                out,
+                "it stays: something in the tree waits on a finalizer of another controller"
+            );
+        }
+        for unlisted in &self.unlisted {
+            let _ = writeln!(
+                out,
+                "incomplete: {} could not be listed ({}); its objects are not in the plan",
+                unlisted.resource, unlisted.error
+            );
+        }
+        out
+    }
+}

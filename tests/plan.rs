@@ -1,0 +1,173 @@
+//! `syncgc plan` against the real apiserver with Kubernetes' own garbage collector beside
+//! syncgc (cooperative mode): each shape planned, then deleted, and what happened held
+//! against the plan (tests/support/plan.rs); the errors of a plan; its JSON documented.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use support::TestNamespace;
+use support::plan::{plan, try_plan};
+use support::process::{WEBHOOK_LABEL, shared};
+
+async fn namespace(test: &str) -> TestNamespace {
+    support::kcm(support::Kcm::Gc);
+    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
+    let client = support::client().await;
+    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+}
+
+#[tokio::test]
+async fn an_armed_tree_goes_as_planned() {
+    support::plan::a_tree(&namespace("plan-tree").await, true).await;
+}
+
+#[tokio::test]
+async fn an_unarmed_tree_goes_as_planned() {
+    support::plan::a_tree(&namespace("plan-unarmed").await, false).await;
+}
+
+#[tokio::test]
+async fn the_deletion_order_goes_in_the_planned_waves() {
+    support::plan::waves_of_the_deletion_order(&namespace("plan-order").await).await;
+}
+
+#[tokio::test]
+async fn foreground_and_orphan_go_as_planned() {
+    support::plan::foreground_and_orphan(&namespace("plan-cascade").await).await;
+}
+
+#[tokio::test]
+async fn the_propagation_annotation_is_planned() {
+    support::plan::the_propagation_annotation(&namespace("plan-annotation").await).await;
+}
+
+/// A name or a kind that does not exist is an error, with a non-zero exit that says which.
+#[tokio::test]
+async fn a_missing_object_is_an_error() {
+    let ns = namespace("plan-missing").await;
+    let (code, err) = try_plan(&ns, "configmap/nothing", &[]).unwrap_err();
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("configmap/nothing not found in namespace"),
+        "{err}"
+    );
+    let (code, err) = try_plan(&ns, "nokind/x", &[]).unwrap_err();
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no kind \"nokind\""), "{err}");
+    let (_, err) = try_plan(&ns, "configmap", &[]).unwrap_err();
+    assert!(err.contains("KIND/NAME"), "{err}");
+}
+
+/// Every field of the JSON a plan prints is in docs/commands.md.
+#[tokio::test]
+async fn every_field_of_the_plan_is_documented() {
+    let ns = namespace("plan-fields").await;
+    let api = ns.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    let owner = support::create(&api, &support::opted_in("owner", vec![], &[])).await;
+    let held = support::held("held", vec![support::owner_ref(&owner, true)]);
+    support::create(&api, &held).await;
+    let plan = plan(&ns, "configmap/owner", &[]);
+    let mut fields = BTreeSet::new();
+    collect(&plan, &mut fields);
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md")).unwrap();
+    for field in &fields {
+        assert!(
+            docs.contains(&format!("`{field}`")),
+            "docs/commands.md documents {field}"
+        );
+    }
+    assert!(fields.len() > 20, "{fields:?}");
+    support::clear_finalizers(&api, "held").await;
+}
+
+fn collect(value: &serde_json::Value, fields: &mut BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                fields.insert(key.clone());
+                collect(value, fields);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect(v, fields)),
+        _ => {}
+    }
+}
+
+/// `kubectl delete --dry-run=server` of an armed owner is told what the DELETE would take
+/// down, by the collector's plan of it, in warnings the apiserver passes on uncut; nothing
+/// is deleted.
+#[tokio::test]
+async fn a_dry_run_delete_is_told_the_plan() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let ns = namespace("plan-dry-run").await;
+    let maps = ns.api::<ConfigMap>();
+    let owner = support::create(&maps, &support::opted_in("owner", vec![], &[])).await;
+    let reference = || vec![support::owner_ref(&owner, true)];
+    let other = support::create(&maps, &support::config_map("other", vec![])).await;
+    let mut made = vec![
+        support::create(&maps, &support::config_map("a", reference())).await,
+        support::create(&maps, &support::held("held", reference())).await,
+    ];
+    let mut two = reference();
+    two.push(support::owner_ref(&other, false));
+    made.push(support::create(&maps, &support::config_map("shared", two)).await);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("s".into()),
+            owner_references: Some(reference()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let secret = support::create(&ns.api::<Secret>(), &secret).await;
+    let mut uids: Vec<String> = made
+        .iter()
+        .map(|m| m.metadata.uid.clone().unwrap())
+        .collect();
+    uids.push(secret.metadata.uid.clone().unwrap());
+    for uid in &uids {
+        support::surface::seen(shared(), uid).await;
+    }
+
+    let out = std::process::Command::new("kubectl")
+        .args([
+            "delete",
+            "configmap",
+            "owner",
+            "-n",
+            &ns.name,
+            "--dry-run=server",
+        ])
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("Warning: "))
+        .collect();
+    let want = [
+        format!(
+            "Warning: syncgc: dry run; in full: syncgc plan configmap/owner -n {}. ConfigMap {}/owner \
+             (background) would delete 3 object(s) in 1 wave(s): 2 ConfigMap, 1 Secret",
+            ns.name, ns.name
+        ),
+        "Warning: syncgc: dry run: 1 would live on with other owners, 1 would wait on finalizers of \
+         other controllers"
+            .to_owned(),
+        format!(
+            "Warning: syncgc: dry run: ConfigMap {}/owner would stay 1m0.4s, until syncgc releases it: \
+             what it waits for waits on another controller",
+            ns.name
+        ),
+    ];
+    assert_eq!(warnings, want, "{said}");
+    assert!(
+        support::being_deleted(&maps, "owner").await.is_none(),
+        "a dry run deletes nothing"
+    );
+    support::clear_finalizers(&maps, "held").await;
+}

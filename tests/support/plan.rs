@@ -1,0 +1,432 @@
+//! `syncgc plan` held against what the DELETE then does on the real apiserver: the shapes of
+//! tree a plan must get right, each planned, then deleted, and what happened compared with
+//! what the plan said — which objects went, in which order, which were orphaned, which lived
+//! on with which owners, which waited on a finalizer of another controller. The same shapes
+//! run with Kubernetes' collector beside syncgc (tests/plan.rs) and with syncgc alone
+//! (tests/standalone_gc.rs).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::process::TEST_TIMEOUTS;
+use super::surface::dynamic;
+use super::{
+    HOLD, TestNamespace, clear_finalizers, config_map, create, create_crd, eventually, exists,
+    gone, in_wave, opted_in, owner_ref, with_finalizer,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `syncgc plan OBJECT -n NS -o json ARGS` with the tests' timeouts: the plan, or what the
+/// command said when it failed (its exit code and its error).
+pub fn try_plan(ns: &TestNamespace, object: &str, args: &[&str]) -> Result<Value, (i32, String)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(["plan", object, "-n", &ns.name, "-o", "json"])
+        .args(TEST_TIMEOUTS)
+        .args(args)
+        .env("KUBECONFIG", super::kubeconfig_path())
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(serde_json::from_slice(&out.stdout).expect("plan -o json prints JSON"))
+}
+
+/// The plan for `object` in `ns`, with `args`.
+pub fn plan(ns: &TestNamespace, object: &str, args: &[&str]) -> Value {
+    try_plan(ns, object, args).unwrap_or_else(|(code, err)| panic!("plan {object}: {code}: {err}"))
+}
+
+/// The names in the plan's list `list`.
+pub fn names(plan: &Value, list: &str) -> BTreeSet<String> {
+    plan[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("the plan has a list {list}: {plan}"))
+        .iter()
+        .map(|entry| entry["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The wave of each object the plan deletes.
+fn waves(plan: &Value) -> BTreeMap<String, u64> {
+    plan["delete"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["wave"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The order in which ConfigMaps of a namespace start going (a deletionTimestamp, or gone),
+/// from a watch opened before the DELETE.
+pub struct Going {
+    order: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Going {
+    pub async fn record(api: &Api<ConfigMap>) -> Self {
+        let version = api
+            .list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+        let mut events = Box::pin(
+            api.watch_metadata(&WatchParams::default().timeout(290), &version)
+                .await
+                .unwrap(),
+        );
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let seen = order.clone();
+        let task = tokio::spawn(async move {
+            while let Ok(Some(event)) = events.try_next().await {
+                let name = match event {
+                    WatchEvent::Modified(m) if m.metadata.deletion_timestamp.is_some() => {
+                        m.name_any()
+                    }
+                    WatchEvent::Deleted(m) => m.name_any(),
+                    _ => continue,
+                };
+                let mut seen = seen.lock().unwrap();
+                if !seen.contains(&name) {
+                    seen.push(name);
+                }
+            }
+        });
+        Self { order, task }
+    }
+
+    /// Where `name` stands in the order, if it started going.
+    fn at(&self, name: &str) -> Option<usize> {
+        self.order.lock().unwrap().iter().position(|n| n == name)
+    }
+
+    /// Each object deleted in an earlier wave than a dependent of it (the order the
+    /// collector must keep) started going before it.
+    pub fn follows(&self, plan: &Value, api_order: &[(&str, &str)]) {
+        let waves = waves(plan);
+        for (before, after) in api_order {
+            assert!(
+                waves[*before] < waves[*after],
+                "the plan deletes {before} in an earlier wave than {after}: {plan:#}"
+            );
+            let (b, a) = (self.at(before), self.at(after));
+            assert!(
+                b.is_some() && a.is_some() && b < a,
+                "{before} started going before {after}: {:?}",
+                self.order.lock().unwrap()
+            );
+        }
+    }
+}
+
+impl Drop for Going {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The fates of the ConfigMaps `all` after the delete has run its course: the plan's
+/// `delete` are gone, its `wait` are being deleted (and left as they are), everything else
+/// exists, the `orphan` without a reference to `owner`.
+async fn settled(api: &Api<ConfigMap>, plan: &Value, all: &[&str]) {
+    let deleted = names(plan, "delete");
+    let waiting = names(plan, "wait");
+    for name in all {
+        let name = *name;
+        if waiting.contains(name) {
+            eventually(&format!("{name} waits being deleted"), WAIT, || async {
+                api.get(name)
+                    .await
+                    .ok()?
+                    .metadata
+                    .deletion_timestamp
+                    .map(drop)
+            })
+            .await;
+        } else if deleted.contains(name) {
+            eventually(&format!("{name} is gone"), WAIT, || gone(api, name)).await;
+        }
+    }
+    for name in all {
+        if !deleted.contains(*name) {
+            assert!(exists(api, name).await, "{name} lives on, as the plan says");
+        }
+    }
+}
+
+/// The owners `name` has, by name.
+async fn owners(api: &Api<ConfigMap>, name: &str) -> BTreeSet<String> {
+    let object = api.get(name).await.unwrap();
+    object
+        .owner_references()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+/// An owner, `armed` or not, deleted with kubectl's default (background), over a tree with
+/// every fate: a chain three deep, a custom resource, a dependent with a second owner that
+/// lives, one whose other owner is a cluster-scoped ClusterRole (read by the plan one by one),
+/// and one held by a finalizer of another controller. The plan says which go in which waves,
+/// which live on and why, and (armed) that the owner stays while the held one does; the
+/// DELETE does that, and once the held one is let go the owner goes.
+pub async fn a_tree(ns: &TestNamespace, armed: bool) {
+    let api = ns.api::<ConfigMap>();
+    let owner = if armed {
+        opted_in("owner", vec![], &[])
+    } else {
+        config_map("owner", vec![])
+    };
+    let owner = create(&api, &owner).await;
+    let a = create(&api, &config_map("a", vec![owner_ref(&owner, true)])).await;
+    let a1 = create(&api, &config_map("a1", vec![owner_ref(&a, true)])).await;
+    create(&api, &config_map("a2", vec![owner_ref(&a1, false)])).await;
+    let other = create(&api, &config_map("other", vec![])).await;
+    create(
+        &api,
+        &config_map(
+            "shared",
+            vec![owner_ref(&owner, true), owner_ref(&other, false)],
+        ),
+    )
+    .await;
+    let roles = Api::<ClusterRole>::all(ns.client.clone());
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": format!("{}-owner", ns.name) } }))
+    .unwrap();
+    let role = roles.create(&PostParams::default(), &role).await.unwrap();
+    let _role = ClusterRoleGone(role.name_any());
+    create(
+        &api,
+        &config_map(
+            "role-owned",
+            vec![owner_ref(&owner, false), owner_ref(&role, false)],
+        ),
+    )
+    .await;
+    create(
+        &api,
+        &with_finalizer(config_map("held", vec![owner_ref(&owner, true)]), HOLD),
+    )
+    .await;
+    let widgets = create_crd(ns, "Plank", "planks").await;
+    let planks = dynamic(ns, &widgets);
+    let reference = owner_ref(&owner, true);
+    eventually("the apiserver takes the custom resource", WAIT, || async {
+        let object = json!({ "metadata": { "name": "w", "ownerReferences": [reference] } });
+        let mut object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+        object.types = Some(kube::api::TypeMeta {
+            api_version: widgets.api_version.clone(),
+            kind: widgets.kind.clone(),
+        });
+        planks
+            .create(&PostParams::default(), &object)
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+
+    let plan = plan(ns, "configmap/owner", &[]);
+    assert_eq!(plan["object"]["name"], "owner", "{plan:#}");
+    assert_eq!(plan["propagation"], "background", "{plan:#}");
+    assert_eq!(plan["propagationFrom"], "default", "{plan:#}");
+    assert_eq!(plan["synchronous"], armed, "{plan:#}");
+    // Kinds of other tests may come and go meanwhile; this test's are listed.
+    let unlisted = plan["unlisted"].to_string();
+    assert!(
+        !unlisted.contains(&ns.name) && !unlisted.contains("configmaps"),
+        "{plan:#}"
+    );
+    assert_eq!(
+        names(&plan, "delete"),
+        set(&["a", "a1", "a2", "held", "w"]),
+        "{plan:#}"
+    );
+    assert_eq!(
+        names(&plan, "keep"),
+        set(&["shared", "role-owned"]),
+        "{plan:#}"
+    );
+    assert_eq!(names(&plan, "wait"), set(&["held"]), "{plan:#}");
+    assert!(names(&plan, "orphan").is_empty(), "{plan:#}");
+    if armed {
+        assert_eq!(
+            plan["goes"], false,
+            "the owner waits for the held one: {plan:#}"
+        );
+        // 60 s and 100 ms for each of its 7 dependents.
+        assert_eq!(plan["timeoutSeconds"], 60.7, "{plan:#}");
+    } else {
+        assert_eq!(plan["goes"], true, "{plan:#}");
+        assert!(plan.get("timeoutSeconds").is_none(), "{plan:#}");
+    }
+    let kept: BTreeMap<&str, Vec<&str>> = plan["keep"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let by = k["keptBy"].as_array().unwrap();
+            (
+                k["name"].as_str().unwrap(),
+                by.iter().map(|o| o["name"].as_str().unwrap()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(kept["shared"], ["other"], "{plan:#}");
+    assert_eq!(kept["role-owned"], [role.name_any().as_str()], "{plan:#}");
+    assert_eq!(
+        plan["wait"][0]["finalizers"][0]["name"], HOLD,
+        "the finalizer it waits on: {plan:#}"
+    );
+
+    let going = Going::record(&api).await;
+    super::delete(&api, "owner", &DeleteParams::default()).await;
+    let all = ["a", "a1", "a2", "other", "shared", "role-owned", "held"];
+    settled(&api, &plan, &all).await;
+    eventually("the custom resource is gone", WAIT, || gone(&planks, "w")).await;
+    assert_eq!(
+        exists(&api, "owner").await,
+        armed,
+        "an armed owner waits for the held one"
+    );
+    going.follows(&plan, &[("a", "a1"), ("a1", "a2")]);
+    assert!(owners(&api, "shared").await.contains("other"));
+    assert!(owners(&api, "role-owned").await.contains(&role.name_any()));
+    clear_finalizers(&api, "held").await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    super::delete_crd(&ns.client, &widgets).await;
+}
+
+/// Deletion order: an armed owner whose dependents carry `syncgc.io/deletion-order` 2, 1 and
+/// none. The plan puts them in waves 1, 2, 3, and the collector deletes them in that order.
+pub async fn waves_of_the_deletion_order(ns: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(config_map("first", reference()), "2")).await;
+    create(&api, &in_wave(config_map("second", reference()), "1")).await;
+    create(&api, &config_map("last", reference())).await;
+    let plan = plan(ns, "configmap/owner", &[]);
+    assert_eq!(
+        waves(&plan),
+        [("first", 1), ("second", 2), ("last", 3)]
+            .map(|(n, w)| (n.to_owned(), w))
+            .into(),
+        "{plan:#}"
+    );
+    assert_eq!(plan["goes"], true, "{plan:#}");
+    let going = Going::record(&api).await;
+    super::delete(&api, "owner", &DeleteParams::default()).await;
+    settled(&api, &plan, &["first", "second", "last"]).await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    going.follows(&plan, &[("first", "second"), ("second", "last")]);
+}
+
+/// Unarmed owners deleted with foreground and with orphan propagation (`--cascade`, as
+/// kubectl's flag): foreground deletes the tree, dependents before dependents of them;
+/// orphan leaves the dependents without their reference, and what hangs off them with theirs.
+pub async fn foreground_and_orphan(ns: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let fg = create(&api, &config_map("fg", vec![])).await;
+    let b = create(&api, &config_map("b", vec![owner_ref(&fg, true)])).await;
+    create(&api, &config_map("b1", vec![owner_ref(&b, true)])).await;
+    create(&api, &config_map("c", vec![owner_ref(&fg, false)])).await;
+    let orphaning = create(&api, &config_map("orphaning", vec![])).await;
+    let d = create(&api, &config_map("d", vec![owner_ref(&orphaning, true)])).await;
+    create(&api, &config_map("d1", vec![owner_ref(&d, true)])).await;
+
+    let foreground = plan(ns, "cm/fg", &["--cascade", "foreground"]);
+    assert_eq!(foreground["propagation"], "foreground", "{foreground:#}");
+    assert_eq!(foreground["propagationFrom"], "--cascade", "{foreground:#}");
+    assert_eq!(foreground["synchronous"], false, "{foreground:#}");
+    assert!(foreground.get("timeoutSeconds").is_none(), "{foreground:#}");
+    assert_eq!(
+        names(&foreground, "delete"),
+        set(&["b", "b1", "c"]),
+        "{foreground:#}"
+    );
+    let orphan = plan(ns, "configmaps/orphaning", &["--cascade", "orphan"]);
+    assert_eq!(names(&orphan, "orphan"), set(&["d"]), "{orphan:#}");
+    assert!(names(&orphan, "delete").is_empty(), "{orphan:#}");
+    assert_eq!(names(&orphan, "keep"), set(&["d1"]), "{orphan:#}");
+
+    let going = Going::record(&api).await;
+    super::delete(&api, "fg", &DeleteParams::foreground()).await;
+    super::delete(&api, "orphaning", &DeleteParams::orphan()).await;
+    settled(&api, &foreground, &["b", "b1", "c"]).await;
+    eventually("fg goes", WAIT, || gone(&api, "fg")).await;
+    going.follows(&foreground, &[("b", "b1")]);
+    settled(&api, &orphan, &["d", "d1"]).await;
+    eventually("orphaning goes", WAIT, || gone(&api, "orphaning")).await;
+    eventually("d loses its reference", WAIT, || async {
+        owners(&api, "d").await.is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(owners(&api, "d1").await, set(&["d"]));
+}
+
+/// An object's own `syncgc.io/propagation` is the propagation of its DELETE, as the webhook
+/// gives it: the plan says so, and follows it.
+pub async fn the_propagation_annotation(ns: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let owner = create(
+        &api,
+        &opted_in(
+            "owner",
+            vec![],
+            &[(syncgc::names::PROPAGATION_ANNOTATION, "Orphan")],
+        ),
+    )
+    .await;
+    create(&api, &config_map("d", vec![owner_ref(&owner, true)])).await;
+    let plan = plan(ns, "configmap/owner", &[]);
+    assert_eq!(plan["propagation"], "orphan", "{plan:#}");
+    assert_eq!(plan["propagationFrom"], "annotation", "{plan:#}");
+    assert_eq!(names(&plan, "orphan"), set(&["d"]), "{plan:#}");
+    super::delete(&api, "owner", &DeleteParams::default()).await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    eventually("d loses its reference", WAIT, || async {
+        owners(&api, "d").await.is_empty().then_some(())
+    })
+    .await;
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+/// Deletes the ClusterRole named when dropped.
+struct ClusterRoleGone(String);
+
+impl Drop for ClusterRoleGone {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        super::cleanup(move |client| async move {
+            Api::<ClusterRole>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await?;
+            Ok(())
+        });
+    }
+}
