@@ -19,7 +19,6 @@
 //! ([`Finding`]); the reading is thin.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,9 +73,8 @@ pub struct CheckArgs {
     /// Output format: a line per check, or JSON.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
-    #[arg(long, env = "SYNCGC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: crate::api::Access,
 }
 
 /// How a check came out.
@@ -635,14 +633,7 @@ pub fn metrics(text: &str, from: &str) -> Finding {
 
 /// What could be checked, in order; [`Report::ok`] when none failed.
 pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
-    let config = crate::api::config(args.kubeconfig.as_deref()).await?;
-    let client = crate::api::client(config)?;
-    let cluster = Cluster::new(
-        client,
-        Some(Arc::new(crate::api::RateLimiter::new(20.0, 40))),
-        Duration::from_secs(15),
-        crate::metrics::Metrics::new()?,
-    );
+    let cluster = args.access.cluster(20.0, Duration::from_secs(15)).await?;
     let mut checks = Vec::new();
     let version = cluster.server_version().await?;
     checks.push(apiserver(&version));

@@ -70,9 +70,8 @@ pub struct ExplainArgs {
     /// Its namespace; the kubeconfig's by default.
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
-    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
-    #[arg(long, env = "SYNCGC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: crate::api::Access,
     /// Output format: text, or the same report as JSON.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -100,10 +99,9 @@ pub struct WebhookConfigArgs {
     /// narrows the rules as `syncgc run --manage-webhook` does.
     #[arg(long, value_name = "VERSION")]
     pub server_version: Option<ServerVersion>,
-    /// Kubeconfig file, to ask the cluster; without it, KUBECONFIG, ~/.kube/config or the
-    /// in-cluster configuration.
-    #[arg(long, env = "SYNCGC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    /// To ask the cluster.
+    #[command(flatten)]
+    pub access: crate::api::Access,
 }
 
 #[derive(Debug, Args)]
@@ -146,18 +144,13 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
         Command::Explain(ExplainArgs {
             object,
             namespace,
-            kubeconfig,
+            access,
             output,
             watch,
         }) => {
-            let answer = crate::explain::explain(
-                kubeconfig.as_deref(),
-                &object,
-                namespace.as_deref(),
-                output,
-                watch,
-            )
-            .await;
+            let answer =
+                crate::explain::explain(&access, &object, namespace.as_deref(), output, watch)
+                    .await;
             let code = |outcome| match outcome {
                 Outcome::Free => ExitCode::SUCCESS,
                 Outcome::Blocked => ExitCode::from(1),
@@ -201,7 +194,7 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         ca_file,
         unarmed_delete,
         server_version,
-        kubeconfig,
+        access,
     } = args;
     let client = webhook.client().ok_or_else(|| {
         anyhow::anyhow!("say where the webhook is: --webhook-url or --webhook-service")
@@ -212,7 +205,7 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         Some(server) => webhook.registration(client, unarmed_delete, server),
         None => {
             let asked = async {
-                let cluster = crate::api::client(crate::api::config(kubeconfig.as_deref()).await?)?;
+                let cluster = access.client().await?;
                 let version: ServerVersion = crate::api::server_version(&cluster)
                     .await?
                     .parse()

@@ -11,8 +11,6 @@
 //! Deployment to zero, waits until its pods are gone and the Lease is free, and deletes the
 //! webhook configuration, which no replica is left to write again.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -25,7 +23,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::meta::Meta;
-use crate::api::{ApiError, Changed, Cluster, RateLimiter, Target};
+use crate::api::{ApiError, Changed, Cluster, Target};
 use crate::gc::discovery::{self, Resource};
 use crate::leader::Record;
 use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
@@ -63,9 +61,8 @@ pub struct DisarmArgs {
     /// The name of syncgc's MutatingWebhookConfiguration.
     #[arg(long, default_value = "syncgc")]
     pub webhook_config_name: String,
-    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
-    #[arg(long, env = "SYNCGC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: crate::api::Access,
 }
 
 fn deployment_name(text: &str) -> Result<(String, String), String> {
@@ -138,13 +135,7 @@ pub fn running(lease: Option<&Record>, webhooks: Option<usize>, now: Timestamp) 
 
 impl DisarmArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let client = crate::api::client(crate::api::config(self.kubeconfig.as_deref()).await?)?;
-        let cluster = Cluster::new(
-            client,
-            Some(Arc::new(RateLimiter::new(50.0, 100))),
-            Duration::from_secs(30),
-            crate::metrics::Metrics::new()?,
-        );
+        let cluster = self.access.cluster(50.0, Duration::from_secs(30)).await?;
         if let Some((namespace, name)) = &self.stop_deployment {
             if self.dry_run {
                 eprintln!("would stop syncgc's Deployment {namespace}/{name} first (--dry-run)");

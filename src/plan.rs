@@ -9,15 +9,13 @@
 //! requests would take at the collector's rate.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::api::{Cluster, Propagation, RateLimiter, Target, meta::Meta};
+use crate::api::{Cluster, Propagation, Target, meta::Meta};
 use crate::gc::cascade::{self, Facts, Fate, Outcome};
 use crate::gc::discovery::{self, Resources, resolve};
 use crate::gc::{CollectorArgs, watch};
@@ -41,9 +39,8 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
     pub output: Format,
-    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
-    #[arg(long, env = "SYNCGC_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: crate::api::Access,
     /// The timeouts and rate syncgc runs with (for the timeout it would fix and the estimate).
     #[command(flatten)]
     pub collector: CollectorArgs,
@@ -177,17 +174,11 @@ impl PlanArgs {
             .object
             .split_once('/')
             .context("name the object as KIND/NAME, e.g. deployment/web")?;
-        let client = crate::api::client(crate::api::config(self.kubeconfig.as_deref()).await?)?;
+        let cluster = self.access.cluster(50.0, Duration::from_secs(30)).await?;
         let namespace = self
             .namespace
             .clone()
-            .unwrap_or_else(|| client.default_namespace().to_owned());
-        let cluster = Cluster::new(
-            client,
-            Some(Arc::new(RateLimiter::new(50.0, 100))),
-            Duration::from_secs(30),
-            crate::metrics::Metrics::new()?,
-        );
+            .unwrap_or_else(|| cluster.streams().default_namespace().to_owned());
         let found = discovery::discover(cluster.streams(), &[]).await?;
         let target = resolve(&found.resources, kind)
             .with_context(|| {

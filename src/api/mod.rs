@@ -165,7 +165,19 @@ pub fn install_crypto_provider() {
 /// The client configuration: from `kubeconfig` when given, otherwise inferred (KUBECONFIG,
 /// `~/.kube/config`, or the in-cluster service account).
 pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, ApiError> {
+    config_in(kubeconfig, None).await
+}
+
+/// [`config`] with the kubeconfig's context `context` instead of its current one.
+pub async fn config_in(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<Config, ApiError> {
     install_crypto_provider();
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
     match kubeconfig {
         Some(path) => {
             let read_err = |source| ApiError::ReadKubeconfig {
@@ -173,11 +185,51 @@ pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, ApiError> {
                 source,
             };
             let file = Kubeconfig::read_from(path).map_err(read_err)?;
-            Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+            Config::from_custom_kubeconfig(file, &options)
                 .await
                 .map_err(read_err)
         }
+        None if context.is_some() => {
+            Config::from_kubeconfig(&options)
+                .await
+                .map_err(|source| ApiError::ReadKubeconfig {
+                    path: "KUBECONFIG or ~/.kube/config".to_owned(),
+                    source,
+                })
+        }
         None => Ok(Config::infer().await?),
+    }
+}
+
+/// Where a command run from a laptop finds its cluster: `--kubeconfig` and `--context`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Access {
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig's context to use instead of its current one.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl Access {
+    pub async fn config(&self) -> Result<Config, ApiError> {
+        config_in(self.kubeconfig.as_deref(), self.context.as_deref()).await
+    }
+
+    pub async fn client(&self) -> Result<Client, ApiError> {
+        client(self.config().await?)
+    }
+
+    /// The seam for a command: its reads and writes at `qps` (twice that in a burst), each
+    /// bounded by `timeout`.
+    pub async fn cluster(&self, qps: f64, timeout: Duration) -> anyhow::Result<Cluster> {
+        Ok(Cluster::new(
+            self.client().await?,
+            Some(Arc::new(RateLimiter::new(qps, (qps * 2.0) as u32))),
+            timeout,
+            Metrics::new()?,
+        ))
     }
 }
 

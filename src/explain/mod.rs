@@ -1,11 +1,13 @@
 //! `syncgc explain KIND/NAME [-n NAMESPACE]`: what keeps an object from going. Reads the
 //! cluster directly (not a running syncgc): the object, its finalizers and who removes each,
 //! syncgc's deadline, and the tree of dependents still present, marking those that block and
-//! why. [`report`] is pure; [`explain`] gathers what it needs.
+//! why. [`report`] is pure; [`explain`] gathers what it needs. A namespace gets its own
+//! report ([`namespace`]): why it stays Terminating.
+
+pub mod namespace;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Context as _;
 use jiff::Timestamp;
@@ -407,14 +409,14 @@ struct Scope {
 
 impl Scope {
     async fn new(
-        kubeconfig: Option<&Path>,
+        cluster: &crate::api::Cluster,
         kind_name: &str,
         namespace: Option<&str>,
     ) -> anyhow::Result<Self> {
         let (kind, name) = kind_name
             .split_once('/')
             .context("name the object as KIND/NAME, e.g. configmap/owner")?;
-        let client = crate::api::client(crate::api::config(kubeconfig).await?)?;
+        let client = cluster.streams().clone();
         let namespace = namespace
             .map(str::to_owned)
             .unwrap_or_else(|| client.default_namespace().to_owned());
@@ -510,30 +512,30 @@ impl Scope {
 /// `namespace` (or the kubeconfig's) and prints the report. With `watch`, prints a line (or a
 /// JSON object) each time where its deletion stands changes, until it is gone.
 pub async fn explain(
-    kubeconfig: Option<&Path>,
+    access: &crate::api::Access,
     kind_name: &str,
     namespace: Option<&str>,
     output: Output,
     watch: bool,
 ) -> anyhow::Result<Outcome> {
-    let scope = Scope::new(kubeconfig, kind_name, namespace).await?;
-    if watch {
-        return follow(&scope, output).await;
+    let cluster = access
+        .cluster(50.0, std::time::Duration::from_secs(30))
+        .await?;
+    let scope = Scope::new(&cluster, kind_name, namespace).await?;
+    let api = &scope.resource.api;
+    if api.group.is_empty() && api.kind == "Namespace" {
+        return namespace::explain(&cluster, &scope.name, output, watch).await;
     }
     let gathered = scope.gather().await?;
     let Some(object) = &gathered.object else {
-        match output {
-            Output::Text => println!(
-                "{kind_name} is gone (or never was) in namespace {}",
-                scope.namespace
-            ),
-            Output::Json => println!(
-                "{}",
-                serde_json::json!({ "object": kind_name, "gone": true })
-            ),
+        if scope.resource.namespaced {
+            anyhow::bail!("{kind_name} not found in namespace {}", scope.namespace);
         }
-        return Ok(Outcome::Free);
+        anyhow::bail!("{kind_name} not found");
     };
+    if watch {
+        return follow(&scope, output).await;
+    }
     match output {
         Output::Text => {
             let (text, _) = report(

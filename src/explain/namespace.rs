@@ -1,0 +1,583 @@
+//! `syncgc explain namespace/NAME`: why a namespace stays Terminating. The namespace
+//! controller deletes what the namespace holds and removes its `kubernetes` finalizer once
+//! nothing is left; it says what stops it in the namespace's conditions. The report puts
+//! beside them what remains, by kind, with each object's finalizers and who is expected to
+//! remove them; the API groups discovery could not list, with the APIService behind each (an
+//! unavailable APIService keeps every namespace Terminating for good: the controller cannot
+//! know that nothing of that group is left); and what syncgc itself holds there. [`report`] is
+//! pure; [`gather`] reads through the project's Kubernetes seam.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde::Serialize;
+
+use super::{Outcome, Output};
+use crate::api::meta::Meta;
+use crate::api::{Cluster, Target};
+use crate::gc::discovery::{self, Found};
+use crate::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
+
+/// Objects shown of each kind that remains; the rest are counted.
+const SHOWN: usize = 20;
+
+/// A finalizer, and who is expected to remove it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finalizer {
+    pub name: String,
+    pub removed_by: &'static str,
+}
+
+impl Finalizer {
+    fn of(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            removed_by: remover(name),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// An object left in the namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Left {
+    pub name: String,
+    pub deleting: bool,
+    pub finalizers: Vec<Finalizer>,
+}
+
+/// The objects of one kind left in the namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Remaining {
+    pub api_version: String,
+    pub kind: String,
+    pub count: usize,
+    /// The first [`SHOWN`] of them, those with finalizers first.
+    pub objects: Vec<Left>,
+}
+
+/// An APIService and whether it is available.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Service {
+    pub name: String,
+    pub available: bool,
+    pub message: String,
+}
+
+/// What could not be listed: an API group whose discovery failed, or a resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unlisted {
+    pub what: String,
+    pub error: String,
+    /// The APIServices of its group.
+    pub api_services: Vec<Service>,
+}
+
+/// An armed object syncgc holds in the namespace, being deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Held {
+    pub kind: String,
+    pub name: String,
+    pub deadline: Option<String>,
+}
+
+/// The report on a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub namespace: String,
+    pub phase: String,
+    pub deletion_timestamp: Option<String>,
+    pub conditions: Vec<Condition>,
+    pub finalizers: Vec<Finalizer>,
+    pub remaining: Vec<Remaining>,
+    pub unlisted: Vec<Unlisted>,
+    pub syncgc: Vec<Held>,
+    /// Being deleted and still there.
+    pub blocked: bool,
+}
+
+/// What [`gather`] reads.
+pub struct Gathered {
+    pub namespace: Namespace,
+    /// Each kind's objects left, by (apiVersion, kind).
+    pub objects: BTreeMap<(String, String), Vec<Meta>>,
+    /// Resources that could not be listed, with why.
+    pub unlisted: Vec<(String, String)>,
+    /// Groups whose discovery failed.
+    pub failed: Vec<String>,
+    pub api_services: Vec<APIService>,
+}
+
+/// The report on what [`gather`] read.
+pub fn report(gathered: &Gathered) -> Report {
+    let namespace = &gathered.namespace;
+    let status = namespace.status.as_ref();
+    let conditions = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.status != "False")
+        .map(|c| Condition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone().unwrap_or_default(),
+            message: c.message.clone().unwrap_or_default(),
+        })
+        .collect();
+    let finalizers = namespace
+        .spec
+        .as_ref()
+        .and_then(|s| s.finalizers.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|f| Finalizer::of(f))
+        .collect();
+    let mut remaining = Vec::new();
+    let mut syncgc = Vec::new();
+    for ((api_version, kind), objects) in &gathered.objects {
+        if objects.is_empty() {
+            continue;
+        }
+        let mut left: Vec<Left> = objects
+            .iter()
+            .map(|meta| Left {
+                name: meta.name.clone(),
+                deleting: meta.deletion_timestamp.is_some(),
+                finalizers: meta.finalizers.iter().map(|f| Finalizer::of(f)).collect(),
+            })
+            .collect();
+        left.sort_by(|a, b| {
+            (a.finalizers.is_empty(), &a.name).cmp(&(b.finalizers.is_empty(), &b.name))
+        });
+        left.truncate(SHOWN);
+        remaining.push(Remaining {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            count: objects.len(),
+            objects: left,
+        });
+        for meta in objects.iter().filter(|m| {
+            m.deletion_timestamp.is_some()
+                && m.finalizers.iter().any(|f| f == SYNCHRONOUS_FINALIZER)
+        }) {
+            syncgc.push(Held {
+                kind: kind.clone(),
+                name: meta.name.clone(),
+                deadline: meta.annotations.get(DEADLINE_ANNOTATION).map(str::to_owned),
+            });
+        }
+    }
+    let services = |group: &str| -> Vec<Service> {
+        gathered
+            .api_services
+            .iter()
+            .filter(|s| s.spec.as_ref().and_then(|s| s.group.as_deref()) == Some(group))
+            .map(|s| {
+                let available = s
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.type_ == "Available");
+                Service {
+                    name: s.metadata.name.clone().unwrap_or_default(),
+                    available: available.is_some_and(|c| c.status == "True"),
+                    message: available
+                        .and_then(|c| c.message.clone().or_else(|| c.reason.clone()))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    };
+    let mut unlisted: Vec<Unlisted> = gathered
+        .failed
+        .iter()
+        .map(|group| Unlisted {
+            what: format!("the API group {group}"),
+            error: "its discovery failed".to_owned(),
+            api_services: services(group),
+        })
+        .collect();
+    unlisted.extend(gathered.unlisted.iter().map(|(what, error)| Unlisted {
+        what: what.clone(),
+        error: error.clone(),
+        api_services: Vec::new(),
+    }));
+    let deleting = namespace.metadata.deletion_timestamp.as_ref();
+    Report {
+        namespace: namespace.metadata.name.clone().unwrap_or_default(),
+        phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        deletion_timestamp: deleting.map(|t| t.0.to_string()),
+        conditions,
+        finalizers,
+        remaining,
+        unlisted,
+        syncgc,
+        blocked: deleting.is_some(),
+    }
+}
+
+impl Report {
+    /// The report for people.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(out, "namespace {}: {}", self.namespace, self.phase);
+        match &self.deletion_timestamp {
+            Some(at) => {
+                let _ = writeln!(out, ", being deleted since {at}");
+            }
+            None => {
+                let _ = writeln!(out, ", not being deleted");
+            }
+        }
+        if !self.conditions.is_empty() {
+            let _ = writeln!(out, "  conditions:");
+            for c in &self.conditions {
+                let _ = writeln!(out, "    {} ({}): {}", c.type_, c.reason, c.message);
+            }
+        }
+        for f in &self.finalizers {
+            let _ = writeln!(out, "  finalizer {}: removed by {}", f.name, f.removed_by);
+        }
+        let left: usize = self.remaining.iter().map(|r| r.count).sum();
+        if left == 0 {
+            let _ = writeln!(out, "  nothing left in it");
+        } else {
+            let _ = writeln!(out, "  left in it: {left} object(s)");
+        }
+        for kind in &self.remaining {
+            let _ = writeln!(
+                out,
+                "    {} ({}): {}",
+                kind.kind, kind.api_version, kind.count
+            );
+            for object in &kind.objects {
+                let state = if object.deleting {
+                    " (being deleted)"
+                } else {
+                    ""
+                };
+                let _ = write!(out, "      {}{state}", object.name);
+                let finalizers: Vec<String> = object
+                    .finalizers
+                    .iter()
+                    .map(|f| format!("{}, removed by {}", f.name, f.removed_by))
+                    .collect();
+                if !finalizers.is_empty() {
+                    let _ = write!(out, ": finalizers {}", finalizers.join("; "));
+                }
+                out.push('\n');
+            }
+            if kind.count > kind.objects.len() {
+                let _ = writeln!(out, "      … and {} more", kind.count - kind.objects.len());
+            }
+        }
+        for unlisted in &self.unlisted {
+            let _ = writeln!(
+                out,
+                "  could not list {} ({}): the namespace controller cannot finish while it cannot",
+                unlisted.what, unlisted.error
+            );
+            for service in &unlisted.api_services {
+                let _ = writeln!(
+                    out,
+                    "    APIService {}: {}{}",
+                    service.name,
+                    if service.available {
+                        "available"
+                    } else {
+                        "NOT available"
+                    },
+                    if service.message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", service.message)
+                    }
+                );
+            }
+            if unlisted.api_services.iter().any(|s| !s.available) {
+                let _ = writeln!(
+                    out,
+                    "    bring its service back, or delete the APIService if nothing serves it any more"
+                );
+            }
+        }
+        for held in &self.syncgc {
+            let _ = writeln!(
+                out,
+                "  syncgc holds {} {} until its dependents are gone{}",
+                held.kind,
+                held.name,
+                held.deadline
+                    .as_ref()
+                    .map(|d| format!(", at the latest until {d}"))
+                    .unwrap_or_default()
+            );
+        }
+        if self.blocked {
+            let _ = writeln!(out, "blocked: it stays until all of the above is gone");
+        }
+        out
+    }
+
+    /// One line on where the deletion stands, for `--watch`.
+    pub fn progress(&self) -> String {
+        let left: usize = self.remaining.iter().map(|r| r.count).sum();
+        let with_finalizers: usize = self
+            .remaining
+            .iter()
+            .flat_map(|r| &r.objects)
+            .filter(|o| !o.finalizers.is_empty())
+            .count();
+        let mut line = format!(
+            "namespace {}: {}; {left} object(s) left in {} kind(s), {with_finalizers} with finalizers",
+            self.namespace,
+            self.phase,
+            self.remaining.len()
+        );
+        if !self.unlisted.is_empty() {
+            let what: Vec<&str> = self.unlisted.iter().map(|u| u.what.as_str()).collect();
+            let _ = write!(line, "; could not list {}", what.join(", "));
+        }
+        line
+    }
+}
+
+/// Reads the namespace `name`, what is left in it, and the APIServices; `None` once it is gone.
+pub async fn gather(cluster: &Cluster, name: &str) -> anyhow::Result<Option<Gathered>> {
+    let Some(namespace) = cluster.get_whole(&cluster.all::<Namespace>(), name).await? else {
+        return Ok(None);
+    };
+    let found: Found = discovery::discover(cluster.streams(), &[]).await?;
+    let mut objects = BTreeMap::new();
+    let mut unlisted = Vec::new();
+    for resource in found.resources.iter().filter(|r| r.namespaced) {
+        let collection = Target::collection(&resource.api, Some(name));
+        let mut listed = Vec::new();
+        match cluster
+            .list_metadata(&collection, |page: Vec<Meta>| listed.extend(page))
+            .await
+        {
+            Ok(()) => {
+                let key = (resource.api.api_version.clone(), resource.api.kind.clone());
+                objects.insert(key, listed);
+            }
+            Err(err) => unlisted.push((discovery::resource_name(&resource.api), err.to_string())),
+        }
+    }
+    let api_services = if found.failed.is_empty() {
+        Vec::new()
+    } else {
+        cluster
+            .list_whole(&cluster.all::<APIService>(), "")
+            .await
+            .unwrap_or_default()
+    };
+    Ok(Some(Gathered {
+        namespace,
+        objects,
+        unlisted,
+        failed: found.failed.into_iter().collect(),
+        api_services,
+    }))
+}
+
+/// How often `--watch` reads the namespace, and at most how long it keeps the same contents.
+const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+const RELIST_INTERVAL: Duration = Duration::from_secs(15);
+
+/// `syncgc explain namespace/NAME`: the report, or with `watch` a line each time where its
+/// deletion stands changes, until it is gone. Reading what is left takes a list per kind:
+/// `--watch` reads it again when the namespace changes (the namespace controller writes its
+/// conditions on each pass) and at least every 15 s, and the namespace every 2 s.
+pub async fn explain(
+    cluster: &Cluster,
+    name: &str,
+    output: Output,
+    watch: bool,
+) -> anyhow::Result<Outcome> {
+    let Some(mut gathered) = gather(cluster, name).await? else {
+        anyhow::bail!("namespace {name} not found");
+    };
+    if !watch {
+        let report = report(&gathered);
+        match output {
+            Output::Text => print!("{}", report.text()),
+            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        }
+        return Ok(if report.blocked {
+            Outcome::Blocked
+        } else {
+            Outcome::Free
+        });
+    }
+    let mut last = String::new();
+    let mut listed = tokio::time::Instant::now();
+    loop {
+        let report = report(&gathered);
+        let line = report.progress();
+        if line != last {
+            match output {
+                Output::Text => println!("{} {line}", Timestamp::now()),
+                Output::Json => println!("{}", serde_json::to_string(&report)?),
+            }
+            last = line;
+        }
+        let version = gathered.namespace.metadata.resource_version.clone();
+        loop {
+            tokio::time::sleep(WATCH_INTERVAL).await;
+            let namespace = cluster.get_whole(&cluster.all::<Namespace>(), name).await?;
+            let Some(namespace) = namespace else {
+                match output {
+                    Output::Text => println!("{} namespace {name}: gone", Timestamp::now()),
+                    Output::Json => println!(
+                        "{}",
+                        serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true })
+                    ),
+                }
+                return Ok(Outcome::Free);
+            };
+            if namespace.metadata.resource_version != version || listed.elapsed() >= RELIST_INTERVAL
+            {
+                break;
+            }
+        }
+        match gather(cluster, name).await? {
+            Some(again) => gathered = again,
+            None => continue,
+        }
+        listed = tokio::time::Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gathered(objects: serde_json::Value) -> Gathered {
+        let namespace: Namespace = serde_json::from_value(json!({
+            "metadata": { "name": "team-a", "deletionTimestamp": "2026-11-26T10:00:00Z" },
+            "spec": { "finalizers": ["kubernetes"] },
+            "status": { "phase": "Terminating", "conditions": [
+                { "type": "NamespaceDeletionDiscoveryFailure", "status": "True",
+                  "reason": "DiscoveryFailed", "message": "metrics.k8s.io/v1beta1: unavailable" },
+                { "type": "NamespaceDeletionContentFailure", "status": "False",
+                  "reason": "ContentDeleted", "message": "All content successfully deleted" },
+                { "type": "NamespaceFinalizersRemaining", "status": "True",
+                  "reason": "SomeFinalizersRemain", "message": "example.com/hold in 1 resource instances" }
+            ] }
+        }))
+        .unwrap();
+        let objects: Vec<Meta> = serde_json::from_value(objects).unwrap();
+        let service: APIService = serde_json::from_value(json!({
+            "metadata": { "name": "v1beta1.metrics.k8s.io" },
+            "spec": { "group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100 },
+            "status": { "conditions": [{ "type": "Available", "status": "False",
+                "reason": "MissingEndpoints", "message": "endpoints for service/metrics-server have no addresses" }] }
+        }))
+        .unwrap();
+        Gathered {
+            namespace,
+            objects: [(("v1".to_owned(), "ConfigMap".to_owned()), objects)].into(),
+            unlisted: Vec::new(),
+            failed: vec!["metrics.k8s.io".to_owned()],
+            api_services: vec![service],
+        }
+    }
+
+    #[test]
+    fn a_terminating_namespace_says_what_is_left_who_holds_it_and_which_group_is_down() {
+        let report = report(&gathered(json!([
+            { "name": "plain" },
+            { "name": "held", "deletionTimestamp": "2026-11-26T10:00:01Z",
+              "finalizers": ["example.com/hold"] },
+            { "name": "owner", "deletionTimestamp": "2026-11-26T10:00:01Z",
+              "finalizers": [SYNCHRONOUS_FINALIZER],
+              "annotations": { DEADLINE_ANNOTATION: "2026-11-26T10:01:01Z" } }
+        ])));
+        assert!(report.blocked);
+        assert_eq!(report.phase, "Terminating");
+        let types: Vec<&str> = report.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "NamespaceDeletionDiscoveryFailure",
+                "NamespaceFinalizersRemaining"
+            ]
+        );
+        assert_eq!(report.finalizers[0].removed_by, remover("kubernetes"));
+        let kind = &report.remaining[0];
+        assert_eq!((kind.kind.as_str(), kind.count), ("ConfigMap", 3));
+        let names: Vec<&str> = kind.objects.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["held", "owner", "plain"],
+            "those with finalizers first"
+        );
+        assert_eq!(
+            report.syncgc,
+            [Held {
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                deadline: Some("2026-11-26T10:01:01Z".into())
+            }]
+        );
+        assert_eq!(
+            report.unlisted[0].api_services[0].name,
+            "v1beta1.metrics.k8s.io"
+        );
+        assert!(!report.unlisted[0].api_services[0].available);
+        let text = report.text();
+        for want in [
+            "namespace team-a: Terminating, being deleted since",
+            "NamespaceDeletionDiscoveryFailure (DiscoveryFailed): metrics.k8s.io/v1beta1",
+            "finalizer kubernetes: removed by the namespace controller",
+            "left in it: 3 object(s)",
+            "held (being deleted): finalizers example.com/hold, removed by another controller",
+            "could not list the API group metrics.k8s.io",
+            "APIService v1beta1.metrics.k8s.io: NOT available (endpoints for service/metrics-server",
+            "syncgc holds ConfigMap owner until its dependents are gone, at the latest until 2026-11-26T10:01:01Z",
+            "blocked:",
+        ] {
+            assert!(text.contains(want), "{want:?} in:\n{text}");
+        }
+        assert_eq!(
+            report.progress(),
+            "namespace team-a: Terminating; 3 object(s) left in 1 kind(s), 2 with finalizers; \
+             could not list the API group metrics.k8s.io"
+        );
+    }
+
+    #[test]
+    fn many_objects_of_a_kind_are_counted_past_the_first_twenty() {
+        let many: Vec<serde_json::Value> = (0..50)
+            .map(|n| json!({ "name": format!("cm-{n:02}") }))
+            .collect();
+        let report = report(&gathered(json!(many)));
+        assert_eq!(report.remaining[0].count, 50);
+        assert_eq!(report.remaining[0].objects.len(), SHOWN);
+        assert!(report.text().contains("… and 30 more"));
+    }
+}
