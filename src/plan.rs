@@ -8,21 +8,20 @@
 //! be listed (the plan is then incomplete), the timeout syncgc would fix, and how long the
 //! requests would take at the collector's rate.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::api::{Cluster, Propagation, Target, meta::Meta};
-use crate::gc::cascade::{self, Facts, Fate, Outcome};
+use crate::api::Propagation;
+use crate::gc::CollectorArgs;
+use crate::gc::cascade::{self, Fate, Outcome};
 use crate::gc::discovery::{self, Resources, resolve};
-use crate::gc::{CollectorArgs, watch};
-use crate::graph::{Coordinates, Flags, Graph, Mode, Observed, ResourceId, Uid};
-use crate::names::{
-    FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover,
-};
+use crate::gc::snapshot::{Snapshot, Unlisted};
+use crate::graph::Uid;
+use crate::names::{PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -121,13 +120,6 @@ pub struct Finalizer {
     pub removed_by: &'static str,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Unlisted {
-    pub resource: String,
-    pub error: String,
-}
-
 /// The plan, as `-o json` prints it (a stable format: see docs/commands.md).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -158,15 +150,6 @@ pub struct Plan {
     pub unlisted: Vec<Unlisted>,
 }
 
-/// What was read for a plan: the graph of the scope, the facts the cascade needs, and each
-/// object's resource and name.
-struct Read {
-    graph: Graph,
-    facts: Facts,
-    objects: HashMap<Uid, (ResourceId, Meta)>,
-    unlisted: Vec<Unlisted>,
-}
-
 impl PlanArgs {
     pub async fn run(&self) -> anyhow::Result<Plan> {
         self.collector.validate()?;
@@ -189,7 +172,7 @@ impl PlanArgs {
         let mut resources = Resources::default();
         resources.update(found);
         let namespace = target.namespaced.then_some(namespace);
-        let mut read = read(&cluster, &resources, namespace.as_deref()).await;
+        let mut read = Snapshot::read(&cluster, &resources, namespace.as_deref()).await;
         read.unlisted.extend(failed.iter().map(|group| Unlisted {
             resource: format!("the API group {group:?}"),
             error: "its discovery failed".to_owned(),
@@ -219,7 +202,7 @@ impl PlanArgs {
                     .unwrap_or_default()
             );
         };
-        read_owners(&cluster, &resources, &mut read, uid).await;
+        read.read_owners(&cluster, &resources, uid).await;
         let (propagation, from) = match self.cascade {
             Some(cascade) => (cascade.into(), "--cascade"),
             None => match meta
@@ -253,163 +236,10 @@ impl PlanArgs {
     }
 }
 
-/// Lists every resource of the scope (`namespace`, or the whole cluster), metadata only,
-/// into a graph.
-async fn read(cluster: &Cluster, resources: &Resources, namespace: Option<&str>) -> Read {
-    let mut read = Read {
-        graph: Graph::new(Mode::Standalone),
-        facts: Facts::default(),
-        objects: HashMap::new(),
-        unlisted: Vec::new(),
-    };
-    for (id, resource) in resources.served() {
-        if namespace.is_some() && !resource.namespaced {
-            continue;
-        }
-        let collection = Target::collection(&resource.api, namespace);
-        let mut listed = Vec::new();
-        let result = cluster
-            .list_metadata(&collection, |page: Vec<Meta>| listed.extend(page))
-            .await;
-        if let Err(err) = result {
-            read.unlisted.push(Unlisted {
-                resource: discovery::resource_name(&resource.api),
-                error: err.to_string(),
-            });
-            continue;
-        }
-        for meta in listed {
-            let Some(observed) = watch::observe(&resource.api, &meta, resources.aliases()) else {
-                continue;
-            };
-            take(&mut read, id, observed, meta);
-        }
-    }
-    // References whose owners cannot be looked up: of a kind not served or not listed, or a
-    // namespaced owner of a cluster-scoped object.
-    let unlisted: HashSet<&str> = read.unlisted.iter().map(|u| u.resource.as_str()).collect();
-    for (uid, (_, meta)) in &read.objects {
-        for reference in &meta.owner_references {
-            let resolvable = resources
-                .by_kind(&reference.api_version, &reference.kind)
-                .is_some_and(|(_, r)| {
-                    !unlisted.contains(discovery::resource_name(&r.api).as_str())
-                        && (!r.namespaced || meta.namespace.is_some())
-                });
-            if !resolvable {
-                read.facts
-                    .unresolvable
-                    .insert((*uid, Uid::parse(&reference.uid)));
-            }
-        }
-    }
-    read
-}
-
-/// Puts one object read into the graph, with its finalizers of others.
-fn take(read: &mut Read, id: ResourceId, observed: Observed, meta: Meta) {
-    let uid = observed.uid;
-    read.graph.apply(id, observed);
-    let foreign: Vec<String> = meta
-        .finalizers
-        .iter()
-        .filter(|f| {
-            ![
-                SYNCHRONOUS_FINALIZER,
-                FOREGROUND_FINALIZER,
-                ORPHAN_FINALIZER,
-            ]
-            .contains(&f.as_str())
-        })
-        .cloned()
-        .collect();
-    if !foreign.is_empty() {
-        read.facts.foreign.insert(uid, foreign);
-    }
-    read.objects.insert(uid, (id, meta));
-}
-
-/// Reads the owners of the tree of `target` that the lists did not cover (a cluster-scoped
-/// owner of a namespaced object), so that an owner that lives keeps its dependents.
-async fn read_owners(cluster: &Cluster, resources: &Resources, read: &mut Read, target: Uid) {
-    let mut tree = HashSet::from([target]);
-    let mut stack = vec![target];
-    while let Some(next) = stack.pop() {
-        for dependent in read.graph.dependents(next).to_vec() {
-            if tree.insert(dependent) {
-                stack.push(dependent);
-            }
-        }
-    }
-    let mut missing = Vec::new();
-    for uid in &tree {
-        let Some((_, meta)) = read.objects.get(uid) else {
-            continue;
-        };
-        for reference in &meta.owner_references {
-            let owner = Uid::parse(&reference.uid);
-            let seen = read
-                .graph
-                .node(owner)
-                .is_some_and(|n| !n.is(Flags::VIRTUAL));
-            if !seen && !read.facts.unresolvable.contains(&(*uid, owner)) {
-                missing.push(reference.clone());
-            }
-        }
-    }
-    for reference in missing {
-        let Some((id, resource)) = resources.by_kind(&reference.api_version, &reference.kind)
-        else {
-            continue;
-        };
-        if resource.namespaced {
-            // A namespaced owner is in its dependent's namespace, which was listed.
-            continue;
-        }
-        let target = Target {
-            resource: resource.api.clone(),
-            namespace: None,
-            name: reference.name.clone(),
-            uid: reference.uid.clone(),
-        };
-        match cluster.get_metadata(&target).await {
-            Ok(Some(object)) => {
-                let observed = Observed {
-                    uid: Uid::parse(&reference.uid),
-                    coordinates: Coordinates::in_group(
-                        &resource.api.group,
-                        &resource.api.kind,
-                        &reference.name,
-                    ),
-                    name: reference.name.clone(),
-                    flags: Flags::of_object(&object),
-                    ..Observed::default()
-                };
-                let meta = Meta {
-                    name: reference.name.clone(),
-                    uid: Some(reference.uid.clone()),
-                    finalizers: object.finalizers.unwrap_or_default(),
-                    ..Meta::default()
-                };
-                take(read, id, observed, meta);
-            }
-            Ok(None) => {}
-            Err(err) => read.unlisted.push(Unlisted {
-                resource: format!(
-                    "{} {}",
-                    discovery::resource_name(&resource.api),
-                    reference.name
-                ),
-                error: err.to_string(),
-            }),
-        }
-    }
-}
-
 #[expect(clippy::too_many_arguments, reason = "the parts of one report")]
 fn plan(
     resources: &Resources,
-    read: &Read,
+    read: &Snapshot,
     target: Uid,
     propagation: Propagation,
     from: &'static str,
@@ -479,7 +309,7 @@ impl Ord for Entry {
 }
 
 /// The plan's entry for `uid`: read, or only known from a reference to it.
-fn entry(resources: &Resources, read: &Read, uid: Uid) -> Entry {
+fn entry(resources: &Resources, read: &Snapshot, uid: Uid) -> Entry {
     if let Some((id, meta)) = read.objects.get(&uid)
         && let Some(resource) = resources.get(*id)
     {

@@ -165,3 +165,28 @@ async fn the_context_is_the_one_asked_for() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("elsewhere"), "{err}");
 }
+
+/// An object's owners are shown with whether each is there: what it depends on.
+#[tokio::test]
+async fn the_owners_of_an_object_are_shown() {
+    let ns = namespace("explain-owners").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &support::config_map("owner", vec![])).await;
+    let mut gone = owner_ref(&owner, false);
+    gone.name = "gone".into();
+    gone.uid = "00000000-0000-0000-0000-00000000dead".into();
+    create(
+        &api,
+        &support::config_map("child", vec![owner_ref(&owner, true), gone]),
+    )
+    .await;
+    let (code, text, err) = run(&["cm/child", "-n", &ns.name]);
+    assert_eq!(code, Some(0), "{text}{err}");
+    assert!(
+        text.contains("owners (what it depends on):\n    ConfigMap owner: present\n    ConfigMap gone: absent\n"),
+        "{text}"
+    );
+    let (_, json, _) = run(&["cm/child", "-n", &ns.name, "-o", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["owners"][0]["state"], "present", "{report:#}");
+}

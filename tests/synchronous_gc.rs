@@ -471,7 +471,7 @@ async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
 }
 
 /// `syncgc explain`, also as the kubectl plugin `kubectl syncgc`: while a held dependent keeps
-/// the owner, it says so and exits 1; once the owner is gone, it exits 0.
+/// the owner, it says so and exits 1; once the owner is gone, it is not found (exit 2).
 #[tokio::test]
 async fn explain_says_what_blocks_a_deletion() {
     let ns = namespace("explain").await;
@@ -523,8 +523,7 @@ async fn explain_says_what_blocks_a_deletion() {
     clear_finalizers(&api, "held").await;
     eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
     let (code, text) = explain("configmaps/owner");
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("is gone"), "{text}");
+    assert_eq!(code, Some(2), "gone, it is not found: {text}");
 }
 
 /// A timeout that is not a duration: the owner waits by the default timeout, and a Warning

@@ -71,6 +71,10 @@ impl Own {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// Reads a map of strings (or null), keeping the `syncgc.io/` entries.

@@ -6,19 +6,23 @@
 
 pub mod namespace;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams, PartialObjectMeta};
+use kube::runtime::watcher;
 
 use k8s_openapi::api::core::v1::Event;
 
-use crate::gc::discovery::{self, Aliases, Resource, resolve};
-use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
+use crate::api::Cluster;
+use crate::api::meta::Meta;
+use crate::gc::discovery::{self, Aliases, Resource, Resources, resolve};
+use crate::gc::snapshot::Snapshot;
+use crate::graph::{Coordinates, Flags, Order, OwnerLink, ResourceId, Uid, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, Reason,
     SYNCHRONOUS_FINALIZER, remover,
@@ -392,15 +396,30 @@ struct Gathered {
     /// `None` once it is gone.
     object: Option<Object>,
     dependents: HashMap<String, Vec<Object>>,
+    /// What the object depends on.
+    owners: Vec<Owner>,
     barrier: Option<String>,
     /// The resources whose objects could not be listed, with why.
     unlisted: Vec<String>,
 }
 
+/// An owner of the object, and whether it is there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Owner {
+    pub owner: String,
+    pub uid: String,
+    /// `present`, `being deleted`, `absent`, or `cannot be looked up` (its kind is not served
+    /// or could not be listed).
+    pub state: &'static str,
+}
+
+/// The objects of the scope, by uid, with the resource each is of.
+type Store = HashMap<String, (ResourceId, Object)>;
+
 /// Where `explain` looks.
 struct Scope {
-    client: kube::Client,
-    resources: Vec<Resource>,
+    cluster: Cluster,
+    table: Resources,
     aliases: Aliases,
     resource: Resource,
     namespace: String,
@@ -409,95 +428,115 @@ struct Scope {
 
 impl Scope {
     async fn new(
-        cluster: &crate::api::Cluster,
+        cluster: &Cluster,
         kind_name: &str,
         namespace: Option<&str>,
     ) -> anyhow::Result<Self> {
         let (kind, name) = kind_name
             .split_once('/')
             .context("name the object as KIND/NAME, e.g. configmap/owner")?;
-        let client = cluster.streams().clone();
         let namespace = namespace
             .map(str::to_owned)
-            .unwrap_or_else(|| client.default_namespace().to_owned());
-        let found = discovery::discover(&client, &[]).await?;
+            .unwrap_or_else(|| cluster.streams().default_namespace().to_owned());
+        let found = discovery::discover(cluster.streams(), &[]).await?;
         let resource = resolve(&found.resources, kind)
             .with_context(|| {
                 format!("the apiserver serves no kind {kind:?} (with list and delete)")
             })?
             .clone();
+        let aliases = Aliases::new(&found.aliases);
+        let mut table = Resources::default();
+        table.update(found);
         Ok(Self {
-            client,
-            aliases: Aliases::new(&found.aliases),
-            resources: found.resources,
+            cluster: cluster.clone(),
+            table,
+            aliases,
             resource,
             namespace,
             name: name.to_owned(),
         })
     }
 
-    async fn gather(&self) -> anyhow::Result<Gathered> {
-        let api = scoped(&self.client, &self.resource, &self.namespace);
-        let Some(meta) = api.get_metadata_opt(&self.name).await?.map(|o| o.metadata) else {
-            return Ok(Gathered {
-                object: None,
-                dependents: HashMap::new(),
-                barrier: None,
-                unlisted: Vec::new(),
-            });
-        };
-        let object = Object {
-            group: self.resource.api.group.clone(),
-            kind: self.resource.api.kind.clone(),
+    /// The object as `id`'s kind, with `meta`.
+    fn object(&self, id: ResourceId, meta: ObjectMeta) -> Option<Object> {
+        let resource = self.table.get(id)?;
+        Some(Object {
+            group: resource.api.group.clone(),
+            kind: resource.api.kind.clone(),
             meta,
-        };
-        // Dependents share the owner's namespace, unless the owner is cluster-scoped.
+        })
+    }
+
+    /// Reads the scope — the object's namespace, or the whole cluster for a cluster-scoped
+    /// object — once through the seam ([`Snapshot`]), with the cluster-scoped owners of its
+    /// tree; the object's uid (when it exists), every object read, and what could not be.
+    async fn read(&self) -> (Option<String>, Store, Vec<Owner>, Vec<String>) {
+        let namespace = self.resource.namespaced.then_some(self.namespace.as_str());
+        let mut snapshot = Snapshot::read(&self.cluster, &self.table, namespace).await;
+        let id = self
+            .table
+            .by_name(&discovery::resource_name(&self.resource.api));
+        let uid = snapshot
+            .objects
+            .iter()
+            .find(|(_, (r, meta))| Some(*r) == id && meta.name == self.name)
+            .map(|(uid, _)| *uid);
+        let mut owners = Vec::new();
+        if let Some(uid) = uid {
+            snapshot.read_owners(&self.cluster, &self.table, uid).await;
+            owners = owners_of(&snapshot, uid);
+        }
+        let unlisted = snapshot
+            .unlisted
+            .iter()
+            .map(|u| format!("{} ({})", u.resource, u.error))
+            .collect();
+        let store = snapshot
+            .objects
+            .into_iter()
+            .filter_map(|(uid, (id, meta))| {
+                Some((uid.to_string(), (id, self.object(id, object_meta(meta))?)))
+            })
+            .collect();
+        (uid.map(|u| u.to_string()), store, owners, unlisted)
+    }
+
+    /// What the report needs, from the objects in `store`.
+    fn gathered(
+        &self,
+        uid: &str,
+        store: &Store,
+        owners: &[Owner],
+        unlisted: &[String],
+    ) -> Gathered {
+        let object = store.get(uid).map(|(_, o)| o.clone());
         let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
-        let mut unlisted = Vec::new();
-        for candidate in &self.resources {
-            let api = if self.resource.namespaced && candidate.namespaced {
-                scoped(&self.client, candidate, &self.namespace)
-            } else if self.resource.namespaced {
-                continue;
-            } else {
-                Api::all_with(self.client.clone(), &candidate.api)
-            };
-            let list = match api.list_metadata(&ListParams::default()).await {
-                Ok(list) => list,
-                Err(err) => {
-                    let name = discovery::resource_name(&candidate.api);
-                    unlisted.push(format!("{name} ({err})"));
-                    continue;
-                }
-            };
-            for item in list.items {
-                for reference in item.metadata.owner_references.iter().flatten() {
-                    dependents
-                        .entry(reference.uid.clone())
-                        .or_default()
-                        .push(Object {
-                            group: candidate.api.group.clone(),
-                            kind: candidate.api.kind.clone(),
-                            meta: item.metadata.clone(),
-                        });
-                }
+        for (_, candidate) in store.values() {
+            for reference in candidate.meta.owner_references.iter().flatten() {
+                dependents
+                    .entry(reference.uid.clone())
+                    .or_default()
+                    .push(candidate.clone());
             }
         }
-        let barrier = barrier_note(&self.client, &object).await;
-        Ok(Gathered {
-            object: Some(object),
+        for list in dependents.values_mut() {
+            list.sort_by_key(Object::title);
+        }
+        Gathered {
+            object,
             dependents,
-            barrier,
-            unlisted,
-        })
+            owners: owners.to_vec(),
+            barrier: None,
+            unlisted: unlisted.to_vec(),
+        }
     }
 
     /// Whether syncgc released the object `uid` by its timeout (a `SyncGCTimedOut` Event).
     async fn timed_out(&self, uid: &str) -> bool {
         let events: Api<Event> = if self.resource.namespaced {
-            Api::namespaced(self.client.clone(), &self.namespace)
+            self.cluster.namespaced(&self.namespace)
         } else {
-            Api::all(self.client.clone())
+            Api::all(self.cluster.streams().clone())
         };
         let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
         events.list(&params).await.is_ok_and(|list| {
@@ -505,6 +544,97 @@ impl Scope {
                 .iter()
                 .any(|e| e.reason.as_deref() == Some(Reason::TimedOut.as_str()))
         })
+    }
+
+    /// A metadata watch of `id`'s objects in the scope, until `events` is closed: each event
+    /// goes to `events` with `id`.
+    async fn watch(
+        client: kube::Client,
+        api: kube::api::ApiResource,
+        namespace: Option<String>,
+        id: ResourceId,
+        events: tokio::sync::mpsc::Sender<(
+            ResourceId,
+            watcher::Event<PartialObjectMeta<DynamicObject>>,
+        )>,
+    ) {
+        use futures::StreamExt as _;
+        use kube::runtime::WatchStreamExt as _;
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &api),
+            None => Api::all_with(client, &api),
+        };
+        let mut stream =
+            std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    if events.send((id, event)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(err) => tracing::debug!(%err, "watch of a kind in the tree failed; retrying"),
+            }
+        }
+    }
+}
+
+/// The owners of `uid` in `snapshot`, each with whether it is there.
+fn owners_of(snapshot: &Snapshot, uid: Uid) -> Vec<Owner> {
+    let Some((_, meta)) = snapshot.objects.get(&uid) else {
+        return Vec::new();
+    };
+    meta.owner_references
+        .iter()
+        .map(|reference| {
+            let owner = Uid::parse(&reference.uid);
+            let state = if snapshot.facts.unresolvable.contains(&(uid, owner)) {
+                "cannot be looked up"
+            } else {
+                match snapshot.objects.get(&owner) {
+                    Some((_, m)) if m.deletion_timestamp.is_some() => "being deleted",
+                    Some(_) => "present",
+                    None => "absent",
+                }
+            };
+            Owner {
+                owner: format!("{} {}", reference.kind, reference.name),
+                uid: reference.uid.clone(),
+                state,
+            }
+        })
+        .collect()
+}
+
+/// The metadata the report reads, from what a list gave.
+fn object_meta(meta: Meta) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(meta.name),
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        deletion_timestamp: meta.deletion_timestamp,
+        annotations: Some(
+            meta.annotations
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        ),
+        finalizers: Some(meta.finalizers),
+        owner_references: Some(
+            meta.owner_references
+                .into_iter()
+                .map(|r| OwnerReference {
+                    api_version: r.api_version,
+                    kind: r.kind,
+                    name: r.name,
+                    uid: r.uid,
+                    block_owner_deletion: r.block_owner_deletion,
+                    controller: None,
+                })
+                .collect(),
+        ),
+        ..ObjectMeta::default()
     }
 }
 
@@ -526,32 +656,36 @@ pub async fn explain(
     if api.group.is_empty() && api.kind == "Namespace" {
         return namespace::explain(&cluster, &scope.name, output, watch).await;
     }
-    let gathered = scope.gather().await?;
-    let Some(object) = &gathered.object else {
+    let (uid, store, owners, unlisted) = scope.read().await;
+    let Some(uid) = uid else {
         if scope.resource.namespaced {
             anyhow::bail!("{kind_name} not found in namespace {}", scope.namespace);
         }
         anyhow::bail!("{kind_name} not found");
     };
     if watch {
-        return follow(&scope, output).await;
+        return follow(&scope, &uid, store, &owners, &unlisted, output).await;
     }
+    let mut gathered = scope.gathered(&uid, &store, &owners, &unlisted);
+    let object = gathered.object.clone().expect("read");
+    gathered.barrier = barrier_note(&scope.cluster, &object).await;
     match output {
         Output::Text => {
             let (text, _) = report(
-                object,
+                &object,
                 &gathered.dependents,
                 gathered.barrier.as_deref(),
                 &scope.aliases,
             );
             print!("{text}");
+            print!("{}", owners_text(&gathered.owners));
             for unlisted in &gathered.unlisted {
                 println!("could not list {unlisted}: its objects are not in the tree");
             }
         }
         Output::Json => {
-            let tree = tree(object, &gathered.dependents, &scope.aliases);
-            let report = json_report(object, &gathered, &tree);
+            let tree = tree(&object, &gathered.dependents, &scope.aliases);
+            let report = json_report(&object, &gathered, &tree);
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
     }
@@ -562,69 +696,179 @@ pub async fn explain(
     })
 }
 
-/// How often `--watch` reads the cluster.
+/// The object's owners, for people.
+fn owners_text(owners: &[Owner]) -> String {
+    if owners.is_empty() {
+        return "  owners: none\n".to_owned();
+    }
+    let mut out = "  owners (what it depends on):\n".to_owned();
+    for owner in owners {
+        let _ = writeln!(out, "    {}: {}", owner.owner, owner.state);
+    }
+    out
+}
+
+/// How often `--watch` looks again besides the watches' events (the release barrier's note,
+/// which an Event carries).
 const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// `explain --watch`: a line per change of [`progress`], until the object is gone.
-async fn follow(scope: &Scope, output: Output) -> anyhow::Result<Outcome> {
-    let mut last = String::new();
-    let mut uid: Option<String> = None;
-    let mut waited = false;
-    loop {
-        let gathered = scope.gather().await?;
-        let Some(object) = &gathered.object else {
-            // Released with dependents left: by the timeout, which a SyncGCTimedOut Event
-            // says, written right after the release.
-            let mut timed_out = false;
-            if let Some(uid) = uid.as_deref().filter(|_| waited) {
-                for _ in 0..10 {
-                    timed_out = scope.timed_out(uid).await;
-                    if timed_out {
-                        break;
-                    }
-                    tokio::time::sleep(WATCH_INTERVAL / 4).await;
+/// `explain --watch`: a line per change of [`progress`], until the object is gone. After the
+/// one read of the scope, it follows metadata watches of the kinds in the object's tree (and
+/// the object's own): the requests it makes do not grow with the number of kinds served.
+async fn follow(
+    scope: &Scope,
+    uid: &str,
+    mut store: Store,
+    owners: &[Owner],
+    unlisted: &[String],
+    output: Output,
+) -> anyhow::Result<Outcome> {
+    let own = store.get(uid).map(|(id, _)| *id);
+    let (sender, mut events) = tokio::sync::mpsc::channel(1024);
+    let mut kinds: BTreeSet<ResourceId> = own.into_iter().collect();
+    {
+        let gathered = scope.gathered(uid, &store, owners, unlisted);
+        if let Some(object) = &gathered.object {
+            for entry in tree(object, &gathered.dependents, &scope.aliases) {
+                if let Some((id, _)) = store.get(&entry.uid) {
+                    kinds.insert(*id);
                 }
             }
-            let how = if timed_out {
-                "released by its timeout"
-            } else {
-                "gone"
-            };
-            match output {
-                Output::Text => println!(
-                    "{} {}/{}: {how}",
-                    Timestamp::now(),
-                    scope.resource.api.kind,
-                    scope.name
-                ),
-                Output::Json => println!(
-                    "{}",
-                    serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true, "timedOut": timed_out })
-                ),
-            }
-            return Ok(if timed_out {
-                Outcome::TimedOut
-            } else {
-                Outcome::Free
-            });
+        }
+    }
+    let namespace = scope.resource.namespaced.then(|| scope.namespace.clone());
+    let mut watches = tokio::task::JoinSet::new();
+    for id in &kinds {
+        if let Some(resource) = scope.table.get(*id) {
+            watches.spawn(Scope::watch(
+                scope.cluster.streams().clone(),
+                resource.api.clone(),
+                namespace.clone(),
+                *id,
+                sender.clone(),
+            ));
+        }
+    }
+    drop(sender);
+    let mut listing: HashMap<ResourceId, HashSet<String>> = HashMap::new();
+    let mut last = String::new();
+    let mut waited = false;
+    let mut barrier_read = tokio::time::Instant::now() - WATCH_INTERVAL;
+    let mut barrier = None;
+    loop {
+        let mut gathered = scope.gathered(uid, &store, owners, unlisted);
+        let Some(object) = gathered.object.clone() else {
+            return gone(scope, uid, waited, output).await;
         };
-        uid.clone_from(&object.meta.uid);
-        let tree = tree(object, &gathered.dependents, &scope.aliases);
-        waited = object.meta.deletion_timestamp.is_some() && tree.iter().any(|e| e.dependency);
-        let line = progress(object, &gathered, &tree, &scope.aliases);
+        let tree = tree(&object, &gathered.dependents, &scope.aliases);
+        let deleting = object.meta.deletion_timestamp.is_some();
+        waited = deleting && tree.iter().any(|e| e.dependency);
+        let left = tree.iter().filter(|e| e.dependency).count();
+        if deleting && left == 0 && barrier_read.elapsed() >= WATCH_INTERVAL {
+            barrier = barrier_note(&scope.cluster, &object).await;
+            barrier_read = tokio::time::Instant::now();
+        }
+        gathered.barrier.clone_from(&barrier);
+        let line = progress(&object, &gathered, &tree, &scope.aliases);
         if line != last {
             match output {
                 Output::Text => println!("{} {line}", Timestamp::now()),
                 Output::Json => {
-                    let mut report = json_report(object, &gathered, &tree);
+                    let mut report = json_report(&object, &gathered, &tree);
                     report["time"] = serde_json::json!(Timestamp::now().to_string());
                     println!("{}", serde_json::to_string(&report)?);
                 }
             }
             last = line;
         }
-        tokio::time::sleep(WATCH_INTERVAL).await;
+        // The next event, or a look again for the barrier's note; then all that came meanwhile.
+        let first = tokio::time::timeout(WATCH_INTERVAL, events.recv()).await;
+        let mut batch: Vec<_> = match first {
+            Ok(Some(event)) => vec![event],
+            Ok(None) => anyhow::bail!("the watches of the tree ended"),
+            Err(_) => Vec::new(),
+        };
+        while let Ok(event) = events.try_recv() {
+            batch.push(event);
+        }
+        for (id, event) in batch {
+            take(scope, &mut store, &mut listing, id, event);
+        }
     }
+}
+
+/// One watch event of `id`'s objects into `store`: a (re)list replaces what the store holds
+/// of that kind once it is done.
+fn take(
+    scope: &Scope,
+    store: &mut Store,
+    listing: &mut HashMap<ResourceId, HashSet<String>>,
+    id: ResourceId,
+    event: watcher::Event<PartialObjectMeta<DynamicObject>>,
+) {
+    let put = |store: &mut Store, meta: ObjectMeta| {
+        let uid = meta.uid.clone().unwrap_or_default();
+        if let Some(object) = scope.object(id, meta) {
+            store.insert(uid.clone(), (id, object));
+        }
+        uid
+    };
+    match event {
+        watcher::Event::Apply(object) => {
+            put(store, object.metadata);
+        }
+        watcher::Event::Delete(object) => {
+            store.remove(object.metadata.uid.as_deref().unwrap_or_default());
+        }
+        watcher::Event::Init => {
+            listing.insert(id, HashSet::new());
+        }
+        watcher::Event::InitApply(object) => {
+            let uid = put(store, object.metadata);
+            listing.entry(id).or_default().insert(uid);
+        }
+        watcher::Event::InitDone => {
+            let listed = listing.remove(&id).unwrap_or_default();
+            store.retain(|uid, (kind, _)| *kind != id || listed.contains(uid));
+        }
+    }
+}
+
+/// Says how the object `uid` went: gone, or released by syncgc's timeout with dependents
+/// left (which a `SyncGCTimedOut` Event says, written right after the release).
+async fn gone(scope: &Scope, uid: &str, waited: bool, output: Output) -> anyhow::Result<Outcome> {
+    let mut timed_out = false;
+    if waited {
+        for _ in 0..10 {
+            timed_out = scope.timed_out(uid).await;
+            if timed_out {
+                break;
+            }
+            tokio::time::sleep(WATCH_INTERVAL / 4).await;
+        }
+    }
+    let how = if timed_out {
+        "released by its timeout"
+    } else {
+        "gone"
+    };
+    match output {
+        Output::Text => println!(
+            "{} {}/{}: {how}",
+            Timestamp::now(),
+            scope.resource.api.kind,
+            scope.name
+        ),
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true, "timedOut": timed_out })
+        ),
+    }
+    Ok(if timed_out {
+        Outcome::TimedOut
+    } else {
+        Outcome::Free
+    })
 }
 
 /// One line on where `object`'s deletion stands: whether it is being deleted, the dependents
@@ -674,17 +918,18 @@ fn json_report(object: &Object, gathered: &Gathered, tree: &[Entry]) -> serde_js
         "dependents": tree,
         "blocking": blocking(tree),
         "blocked": object.blocked(),
+        "owners": gathered.owners,
         "releaseBarrier": gathered.barrier,
         "unlisted": gathered.unlisted,
     })
 }
 
 /// The note of the latest `SyncGCBarrier` Event about `object`, if any.
-async fn barrier_note(client: &kube::Client, object: &Object) -> Option<String> {
+async fn barrier_note(cluster: &Cluster, object: &Object) -> Option<String> {
     let uid = object.meta.uid.as_deref()?;
     let events: Api<Event> = match &object.meta.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+        Some(ns) => cluster.namespaced(ns),
+        None => Api::all(cluster.streams().clone()),
     };
     let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
     let list = events.list(&params).await.ok()?;
@@ -699,14 +944,6 @@ async fn barrier_note(client: &kube::Client, object: &Object) -> Option<String> 
                 .and_then(|v| v.parse::<u64>().ok())
         })?
         .message
-}
-
-fn scoped(client: &kube::Client, resource: &Resource, namespace: &str) -> Api<DynamicObject> {
-    if resource.namespaced {
-        Api::namespaced_with(client.clone(), namespace, &resource.api)
-    } else {
-        Api::all_with(client.clone(), &resource.api)
-    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@
 //! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
 //!   nothing refers to it any more.
 //! - [`cascade`]: a cascade run on a copy of the graph by the same rules, to its end: what a
-//!   DELETE would take down (`syncgc plan`).
+//!   DELETE would take down (`syncgc plan`, a dry-run DELETE's warnings); [`snapshot`]: a
+//!   scope's metadata read once into a graph for it (`syncgc plan` and `syncgc explain`).
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - [`debug`]: `/debug/graph`, the graph around one object.
 //!
@@ -39,6 +40,7 @@ pub mod discovery;
 mod harness;
 pub mod order;
 pub mod queue;
+pub mod snapshot;
 pub mod synchronous;
 pub mod watch;
 

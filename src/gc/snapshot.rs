@@ -1,0 +1,190 @@
+//! The metadata of a scope — a namespace, or the whole cluster — read once through the
+//! project's Kubernetes seam (paged lists with its timeouts) into a graph the collector's own
+//! rules can run on, with each object's metadata and the facts a cascade needs: `syncgc plan`
+//! and `syncgc explain` read what they say from it.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::cascade::Facts;
+use super::discovery::{self, Resources};
+use super::watch;
+use crate::api::meta::Meta;
+use crate::api::{Cluster, Target};
+use crate::graph::{Coordinates, Flags, Graph, Mode, Observed, ResourceId, Uid};
+use crate::names::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER};
+
+/// What was read: the graph of the scope, the facts a cascade needs, each object's resource
+/// and metadata, and what could not be listed.
+pub struct Snapshot {
+    pub graph: Graph,
+    pub facts: Facts,
+    pub objects: HashMap<Uid, (ResourceId, Meta)>,
+    pub unlisted: Vec<Unlisted>,
+}
+
+/// A resource (or an API group) that could not be listed, with why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Unlisted {
+    pub resource: String,
+    pub error: String,
+}
+
+impl Snapshot {
+    /// Lists every resource of the scope (`namespace`, or the whole cluster), metadata only,
+    /// into a graph.
+    pub async fn read(cluster: &Cluster, resources: &Resources, namespace: Option<&str>) -> Self {
+        let mut read = Self {
+            graph: Graph::new(Mode::Standalone),
+            facts: Facts::default(),
+            objects: HashMap::new(),
+            unlisted: Vec::new(),
+        };
+        for (id, resource) in resources.served() {
+            if namespace.is_some() && !resource.namespaced {
+                continue;
+            }
+            let collection = Target::collection(&resource.api, namespace);
+            let mut listed = Vec::new();
+            let result = cluster
+                .list_metadata(&collection, |page: Vec<Meta>| listed.extend(page))
+                .await;
+            if let Err(err) = result {
+                read.unlisted.push(Unlisted {
+                    resource: discovery::resource_name(&resource.api),
+                    error: err.to_string(),
+                });
+                continue;
+            }
+            for meta in listed {
+                let Some(observed) = watch::observe(&resource.api, &meta, resources.aliases())
+                else {
+                    continue;
+                };
+                Self::take(&mut read, id, observed, meta);
+            }
+        }
+        // References whose owners cannot be looked up: of a kind not served or not listed, or a
+        // namespaced owner of a cluster-scoped object.
+        let unlisted: HashSet<&str> = read.unlisted.iter().map(|u| u.resource.as_str()).collect();
+        for (uid, (_, meta)) in &read.objects {
+            for reference in &meta.owner_references {
+                let resolvable = resources
+                    .by_kind(&reference.api_version, &reference.kind)
+                    .is_some_and(|(_, r)| {
+                        !unlisted.contains(discovery::resource_name(&r.api).as_str())
+                            && (!r.namespaced || meta.namespace.is_some())
+                    });
+                if !resolvable {
+                    read.facts
+                        .unresolvable
+                        .insert((*uid, Uid::parse(&reference.uid)));
+                }
+            }
+        }
+        read
+    }
+
+    /// Puts one object read into the graph, with its finalizers of others.
+    fn take(read: &mut Self, id: ResourceId, observed: Observed, meta: Meta) {
+        let uid = observed.uid;
+        read.graph.apply(id, observed);
+        let foreign: Vec<String> = meta
+            .finalizers
+            .iter()
+            .filter(|f| {
+                ![
+                    SYNCHRONOUS_FINALIZER,
+                    FOREGROUND_FINALIZER,
+                    ORPHAN_FINALIZER,
+                ]
+                .contains(&f.as_str())
+            })
+            .cloned()
+            .collect();
+        if !foreign.is_empty() {
+            read.facts.foreign.insert(uid, foreign);
+        }
+        read.objects.insert(uid, (id, meta));
+    }
+
+    /// Reads the owners of the tree of `target` that the lists did not cover (a cluster-scoped
+    /// owner of a namespaced object), so that an owner that lives keeps its dependents.
+    pub async fn read_owners(&mut self, cluster: &Cluster, resources: &Resources, target: Uid) {
+        let read = self;
+        let mut tree = HashSet::from([target]);
+        let mut stack = vec![target];
+        while let Some(next) = stack.pop() {
+            for dependent in read.graph.dependents(next).to_vec() {
+                if tree.insert(dependent) {
+                    stack.push(dependent);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        for uid in &tree {
+            let Some((_, meta)) = read.objects.get(uid) else {
+                continue;
+            };
+            for reference in &meta.owner_references {
+                let owner = Uid::parse(&reference.uid);
+                let seen = read
+                    .graph
+                    .node(owner)
+                    .is_some_and(|n| !n.is(Flags::VIRTUAL));
+                if !seen && !read.facts.unresolvable.contains(&(*uid, owner)) {
+                    missing.push(reference.clone());
+                }
+            }
+        }
+        for reference in missing {
+            let Some((id, resource)) = resources.by_kind(&reference.api_version, &reference.kind)
+            else {
+                continue;
+            };
+            if resource.namespaced {
+                // A namespaced owner is in its dependent's namespace, which was listed.
+                continue;
+            }
+            let target = Target {
+                resource: resource.api.clone(),
+                namespace: None,
+                name: reference.name.clone(),
+                uid: reference.uid.clone(),
+            };
+            match cluster.get_metadata(&target).await {
+                Ok(Some(object)) => {
+                    let observed = Observed {
+                        uid: Uid::parse(&reference.uid),
+                        coordinates: Coordinates::in_group(
+                            &resource.api.group,
+                            &resource.api.kind,
+                            &reference.name,
+                        ),
+                        name: reference.name.clone(),
+                        flags: Flags::of_object(&object),
+                        ..Observed::default()
+                    };
+                    let meta = Meta {
+                        name: reference.name.clone(),
+                        uid: Some(reference.uid.clone()),
+                        finalizers: object.finalizers.unwrap_or_default(),
+                        ..Meta::default()
+                    };
+                    Self::take(read, id, observed, meta);
+                }
+                Ok(None) => {}
+                Err(err) => read.unlisted.push(Unlisted {
+                    resource: format!(
+                        "{} {}",
+                        discovery::resource_name(&resource.api),
+                        reference.name
+                    ),
+                    error: err.to_string(),
+                }),
+            }
+        }
+    }
+}
