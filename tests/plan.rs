@@ -38,6 +38,12 @@ async fn foreground_and_orphan_go_as_planned() {
 }
 
 #[tokio::test]
+async fn a_reference_from_another_namespace_is_left_out() {
+    let other = namespace("plan-elsewhere").await;
+    support::plan::a_reference_from_another_namespace(&namespace("plan-here").await, &other).await;
+}
+
+#[tokio::test]
 async fn the_propagation_annotation_is_planned() {
     support::plan::the_propagation_annotation(&namespace("plan-annotation").await).await;
 }

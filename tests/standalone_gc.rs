@@ -870,3 +870,9 @@ async fn a_tree_goes_as_planned() {
 async fn foreground_and_orphan_go_as_planned() {
     support::plan::foreground_and_orphan(&namespace("plan-cascade").await).await;
 }
+
+#[tokio::test]
+async fn a_reference_from_another_namespace_is_left_out_of_the_plan() {
+    let other = namespace("plan-elsewhere").await;
+    support::plan::a_reference_from_another_namespace(&namespace("plan-here").await, &other).await;
+}

@@ -1,9 +1,11 @@
 //! `syncgc plan` held against what the DELETE then does on the real apiserver: the shapes of
 //! tree a plan must get right, each planned, then deleted, and what happened compared with
 //! what the plan said — which objects went, in which order, which were orphaned, which lived
-//! on with which owners, which waited on a finalizer of another controller. The same shapes
-//! run with Kubernetes' collector beside syncgc (tests/plan.rs) and with syncgc alone
-//! (tests/standalone_gc.rs).
+//! on with which owners, which waited on a finalizer of another controller. The shapes: a
+//! dependent with two owners, one of them cluster-scoped; a foreign finalizer; deletion waves;
+//! orphan, background and foreground; a custom resource of a kind created a moment before the
+//! plan; a reference from another namespace. They run with Kubernetes' collector beside syncgc
+//! (tests/plan.rs) and with syncgc alone (tests/standalone_gc.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -410,6 +412,34 @@ pub async fn the_propagation_annotation(ns: &TestNamespace) {
         owners(&api, "d").await.is_empty().then_some(())
     })
     .await;
+}
+
+/// A reference from another namespace to the owner's uid is no dependency (a namespaced owner
+/// is in its dependent's namespace): the plan leaves the object out, and the DELETE leaves it.
+pub async fn a_reference_from_another_namespace(ns: &TestNamespace, other: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let there = other.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    create(&api, &config_map("d", vec![owner_ref(&owner, true)])).await;
+    let keeper = create(&there, &config_map("keeper", vec![])).await;
+    create(
+        &there,
+        &config_map(
+            "stranger",
+            vec![owner_ref(&owner, true), owner_ref(&keeper, false)],
+        ),
+    )
+    .await;
+    let plan = plan(ns, "configmap/owner", &["--cascade", "foreground"]);
+    assert_eq!(names(&plan, "delete"), set(&["d"]), "{plan:#}");
+    assert!(names(&plan, "keep").is_empty(), "{plan:#}");
+    super::delete(&api, "owner", &DeleteParams::foreground()).await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    assert!(!exists(&api, "d").await, "its dependent went with it");
+    assert!(
+        exists(&there, "stranger").await,
+        "the reference from elsewhere is no dependency"
+    );
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
