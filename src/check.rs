@@ -633,7 +633,10 @@ pub fn metrics(text: &str, from: &str) -> Finding {
 
 /// What could be checked, in order; [`Report::ok`] when none failed.
 pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
-    let cluster = args.access.cluster(20.0, Duration::from_secs(15)).await?;
+    let cluster = args
+        .access
+        .cluster(Some(20.0), Duration::from_secs(15))
+        .await?;
     let mut checks = Vec::new();
     let version = cluster.server_version().await?;
     checks.push(apiserver(&version));

@@ -135,7 +135,10 @@ pub fn running(lease: Option<&Record>, webhooks: Option<usize>, now: Timestamp) 
 
 impl DisarmArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let cluster = self.access.cluster(50.0, Duration::from_secs(30)).await?;
+        let cluster = self
+            .access
+            .cluster(Some(50.0), Duration::from_secs(30))
+            .await?;
         if let Some((namespace, name)) = &self.stop_deployment {
             if self.dry_run {
                 eprintln!("would stop syncgc's Deployment {namespace}/{name} first (--dry-run)");

@@ -157,7 +157,9 @@ impl PlanArgs {
             .object
             .split_once('/')
             .context("name the object as KIND/NAME, e.g. deployment/web")?;
-        let cluster = self.access.cluster(50.0, Duration::from_secs(30)).await?;
+        // One request at a time: no client-side limit on top (with 300 kinds served, one at
+        // 50 a second took 5 s).
+        let cluster = self.access.cluster(None, Duration::from_secs(30)).await?;
         let namespace = self
             .namespace
             .clone()

@@ -13,6 +13,8 @@
 //! 4. the release barrier's cost per release ([`barrier`]), and deletion order's: N
 //!    dependents in four waves against the same without an order ([`order`]); what it costs
 //!    as the number of kinds served grows, before and after adding 300 CRDs ([`platform`]);
+//!    `syncgc plan` of an owner with 10,000 dependents there, and what `explain --watch` asks
+//!    of the apiserver while it follows a deletion ([`plan`]);
 //! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
 //! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
 //! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects;
@@ -21,7 +23,7 @@
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `order`, `barrier`, `webhook`, `writes`, `memory`, `scale`).
+//! `sync`, `order`, `barrier`, `platform`, `plan`, `webhook`, `writes`, `memory`, `scale`).
 
 mod bare;
 mod barrier;
@@ -29,6 +31,7 @@ mod cascade;
 mod graph;
 mod load;
 mod order;
+mod plan;
 mod plane;
 mod platform;
 mod report;
@@ -59,9 +62,9 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 10] = [
-    "graph", "cascade", "sync", "order", "barrier", "platform", "webhook", "writes", "memory",
-    "scale",
+const PHASES: [&str; 11] = [
+    "graph", "cascade", "sync", "order", "barrier", "platform", "plan", "webhook", "writes",
+    "memory", "scale",
 ];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
@@ -217,6 +220,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("platform") {
         platform::phase(settings, plane, report).await?;
+    }
+    if settings.runs("plan") {
+        plan::phase(settings, plane, report).await?;
     }
     if settings.runs("cascade") {
         cascades.syncgc(settings, plane).await?;

@@ -275,8 +275,18 @@ impl Plane {
         Ok(webhooks)
     }
 
-    /// Requests the apiserver has served on `resource`, all verbs but WATCH (the benchmark's
-    /// own watch is open throughout).
+    /// The admin kubeconfig, for the commands the benchmark runs.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Requests the apiserver has served, all verbs but WATCH, on every resource.
+    pub async fn all_requests(&self) -> Result<f64> {
+        self.requests("").await
+    }
+
+    /// Requests the apiserver has served on `resource` (every resource when empty), all verbs
+    /// but WATCH (the benchmark's own watch is open throughout).
     pub async fn requests(&self, resource: &str) -> Result<f64> {
         let request = http::Request::get("/metrics").body(Vec::new())?;
         let text = self.client.request_text(request).await?;
@@ -284,7 +294,9 @@ impl Plane {
         Ok(text
             .lines()
             .filter(|l| l.starts_with("apiserver_request_total{"))
-            .filter(|l| l.contains(&wanted) && !l.contains("verb=\"WATCH\""))
+            .filter(|l| {
+                (resource.is_empty() || l.contains(&wanted)) && !l.contains("verb=\"WATCH\"")
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
     }
@@ -414,12 +426,22 @@ pub async fn metric(metrics: SocketAddr, series: &str, label: &str) -> Result<f6
 }
 
 pub fn rss(pid: u32) -> Result<u64> {
+    status_bytes(pid, "VmRSS")
+}
+
+/// A process's peak resident memory (VmHWM), in bytes.
+pub fn high_water_mark(pid: u32) -> Result<u64> {
+    status_bytes(pid, "VmHWM")
+}
+
+/// The memory reading `field` of `/proc/PID/status`, in bytes.
+fn status_bytes(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmRSS")?;
+        .with_context(|| format!("no {field}"))?;
     Ok(kib * 1024)
 }
 

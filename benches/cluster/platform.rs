@@ -26,7 +26,7 @@ use crate::scale::{Start, median_start};
 use crate::{Settings, registered_namespace};
 
 /// Namespaced CRDs added for the second reading.
-const CRDS: usize = 300;
+pub const CRDS: usize = 300;
 /// Owners deleted at once in a burst.
 const BURST: usize = 200;
 /// Namespaces a spread burst is spread over.
@@ -272,7 +272,7 @@ async fn startup(settings: &Settings, plane: &mut Plane, report: &mut Report) ->
 }
 
 /// Adds the phase's CRDs and waits until they are Established (`add`), or removes them.
-fn crds(add: bool) -> Result<()> {
+pub fn crds(add: bool) -> Result<()> {
     if !add {
         kubectl(&["delete", "crd", "-l", LABEL, "--wait=true"], None)?;
         return Ok(());

@@ -221,12 +221,12 @@ impl Access {
         client(self.config().await?)
     }
 
-    /// The seam for a command: its reads and writes at `qps` (twice that in a burst), each
-    /// bounded by `timeout`.
-    pub async fn cluster(&self, qps: f64, timeout: Duration) -> anyhow::Result<Cluster> {
+    /// The seam for a command: its requests at `qps` (twice that in a burst), or unlimited
+    /// for a command that sends one at a time, each bounded by `timeout`.
+    pub async fn cluster(&self, qps: Option<f64>, timeout: Duration) -> anyhow::Result<Cluster> {
         Ok(Cluster::new(
             self.client().await?,
-            Some(Arc::new(RateLimiter::new(qps, (qps * 2.0) as u32))),
+            qps.map(|qps| Arc::new(RateLimiter::new(qps, (qps * 2.0) as u32))),
             timeout,
             Metrics::new()?,
         ))

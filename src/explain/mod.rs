@@ -649,7 +649,7 @@ pub async fn explain(
     watch: bool,
 ) -> anyhow::Result<Outcome> {
     let cluster = access
-        .cluster(50.0, std::time::Duration::from_secs(30))
+        .cluster(None, std::time::Duration::from_secs(30))
         .await?;
     let scope = Scope::new(&cluster, kind_name, namespace).await?;
     let api = &scope.resource.api;
