@@ -30,6 +30,8 @@
 //!   from going; [`disarm`]: `syncgc disarm`, syncgc's finalizer and label off every object,
 //!   for uninstalling.
 //! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
+//! - [`annotations`]: the rules of syncgc's annotations (timeouts, what is wrong with an
+//!   object's), which the webhook and the collector both follow.
 //! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure; [`certs`]:
 //!   development certificates; [`leader`]: leader election with a Lease.
 //! - [`api`]: the seam every Kubernetes call goes through, the metadata-only list decoding
@@ -42,6 +44,7 @@
 //! deadlines, the orders).
 #![forbid(unsafe_code)]
 
+pub mod annotations;
 pub mod api;
 pub mod app;
 pub mod certs;

@@ -166,27 +166,35 @@ async fn the_context_is_the_one_asked_for() {
     assert!(err.contains("elsewhere"), "{err}");
 }
 
-/// An object's owners are shown with whether each is there: what it depends on.
+/// An object's owners are shown with whether each is there: what it depends on. (An absent
+/// owner would not stay: a collector removes the reference, or the dependent.)
 #[tokio::test]
 async fn the_owners_of_an_object_are_shown() {
     let ns = namespace("explain-owners").await;
     let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &support::config_map("owner", vec![])).await;
-    let mut gone = owner_ref(&owner, false);
-    gone.name = "gone".into();
-    gone.uid = "00000000-0000-0000-0000-00000000dead".into();
+    let owner = create(&api, &held("owner", vec![])).await;
+    let mut unknown = owner_ref(&owner, false);
+    unknown.api_version = "nothing.example.com/v1".into();
+    unknown.kind = "Nothing".into();
+    unknown.name = "elsewhere".into();
+    unknown.uid = "00000000-0000-0000-0000-00000000beef".into();
     create(
         &api,
-        &support::config_map("child", vec![owner_ref(&owner, true), gone]),
+        &support::config_map("child", vec![owner_ref(&owner, false), unknown]),
     )
     .await;
+    support::delete(&api, "owner", &DeleteParams::background()).await;
     let (code, text, err) = run(&["cm/child", "-n", &ns.name]);
     assert_eq!(code, Some(0), "{text}{err}");
     assert!(
-        text.contains("owners (what it depends on):\n    ConfigMap owner: present\n    ConfigMap gone: absent\n"),
+        text.contains(
+            "owners (what it depends on):\n    ConfigMap owner: being deleted\n    \
+             Nothing elsewhere: cannot be looked up\n"
+        ),
         "{text}"
     );
     let (_, json, _) = run(&["cm/child", "-n", &ns.name, "-o", "json"]);
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(report["owners"][0]["state"], "present", "{report:#}");
+    assert_eq!(report["owners"][0]["state"], "being deleted", "{report:#}");
+    clear_finalizers(&api, "owner").await;
 }

@@ -11,6 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["names", "duration", "metrics"],
     &["api"],
     &["graph", "certs", "leader"],
+    &["annotations"],
     &["gc"],
     &["webhook", "explain", "disarm", "plan"],
     &["check"],

@@ -902,7 +902,7 @@ impl Collector {
                 .collect();
             (graph.transitive_dependents(uid), names)
         };
-        let problems = decide::annotation_problems(
+        let problems = crate::annotations::annotation_problems(
             object
                 .metadata
                 .annotations

@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 
 use super::GcConfig;
 use super::collector::Collector;
-use super::decide::Timeouts;
 use super::discovery::{Found, Resource};
 use super::watch::GraphEvent;
+use crate::annotations::Timeouts;
 use crate::api::Cluster;
 use crate::graph::{
     FinalizerPlaces, Flags, Graph, Mode, Observed, Order, ResourceId, Uid, Work, Writer,

@@ -52,7 +52,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use self::collector::Collector;
-use self::decide::Timeouts;
+use crate::annotations::Timeouts;
 use crate::metrics::Readiness;
 
 /// How the garbage collector is configured.

@@ -15,9 +15,9 @@ use jsonptr::PointerBuf;
 use serde_json::Value;
 
 use super::review::{Meta, Operation, Request};
+use crate::annotations::{Timeouts, annotation_problems};
 use crate::api::{Marks, Propagation};
 use crate::gc::cascade::Preview;
-use crate::gc::decide::{Timeouts, annotation_problems};
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
     SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
