@@ -11,15 +11,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::api::Propagation;
 use crate::gc::CollectorArgs;
 use crate::gc::cascade::{self, Fate, Outcome};
-use crate::gc::discovery::{self, Resources, resolve};
-use crate::gc::snapshot::{Snapshot, Unlisted};
+use crate::gc::discovery::Resources;
+use crate::gc::snapshot::{Named, Snapshot, Unlisted};
 use crate::graph::Uid;
 use crate::names::{PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
 
@@ -153,58 +152,20 @@ pub struct Plan {
 impl PlanArgs {
     pub async fn run(&self) -> anyhow::Result<Plan> {
         self.collector.validate()?;
-        let (kind, name) = self
-            .object
-            .split_once('/')
-            .context("name the object as KIND/NAME, e.g. deployment/web")?;
         // One request at a time: no client-side limit on top (with 300 kinds served, one at
         // 50 a second took 5 s).
         let cluster = self.access.cluster(None, Duration::from_secs(30)).await?;
-        let namespace = self
-            .namespace
-            .clone()
-            .unwrap_or_else(|| cluster.streams().default_namespace().to_owned());
-        let found = discovery::discover(cluster.streams(), &[]).await?;
-        let target = resolve(&found.resources, kind)
-            .with_context(|| {
-                format!("the apiserver serves no kind {kind:?} (with list and delete)")
-            })?
-            .clone();
-        let failed = found.failed.clone();
-        let mut resources = Resources::default();
-        resources.update(found);
-        let namespace = target.namespaced.then_some(namespace);
-        let mut read = Snapshot::read(&cluster, &resources, namespace.as_deref()).await;
-        read.unlisted.extend(failed.iter().map(|group| Unlisted {
-            resource: format!("the API group {group:?}"),
-            error: "its discovery failed".to_owned(),
-        }));
-        let id = resources.by_name(&discovery::resource_name(&target.api));
-        let found = read
-            .objects
-            .iter()
-            .find(|(_, (r, meta))| Some(*r) == id && meta.name == name)
-            .map(|(uid, (_, meta))| (*uid, meta.clone()));
-        let Some((uid, meta)) = found else {
-            if let Some(unlisted) = read
-                .unlisted
-                .iter()
-                .find(|u| u.resource == discovery::resource_name(&target.api))
-            {
-                anyhow::bail!(
-                    "{} could not be listed: {}",
-                    unlisted.resource,
-                    unlisted.error
-                );
-            }
-            anyhow::bail!(
-                "{kind}/{name} not found{}",
-                namespace
-                    .map(|ns| format!(" in namespace {ns}"))
-                    .unwrap_or_default()
-            );
-        };
-        read.read_owners(&cluster, &resources, uid).await;
+        let named = Named::find(&cluster, &self.object, self.namespace.as_deref()).await?;
+        let resources = &named.table;
+        let mut read = Snapshot::read(&cluster, resources, named.scope()).await;
+        read.unlisted
+            .extend(resources.failed_groups().iter().map(|group| Unlisted {
+                resource: format!("the API group {group:?}"),
+                error: "its discovery failed".to_owned(),
+            }));
+        let uid = read.uid_of(&named)?;
+        let meta = read.objects[&uid].1.clone();
+        read.read_owners(&cluster, resources, uid).await;
         let (propagation, from) = match self.cascade {
             Some(cascade) => (cascade.into(), "--cascade"),
             None => match meta
@@ -226,7 +187,7 @@ impl PlanArgs {
         });
         let outcome = cascade::run(&mut read.graph, &read.facts, uid, propagation);
         Ok(plan(
-            &resources,
+            resources,
             &read,
             uid,
             propagation,

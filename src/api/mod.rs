@@ -336,7 +336,8 @@ impl Propagation {
         }
     }
 
-    /// The policy `syncgc.io/propagation` names (`Foreground`, `Background`, `Orphan`).
+    /// The policy `syncgc.io/propagation` names (`Foreground`, `Background`, `Orphan`), in the
+    /// words of a DELETE's `propagationPolicy`.
     pub fn from_annotation(value: &str) -> Option<Self> {
         match value {
             "Foreground" => Some(Self::Foreground),

@@ -9,7 +9,6 @@ pub mod namespace;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
-use anyhow::Context as _;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
@@ -20,8 +19,8 @@ use k8s_openapi::api::core::v1::Event;
 
 use crate::api::Cluster;
 use crate::api::meta::Meta;
-use crate::gc::discovery::{self, Aliases, Resource, Resources, resolve};
-use crate::gc::snapshot::Snapshot;
+use crate::gc::discovery::Aliases;
+use crate::gc::snapshot::{Named, Snapshot};
 use crate::graph::{Coordinates, Flags, Order, OwnerLink, ResourceId, Uid, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, Reason,
@@ -416,50 +415,20 @@ pub struct Owner {
 /// The objects of the scope, by uid, with the resource each is of.
 type Store = HashMap<String, (ResourceId, Object)>;
 
-/// Where `explain` looks.
+/// Where `explain` looks: the object named, through the seam.
 struct Scope {
     cluster: Cluster,
-    table: Resources,
-    aliases: Aliases,
-    resource: Resource,
-    namespace: String,
-    name: String,
+    named: Named,
 }
 
 impl Scope {
-    async fn new(
-        cluster: &Cluster,
-        kind_name: &str,
-        namespace: Option<&str>,
-    ) -> anyhow::Result<Self> {
-        let (kind, name) = kind_name
-            .split_once('/')
-            .context("name the object as KIND/NAME, e.g. configmap/owner")?;
-        let namespace = namespace
-            .map(str::to_owned)
-            .unwrap_or_else(|| cluster.streams().default_namespace().to_owned());
-        let found = discovery::discover(cluster.streams(), &[]).await?;
-        let resource = resolve(&found.resources, kind)
-            .with_context(|| {
-                format!("the apiserver serves no kind {kind:?} (with list and delete)")
-            })?
-            .clone();
-        let aliases = Aliases::new(&found.aliases);
-        let mut table = Resources::default();
-        table.update(found);
-        Ok(Self {
-            cluster: cluster.clone(),
-            table,
-            aliases,
-            resource,
-            namespace,
-            name: name.to_owned(),
-        })
+    fn aliases(&self) -> &Aliases {
+        self.named.table.aliases()
     }
 
     /// The object as `id`'s kind, with `meta`.
     fn object(&self, id: ResourceId, meta: ObjectMeta) -> Option<Object> {
-        let resource = self.table.get(id)?;
+        let resource = self.named.table.get(id)?;
         Some(Object {
             group: resource.api.group.clone(),
             kind: resource.api.kind.clone(),
@@ -469,23 +438,16 @@ impl Scope {
 
     /// Reads the scope — the object's namespace, or the whole cluster for a cluster-scoped
     /// object — once through the seam ([`Snapshot`]), with the cluster-scoped owners of its
-    /// tree; the object's uid (when it exists), every object read, and what could not be.
-    async fn read(&self) -> (Option<String>, Store, Vec<Owner>, Vec<String>) {
-        let namespace = self.resource.namespaced.then_some(self.namespace.as_str());
-        let mut snapshot = Snapshot::read(&self.cluster, &self.table, namespace).await;
-        let id = self
-            .table
-            .by_name(&discovery::resource_name(&self.resource.api));
-        let uid = snapshot
-            .objects
-            .iter()
-            .find(|(_, (r, meta))| Some(*r) == id && meta.name == self.name)
-            .map(|(uid, _)| *uid);
-        let mut owners = Vec::new();
-        if let Some(uid) = uid {
-            snapshot.read_owners(&self.cluster, &self.table, uid).await;
-            owners = owners_of(&snapshot, uid);
-        }
+    /// tree: the object's uid (an error when it is not there), every object read, and what
+    /// could not be.
+    async fn read(&self) -> anyhow::Result<(String, Store, Vec<Owner>, Vec<String>)> {
+        let mut snapshot =
+            Snapshot::read(&self.cluster, &self.named.table, self.named.scope()).await;
+        let uid = snapshot.uid_of(&self.named)?;
+        snapshot
+            .read_owners(&self.cluster, &self.named.table, uid)
+            .await;
+        let owners = owners_of(&snapshot, uid);
         let unlisted = snapshot
             .unlisted
             .iter()
@@ -498,7 +460,7 @@ impl Scope {
                 Some((uid.to_string(), (id, self.object(id, object_meta(meta))?)))
             })
             .collect();
-        (uid.map(|u| u.to_string()), store, owners, unlisted)
+        Ok((uid.to_string(), store, owners, unlisted))
     }
 
     /// What the report needs, from the objects in `store`.
@@ -533,8 +495,8 @@ impl Scope {
 
     /// Whether syncgc released the object `uid` by its timeout (a `SyncGCTimedOut` Event).
     async fn timed_out(&self, uid: &str) -> bool {
-        let events: Api<Event> = if self.resource.namespaced {
-            self.cluster.namespaced(&self.namespace)
+        let events: Api<Event> = if self.named.resource.namespaced {
+            self.cluster.namespaced(&self.named.namespace)
         } else {
             Api::all(self.cluster.streams().clone())
         };
@@ -651,18 +613,16 @@ pub async fn explain(
     let cluster = access
         .cluster(None, std::time::Duration::from_secs(30))
         .await?;
-    let scope = Scope::new(&cluster, kind_name, namespace).await?;
-    let api = &scope.resource.api;
-    if api.group.is_empty() && api.kind == "Namespace" {
-        return namespace::explain(&cluster, &scope.name, output, watch).await;
-    }
-    let (uid, store, owners, unlisted) = scope.read().await;
-    let Some(uid) = uid else {
-        if scope.resource.namespaced {
-            anyhow::bail!("{kind_name} not found in namespace {}", scope.namespace);
-        }
-        anyhow::bail!("{kind_name} not found");
+    let scope = Scope {
+        named: Named::find(&cluster, kind_name, namespace).await?,
+        cluster,
     };
+    let api = &scope.named.resource.api;
+    if api.group.is_empty() && api.kind == "Namespace" {
+        let named = &scope.named;
+        return namespace::explain(&scope.cluster, &named.name, &named.table, output, watch).await;
+    }
+    let (uid, store, owners, unlisted) = scope.read().await?;
     if watch {
         return follow(&scope, &uid, store, &owners, &unlisted, output).await;
     }
@@ -675,7 +635,7 @@ pub async fn explain(
                 &object,
                 &gathered.dependents,
                 gathered.barrier.as_deref(),
-                &scope.aliases,
+                scope.aliases(),
             );
             print!("{text}");
             print!("{}", owners_text(&gathered.owners));
@@ -684,7 +644,7 @@ pub async fn explain(
             }
         }
         Output::Json => {
-            let tree = tree(&object, &gathered.dependents, &scope.aliases);
+            let tree = tree(&object, &gathered.dependents, scope.aliases());
             let report = json_report(&object, &gathered, &tree);
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
@@ -729,17 +689,21 @@ async fn follow(
     {
         let gathered = scope.gathered(uid, &store, owners, unlisted);
         if let Some(object) = &gathered.object {
-            for entry in tree(object, &gathered.dependents, &scope.aliases) {
+            for entry in tree(object, &gathered.dependents, scope.aliases()) {
                 if let Some((id, _)) = store.get(&entry.uid) {
                     kinds.insert(*id);
                 }
             }
         }
     }
-    let namespace = scope.resource.namespaced.then(|| scope.namespace.clone());
+    let namespace = scope
+        .named
+        .resource
+        .namespaced
+        .then(|| scope.named.namespace.clone());
     let mut watches = tokio::task::JoinSet::new();
     for id in &kinds {
-        if let Some(resource) = scope.table.get(*id) {
+        if let Some(resource) = scope.named.table.get(*id) {
             watches.spawn(Scope::watch(
                 scope.cluster.streams().clone(),
                 resource.api.clone(),
@@ -760,7 +724,7 @@ async fn follow(
         let Some(object) = gathered.object.clone() else {
             return gone(scope, uid, waited, output).await;
         };
-        let tree = tree(&object, &gathered.dependents, &scope.aliases);
+        let tree = tree(&object, &gathered.dependents, scope.aliases());
         let deleting = object.meta.deletion_timestamp.is_some();
         waited = deleting && tree.iter().any(|e| e.dependency);
         let left = tree.iter().filter(|e| e.dependency).count();
@@ -769,7 +733,7 @@ async fn follow(
             barrier_read = tokio::time::Instant::now();
         }
         gathered.barrier.clone_from(&barrier);
-        let line = progress(&object, &gathered, &tree, &scope.aliases);
+        let line = progress(&object, &gathered, &tree, scope.aliases());
         if line != last {
             match output {
                 Output::Text => println!("{} {line}", Timestamp::now()),
@@ -856,8 +820,8 @@ async fn gone(scope: &Scope, uid: &str, waited: bool, output: Output) -> anyhow:
         Output::Text => println!(
             "{} {}/{}: {how}",
             Timestamp::now(),
-            scope.resource.api.kind,
-            scope.name
+            scope.named.resource.api.kind,
+            scope.named.name
         ),
         Output::Json => println!(
             "{}",
@@ -1137,41 +1101,5 @@ mod tests {
             text.contains("not being deleted") && text.contains("no dependents"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn kinds_resolve_by_kind_plural_and_group() {
-        let resource = |group: &str, kind: &str, plural: &str| Resource {
-            api: kube::api::ApiResource {
-                group: group.into(),
-                version: "v1".into(),
-                api_version: "v1".into(),
-                kind: kind.into(),
-                plural: plural.into(),
-            },
-            namespaced: true,
-            served: true,
-            watched: true,
-            short_names: if kind == "ConfigMap" {
-                vec!["cm".into()]
-            } else {
-                Vec::new()
-            },
-        };
-        let all = [
-            resource("example.io", "Event", "events"),
-            resource("", "Event", "events"),
-            resource("", "ConfigMap", "configmaps"),
-        ];
-        assert_eq!(resolve(&all, "cm").unwrap().api.kind, "ConfigMap");
-        assert_eq!(resolve(&all, "CM").unwrap().api.kind, "ConfigMap");
-        assert_eq!(resolve(&all, "configmap").unwrap().api.kind, "ConfigMap");
-        assert_eq!(resolve(&all, "ConfigMaps").unwrap().api.kind, "ConfigMap");
-        assert_eq!(resolve(&all, "events").unwrap().api.group, "");
-        assert_eq!(
-            resolve(&all, "event.example.io").unwrap().api.group,
-            "example.io"
-        );
-        assert!(resolve(&all, "secret").is_none());
     }
 }

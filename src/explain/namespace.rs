@@ -5,7 +5,8 @@
 //! remove them; the API groups discovery could not list, with the APIService behind each (an
 //! unavailable APIService keeps every namespace Terminating for good: the controller cannot
 //! know that nothing of that group is left); and what syncgc itself holds there. [`report`] is
-//! pure; [`gather`] reads through the project's Kubernetes seam.
+//! pure; [`gather`] reads the namespace's contents as `syncgc plan` reads a scope
+//! ([`Snapshot`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,9 +18,10 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
 use super::{Outcome, Output};
+use crate::api::Cluster;
 use crate::api::meta::Meta;
-use crate::api::{Cluster, Target};
-use crate::gc::discovery::{self, Found};
+use crate::gc::discovery::{self, Resources};
+use crate::gc::snapshot::Snapshot;
 use crate::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
 
 /// Objects shown of each kind that remains; the rest are counted.
@@ -364,29 +366,31 @@ impl Report {
     }
 }
 
-/// Reads the namespace `name`, what is left in it, and the APIServices; `None` once it is gone.
-pub async fn gather(cluster: &Cluster, name: &str) -> anyhow::Result<Option<Gathered>> {
+/// Reads the namespace `name`, what is left in it (every resource of `table`), and the
+/// APIServices; `None` once it is gone.
+pub async fn gather(
+    cluster: &Cluster,
+    name: &str,
+    table: &Resources,
+) -> anyhow::Result<Option<Gathered>> {
     let Some(namespace) = cluster.get_whole(&cluster.all::<Namespace>(), name).await? else {
         return Ok(None);
     };
-    let found: Found = discovery::discover(cluster.streams(), &[]).await?;
-    let mut objects = BTreeMap::new();
-    let mut unlisted = Vec::new();
-    for resource in found.resources.iter().filter(|r| r.namespaced) {
-        let collection = Target::collection(&resource.api, Some(name));
-        let mut listed = Vec::new();
-        match cluster
-            .list_metadata(&collection, |page: Vec<Meta>| listed.extend(page))
-            .await
-        {
-            Ok(()) => {
-                let key = (resource.api.api_version.clone(), resource.api.kind.clone());
-                objects.insert(key, listed);
-            }
-            Err(err) => unlisted.push((discovery::resource_name(&resource.api), err.to_string())),
+    let snapshot = Snapshot::read(cluster, table, Some(name)).await;
+    let mut objects: BTreeMap<(String, String), Vec<Meta>> = BTreeMap::new();
+    for (id, meta) in snapshot.objects.into_values() {
+        if let Some(resource) = table.get(id) {
+            let key = (resource.api.api_version.clone(), resource.api.kind.clone());
+            objects.entry(key).or_default().push(meta);
         }
     }
-    let api_services = if found.failed.is_empty() {
+    let unlisted = snapshot
+        .unlisted
+        .into_iter()
+        .map(|u| (u.resource, u.error))
+        .collect();
+    let failed: Vec<String> = table.failed_groups().iter().cloned().collect();
+    let api_services = if failed.is_empty() {
         Vec::new()
     } else {
         cluster
@@ -398,7 +402,7 @@ pub async fn gather(cluster: &Cluster, name: &str) -> anyhow::Result<Option<Gath
         namespace,
         objects,
         unlisted,
-        failed: found.failed.into_iter().collect(),
+        failed,
         api_services,
     }))
 }
@@ -414,10 +418,11 @@ const RELIST_INTERVAL: Duration = Duration::from_secs(15);
 pub async fn explain(
     cluster: &Cluster,
     name: &str,
+    table: &Resources,
     output: Output,
     watch: bool,
 ) -> anyhow::Result<Outcome> {
-    let Some(mut gathered) = gather(cluster, name).await? else {
+    let Some(mut gathered) = gather(cluster, name, table).await? else {
         anyhow::bail!("namespace {name} not found");
     };
     if !watch {
@@ -463,7 +468,10 @@ pub async fn explain(
                 break;
             }
         }
-        match gather(cluster, name).await? {
+        // Discovered again: a group that failed may answer now, or another fail.
+        let mut table = Resources::default();
+        table.update(discovery::discover(cluster.streams(), &[]).await?);
+        match gather(cluster, name, &table).await? {
             Some(again) => gathered = again,
             None => continue,
         }

@@ -764,4 +764,40 @@ mod tests {
             "events.events.k8s.io"
         );
     }
+
+    #[test]
+    fn kinds_resolve_by_kind_plural_and_group() {
+        let resource = |group: &str, kind: &str, plural: &str| Resource {
+            api: kube::api::ApiResource {
+                group: group.into(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: kind.into(),
+                plural: plural.into(),
+            },
+            namespaced: true,
+            served: true,
+            watched: true,
+            short_names: if kind == "ConfigMap" {
+                vec!["cm".into()]
+            } else {
+                Vec::new()
+            },
+        };
+        let all = [
+            resource("example.io", "Event", "events"),
+            resource("", "Event", "events"),
+            resource("", "ConfigMap", "configmaps"),
+        ];
+        assert_eq!(resolve(&all, "cm").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "CM").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "configmap").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "ConfigMaps").unwrap().api.kind, "ConfigMap");
+        assert_eq!(resolve(&all, "events").unwrap().api.group, "");
+        assert_eq!(
+            resolve(&all, "event.example.io").unwrap().api.group,
+            "example.io"
+        );
+        assert!(resolve(&all, "secret").is_none());
+    }
 }

@@ -5,10 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use anyhow::Context as _;
 use serde::Serialize;
 
 use super::cascade::Facts;
-use super::discovery::{self, Resources};
+use super::discovery::{self, Resource, Resources, resolve};
 use super::watch;
 use crate::api::meta::Meta;
 use crate::api::{Cluster, Target};
@@ -32,7 +33,75 @@ pub struct Unlisted {
     pub error: String,
 }
 
+/// The object a command names as `KIND/NAME` (KIND a kind, plural or short name, optionally
+/// `.group`), in a namespace or the kubeconfig's: its resource, found by a discovery, and the
+/// table of every resource served.
+pub struct Named {
+    pub resource: Resource,
+    pub name: String,
+    /// Where a namespaced object is looked for.
+    pub namespace: String,
+    pub table: Resources,
+}
+
+impl Named {
+    pub async fn find(
+        cluster: &Cluster,
+        kind_name: &str,
+        namespace: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let (kind, name) = kind_name
+            .split_once('/')
+            .context("name the object as KIND/NAME, e.g. deployment/web")?;
+        let namespace = namespace
+            .map(str::to_owned)
+            .unwrap_or_else(|| cluster.streams().default_namespace().to_owned());
+        let found = discovery::discover(cluster.streams(), &[]).await?;
+        let resource = resolve(&found.resources, kind)
+            .with_context(|| {
+                format!("the apiserver serves no kind {kind:?} (with list and delete)")
+            })?
+            .clone();
+        let mut table = Resources::default();
+        table.update(found);
+        Ok(Self {
+            resource,
+            name: name.to_owned(),
+            namespace,
+            table,
+        })
+    }
+
+    /// The namespace its scope is: none for a cluster-scoped object, whose dependents may be
+    /// anywhere.
+    pub fn scope(&self) -> Option<&str> {
+        self.resource.namespaced.then_some(self.namespace.as_str())
+    }
+}
+
 impl Snapshot {
+    /// The uid of the object `named`, or why it is not there: its kind could not be listed,
+    /// or it does not exist.
+    pub fn uid_of(&self, named: &Named) -> anyhow::Result<Uid> {
+        let resource = discovery::resource_name(&named.resource.api);
+        let id = named.table.by_name(&resource);
+        let found = self
+            .objects
+            .iter()
+            .find(|(_, (r, meta))| Some(*r) == id && meta.name == named.name);
+        if let Some((uid, _)) = found {
+            return Ok(*uid);
+        }
+        if let Some(unlisted) = self.unlisted.iter().find(|u| u.resource == resource) {
+            anyhow::bail!("{resource} could not be listed: {}", unlisted.error);
+        }
+        let kind = named.resource.api.kind.to_ascii_lowercase();
+        match named.scope() {
+            Some(ns) => anyhow::bail!("{kind}/{} not found in namespace {ns}", named.name),
+            None => anyhow::bail!("{kind}/{} not found", named.name),
+        }
+    }
+
     /// Lists every resource of the scope (`namespace`, or the whole cluster), metadata only,
     /// into a graph.
     pub async fn read(cluster: &Cluster, resources: &Resources, namespace: Option<&str>) -> Self {

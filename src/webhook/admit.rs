@@ -298,17 +298,14 @@ pub fn dry_run(request: &Request) -> bool {
 /// `syncgc.io/propagation`, else background.
 pub fn propagation(request: &Request) -> Propagation {
     let options = request.options.as_ref();
-    let named = options.and_then(|o| match o.propagation_policy.as_deref() {
-        Some("Foreground") => Some(Propagation::Foreground),
-        Some("Orphan") => Some(Propagation::Orphan),
-        Some("Background") => Some(Propagation::Background),
-        _ => o.orphan_dependents.map(|orphan| {
-            if orphan {
-                Propagation::Orphan
-            } else {
-                Propagation::Background
-            }
-        }),
+    let named = options.and_then(|o| {
+        let named = o.propagation_policy.as_deref();
+        named.and_then(Propagation::from_annotation).or_else(|| {
+            o.orphan_dependents.map(|orphan| match orphan {
+                true => Propagation::Orphan,
+                false => Propagation::Background,
+            })
+        })
     });
     let default = || {
         request

@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use super::process::TEST_TIMEOUTS;
 use super::surface::dynamic;
 use super::{
-    HOLD, TestNamespace, clear_finalizers, config_map, create, create_crd, eventually, exists,
-    gone, in_wave, opted_in, owner_ref, with_finalizer,
+    HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd,
+    eventually, exists, gone, in_wave, opted_in, owner_ref, with_finalizer,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -156,13 +156,8 @@ async fn settled(api: &Api<ConfigMap>, plan: &Value, all: &[&str]) {
     for name in all {
         let name = *name;
         if waiting.contains(name) {
-            eventually(&format!("{name} waits being deleted"), WAIT, || async {
-                api.get(name)
-                    .await
-                    .ok()?
-                    .metadata
-                    .deletion_timestamp
-                    .map(drop)
+            eventually(&format!("{name} waits being deleted"), WAIT, || {
+                being_deleted(api, name)
             })
             .await;
         } else if deleted.contains(name) {
