@@ -407,9 +407,11 @@ impl RunArgs {
             cert
         };
         let graph = Writer::new(Graph::new(mode));
+        let resources = gc::discovery::Writer::default();
         tracing::info!(?mode, "garbage collector mode");
         let gc = Arc::new(gc::Collector::new(
             graph.reader(),
+            resources.reader(),
             gc_cluster,
             metrics.clone(),
             GcConfig {
@@ -423,7 +425,7 @@ impl RunArgs {
         ));
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
-            resources: gc.resource_table(),
+            resources: resources.reader(),
             policy: Policy {
                 unarmed_delete,
                 timeouts: Some(timeouts),
@@ -517,14 +519,21 @@ impl RunArgs {
             cluster: webhook_cluster,
             ca,
             cert: cert.clone(),
-            collector: gc.clone(),
+            resources: resources.reader(),
             readiness: readiness.clone(),
             metrics: metrics.clone(),
         };
         tokio::spawn(managed.run(shutdown.clone()))
     });
         let collector = {
-            let run = gc::run(gc, graph, readiness.clone(), leading, shutdown.clone());
+            let run = gc::run(
+                gc,
+                graph,
+                resources,
+                readiness.clone(),
+                leading,
+                shutdown.clone(),
+            );
             std::thread::Builder::new()
                 .name("collector".into())
                 .spawn(move || collector_runtime.block_on(run))

@@ -527,6 +527,31 @@ async fn serve_readyz_of(
     }
 }
 
+/// A garbage-collector action on an object: the `action` label of
+/// `syncgc_gc_actions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Arm,
+    Delete,
+    RemoveFinalizer,
+    RemoveOwnerReferences,
+    StoreDeadline,
+    UnblockOwnerReferences,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Arm => "arm",
+            Self::Delete => "delete",
+            Self::RemoveFinalizer => "remove_finalizer",
+            Self::RemoveOwnerReferences => "remove_owner_references",
+            Self::StoreDeadline => "store_deadline",
+            Self::UnblockOwnerReferences => "unblock_owner_references",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

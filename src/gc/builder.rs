@@ -32,6 +32,8 @@ struct Builder {
     collector: Arc<Collector>,
     /// The graph's one writer.
     graph: Writer,
+    /// The table of resources' one writer.
+    discovery: discovery::Writer,
     events: mpsc::Sender<GraphEvent>,
     watches: HashMap<ResourceId, JoinHandle<()>>,
     aliases: Arc<RwLock<Aliases>>,
@@ -47,6 +49,7 @@ struct Builder {
 pub async fn run(
     collector: Arc<Collector>,
     graph: Writer,
+    discovery: discovery::Writer,
     synced: signal::Sender<bool>,
     shutdown: CancellationToken,
 ) {
@@ -56,6 +59,7 @@ pub async fn run(
     let mut builder = Builder {
         collector,
         graph,
+        discovery,
         events: events_tx,
         watches: HashMap::new(),
         aliases: Arc::default(),
@@ -115,7 +119,7 @@ pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
                 .flat_map(|observed| graph.apply(id, observed))
                 .collect(),
             GraphEvent::Delete(_, uid) => {
-                collector.gone(uid);
+                collector.cx.gone(uid);
                 graph.delete(uid)
             }
             GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
@@ -143,9 +147,9 @@ pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
     };
     for (work, first) in work {
         if first {
-            collector.enqueue_first(work);
+            collector.cx.enqueue_first(work);
         } else {
-            collector.enqueue(work);
+            collector.cx.enqueue(work);
         }
     }
 }
@@ -158,9 +162,9 @@ impl Builder {
             failed = found.failed.len(),
             "discovered"
         );
-        let changes = self.collector.resources_write().update(found);
+        let changes = self.discovery.update(found);
         let (failed, aliases) = {
-            let resources = self.collector.resources();
+            let resources = self.discovery.read();
             self.sources = discovery::SOURCES
                 .iter()
                 .filter_map(|name| resources.by_name(name))
@@ -169,7 +173,7 @@ impl Builder {
             (failed, resources.aliases().clone())
         };
         *self.aliases.write() = aliases;
-        let metrics = self.collector.metrics.clone();
+        let metrics = self.collector.cx.metrics.clone();
         metrics
             .discovery_failed_groups
             .set(i64::try_from(failed.len()).unwrap_or(i64::MAX));
@@ -184,13 +188,6 @@ impl Builder {
             }
         }
         let first = self.pending.is_none();
-        if first
-            || !changes.added.is_empty()
-            || !changes.removed.is_empty()
-            || changes.failed_changed
-        {
-            self.collector.discovered();
-        }
         let mut started = HashSet::new();
         for id in changes.added.iter().chain(&changes.moved) {
             if self.start(*id) {
@@ -217,7 +214,7 @@ impl Builder {
                 .inc_by(ids.len() as u64);
         }
         if !first {
-            let resources = self.collector.resources();
+            let resources = self.discovery.read();
             let name = |id: &ResourceId| {
                 resources
                     .get(*id)
@@ -243,8 +240,8 @@ impl Builder {
     /// Starts (or restarts) the watch of `id` at its version; false when it is not watched.
     fn start(&mut self, id: ResourceId) -> bool {
         let Some(resource) = self
-            .collector
-            .resources()
+            .discovery
+            .read()
             .get(id)
             .filter(|r| r.watched && r.served)
             .cloned()
@@ -253,13 +250,13 @@ impl Builder {
         };
         tracing::debug!(resource = %discovery::resource_name(&resource.api), version = %resource.api.version, "watching");
         let task = tokio::spawn(watch::watch(
-            self.collector.cluster.streams().clone(),
+            self.collector.cx.cluster.streams().clone(),
             id,
             resource,
-            self.collector.config.initial_list,
+            self.collector.cx.config.initial_list,
             self.aliases.clone(),
             self.events.clone(),
-            self.collector.metrics.clone(),
+            self.collector.cx.metrics.clone(),
         ));
         if let Some(old) = self.watches.insert(id, task) {
             old.abort();
@@ -277,23 +274,24 @@ async fn discover(
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
     loop {
-        let wait = match discovery::discover(collector.cluster.streams(), &collector.config.ignored)
-            .await
-        {
-            Ok(answer) => {
-                backoff.reset();
-                if found.send(answer).await.is_err() {
-                    return;
+        let wait =
+            match discovery::discover(collector.cx.cluster.streams(), &collector.cx.config.ignored)
+                .await
+            {
+                Ok(answer) => {
+                    backoff.reset();
+                    if found.send(answer).await.is_err() {
+                        return;
+                    }
+                    collector.cx.config.rediscovery
                 }
-                collector.config.rediscovery
-            }
-            Err(err) => {
-                collector.metrics.discovery_errors.inc();
-                let wait = backoff.failed();
-                tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
-                wait
-            }
-        };
+                Err(err) => {
+                    collector.cx.metrics.discovery_errors.inc();
+                    let wait = backoff.failed();
+                    tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
+                    wait
+                }
+            };
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}

@@ -98,8 +98,8 @@ async fn serve(State(collector): State<Arc<Collector>>, Query(params): Query<Par
             .into_response();
     };
     let view = GraphView::of(
-        &collector.graph_read(),
-        &collector.resources(),
+        &collector.cx.graph(),
+        &collector.cx.resources(),
         Uid::parse(&uid),
     );
     if view.nodes.is_empty() {

@@ -12,12 +12,15 @@
 //! and references through the other group reach the same objects.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource;
 use kube::Client;
 use kube::api::{ApiResource, GroupVersionKind};
+use parking_lot::{RwLock, RwLockReadGuard};
+use tokio::sync::watch as signal;
 
 use crate::graph::{Coordinates, ResourceId};
 
@@ -90,6 +93,75 @@ pub struct Resources {
     aliases: Aliases,
     failed: BTreeSet<String>,
     group_versions: BTreeSet<String>,
+}
+
+/// The table of resources as the last discovery left it, written by the graph builder alone:
+/// the writer of a [`Writer`]/[`Reader`] pair, as the graph's.
+#[derive(Debug)]
+pub struct Writer {
+    table: Arc<RwLock<Resources>>,
+    discoveries: signal::Sender<u64>,
+}
+
+/// A read-only handle on the table of resources, and on how many discoveries changed it.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    table: Arc<RwLock<Resources>>,
+    discoveries: signal::Receiver<u64>,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Self {
+            table: Arc::default(),
+            discoveries: signal::Sender::new(0),
+        }
+    }
+}
+
+impl Writer {
+    /// Takes in what a discovery found; the first, and each that changed what is served
+    /// (the resources or the groups that fail), is counted for the readers.
+    pub fn update(&self, found: Found) -> Changes {
+        let changes = self.table.write().update(found);
+        if *self.discoveries.borrow() == 0
+            || !changes.added.is_empty()
+            || !changes.removed.is_empty()
+            || changes.failed_changed
+        {
+            self.discoveries.send_modify(|n| *n += 1);
+        }
+        changes
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, Resources> {
+        self.table.read()
+    }
+
+    pub fn reader(&self) -> Reader {
+        Reader {
+            table: self.table.clone(),
+            discoveries: self.discoveries.subscribe(),
+        }
+    }
+}
+
+/// An empty table that nothing writes (for a webhook without a collector).
+impl Default for Reader {
+    fn default() -> Self {
+        Writer::default().reader()
+    }
+}
+
+impl Reader {
+    pub fn read(&self) -> RwLockReadGuard<'_, Resources> {
+        self.table.read()
+    }
+
+    /// Follows how many discoveries changed what is served; 0 until the first.
+    pub fn discoveries(&self) -> signal::Receiver<u64> {
+        self.discoveries.clone()
+    }
 }
 
 /// What a discovery changed.

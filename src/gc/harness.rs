@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::GcConfig;
 use super::collector::Collector;
-use super::discovery::{Found, Resource};
+use super::discovery::{self, Found, Resource};
 use super::watch::GraphEvent;
 use crate::annotations::Timeouts;
 use crate::api::Cluster;
@@ -194,8 +194,15 @@ impl Harness {
             barrier,
         };
         let graph = Writer::new(Graph::new(mode));
-        let collector = Arc::new(Collector::new(graph.reader(), cluster, metrics, config));
-        collector.resources_write().update(Found {
+        let resources = discovery::Writer::default();
+        let collector = Arc::new(Collector::new(
+            graph.reader(),
+            resources.reader(),
+            cluster,
+            metrics,
+            config,
+        ));
+        resources.update(Found {
             resources: vec![Resource {
                 api: ApiResource::erase::<ConfigMap>(&()),
                 namespaced: true,
@@ -208,8 +215,8 @@ impl Harness {
         if barrier {
             let collector = collector.clone();
             tokio::spawn(async move {
-                let served = |uid| collector.enqueue_first(Work::SyncOwner(uid));
-                let idle = || collector.queue.idle();
+                let served = |uid| collector.cx.enqueue_first(Work::SyncOwner(uid));
+                let idle = || collector.cx.queue.idle();
                 let never = tokio_util::sync::CancellationToken::new();
                 collector.barrier.run(served, idle, never).await;
             });
@@ -279,7 +286,7 @@ impl Harness {
 
     /// The next work item ready within `wait`, taken off the queue.
     async fn next(&self, wait: Duration) -> Option<Work> {
-        let queue = &self.collector.queue;
+        let queue = &self.collector.cx.queue;
         let work = tokio::time::timeout(wait, queue.next()).await.ok()??;
         queue.done(&work);
         queue.forget(&work);
@@ -288,7 +295,7 @@ impl Harness {
 
     /// The work queued and ready now, taken off the queue.
     fn queued(&self) -> BTreeSet<Work> {
-        let queue = &self.collector.queue;
+        let queue = &self.collector.cx.queue;
         let mut ready = BTreeSet::new();
         while let Some(Some(work)) = queue.next().now_or_never() {
             queue.done(&work);

@@ -33,9 +33,11 @@ pub mod barrier;
 pub mod builder;
 pub mod cascade;
 pub mod collector;
+pub mod context;
 pub mod debug;
 pub mod decide;
 pub mod discovery;
+pub mod foreground;
 #[cfg(test)]
 mod harness;
 pub mod order;
@@ -129,6 +131,7 @@ const GAUGES_INTERVAL: Duration = Duration::from_secs(5);
 pub async fn run(
     collector: Arc<Collector>,
     graph: crate::graph::Writer,
+    resources: discovery::Writer,
     readiness: Readiness,
     leading: signal::Receiver<bool>,
     shutdown: CancellationToken,
@@ -137,6 +140,7 @@ pub async fn run(
     let builder = tokio::spawn(builder::run(
         collector.clone(),
         graph,
+        resources,
         synced_tx,
         shutdown.clone(),
     ));
@@ -158,16 +162,18 @@ pub async fn run(
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let served = |uid: crate::graph::Uid| {
-                collector.enqueue_first(crate::graph::Work::SyncOwner(uid));
+                collector
+                    .cx
+                    .enqueue_first(crate::graph::Work::SyncOwner(uid));
             };
-            let idle = || collector.queue.idle();
+            let idle = || collector.cx.queue.idle();
             collector.barrier.run(served, idle, shutdown).await;
         })
     };
     tokio::select! {
         () = shutdown.cancelled() => {}
         _ = synced_rx.wait_for(|synced| *synced) => {
-            let (observed, virtual_nodes) = collector.graph_read().counts();
+            let (observed, virtual_nodes) = collector.cx.graph().counts();
             tracing::info!(observed, virtual_nodes, "every watch has listed; starting workers");
             readiness.set(true);
         }
@@ -175,7 +181,7 @@ pub async fn run(
     let workers: Vec<JoinHandle<()>> = if shutdown.is_cancelled() {
         Vec::new()
     } else {
-        (0..collector.config.workers.max(1))
+        (0..collector.cx.config.workers.max(1))
             .map(|_| tokio::spawn(collector::work(collector.clone(), leading.clone())))
             .collect()
     };
@@ -187,7 +193,7 @@ pub async fn run(
         }
     }
     readiness.set(false);
-    collector.queue.shut_down();
+    collector.cx.queue.shut_down();
     for worker in workers {
         let _ = worker.await;
     }

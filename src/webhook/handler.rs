@@ -13,14 +13,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::api::ApiResource;
-use parking_lot::RwLock;
 
 use super::admit::{self, Decision, Policy, admit};
 use super::review::Operation;
 use super::review::{self, Answer, Review};
 use crate::api::{Cluster, Target};
 use crate::gc::cascade::{self, Preview};
-use crate::gc::discovery::Resources;
+use crate::gc::discovery;
 use crate::graph::{Reader, Uid};
 use crate::metrics::Metrics;
 
@@ -44,7 +43,7 @@ pub struct Webhook {
     /// The ownership graph, read for the dependents of an object being deleted.
     pub graph: Reader,
     /// The collector's table of resources, to name the kinds of the graph's objects.
-    pub resources: Arc<RwLock<Resources>>,
+    pub resources: discovery::Reader,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
 }

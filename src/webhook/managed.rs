@@ -25,7 +25,7 @@ use super::served::{SERVED_VERSIONS_ANNOTATION, Served};
 use super::tls::ReloadingCert;
 use crate::api::{ApiError, Cluster, clock};
 use crate::duration::Backoff;
-use crate::gc::Collector;
+use crate::gc::discovery;
 use crate::metrics::{Condition, Metrics, Readiness};
 
 /// Where the CA bundle to publish comes from.
@@ -49,7 +49,8 @@ pub struct Managed {
     pub registration: Registration,
     pub ca: CaSource,
     pub cert: Arc<ReloadingCert>,
-    pub collector: Arc<Collector>,
+    /// The table of resources, for the rules written before 1.28.
+    pub resources: discovery::Reader,
     pub readiness: Readiness,
     pub metrics: Metrics,
 }
@@ -114,7 +115,7 @@ impl Managed {
             self.readiness
                 .fail(Condition::Webhook, "no certificate to serve yet");
         }
-        let mut discoveries = self.collector.discoveries();
+        let mut discoveries = self.resources.discoveries();
         let mut backoff = Backoff::new(MIN_INTERVAL, MAX_BACKOFF);
         loop {
             let round = self.round().await;
@@ -220,10 +221,10 @@ impl Managed {
         };
         let scope = if server.match_conditions() {
             Scope::Every
-        } else if *self.collector.discoveries().borrow() == 0 {
+        } else if *self.resources.discoveries().borrow() == 0 {
             return Ok(Written::Waiting);
         } else {
-            let resources = self.collector.resources();
+            let resources = self.resources.read();
             let discovered = Scope::of_discovery(
                 resources.served().map(|(_, r)| r),
                 resources.failed_groups(),

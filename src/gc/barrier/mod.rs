@@ -47,258 +47,39 @@
 //! cache. So a lone release costs a round whose length grows with the number of kinds served;
 //! many releases share rounds, whatever their namespaces.
 
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
-use std::collections::{BTreeSet, HashMap, HashSet};
+mod hold;
+mod read;
+
+use parking_lot::{Mutex, MutexGuard, RwLockReadGuard};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use kube::runtime::events::EventType;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::discovery::{self, Rediscovery, Resource, Resources};
-use super::watch;
-use crate::api::{Cluster, RateLimiter, Target, meta};
-use crate::graph::{Coordinates, Flags, Graph, Node, Reader, Uid};
-use crate::metrics::Metrics;
+pub use self::hold::{
+    HANDOVER, Hold, ORPHAN_WAIT, Owner, Referrer, Round, Scope, check, recheck, serves_objects,
+};
+pub use self::read::Reads;
+use super::context::Context;
+use crate::api::{RateLimiter, Target};
+use crate::graph::{Graph, Node, Uid};
+use crate::names::Reason;
 
-/// How soon an owner held by the barrier is looked at again, at first and at the most.
-const RECHECK: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(10));
 /// How often a resting scope looks whether work is still queued.
 const REST_STEP: Duration = Duration::from_millis(5);
 /// How many resources a round reads at once.
-const READS_AT_ONCE: usize = 16;
+pub(super) const READS_AT_ONCE: usize = 16;
 /// How many scopes are read at once.
 pub const SCOPES_AT_ONCE: usize = 4;
 /// The barrier's request budget (calls a second, burst): its reads are lists of one
 /// namespace, a millisecond or two of the apiserver's time each.
 const BUDGET: (f64, u32) = (500.0, 500);
-
-/// Where the objects that may refer to an owner live.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Scope {
-    Namespace(String),
-    Cluster,
-}
-
-impl Scope {
-    pub fn of(namespace: Option<&str>) -> Self {
-        namespace.map_or(Self::Cluster, |ns| Self::Namespace(ns.to_owned()))
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        match self {
-            Self::Namespace(ns) => Some(ns),
-            Self::Cluster => None,
-        }
-    }
-
-    /// Whether objects of `resource` may refer to an owner in this scope (a cluster-scoped
-    /// object cannot have a namespaced owner).
-    fn covers(&self, resource: &Resource) -> bool {
-        *self == Self::Cluster || resource.namespaced
-    }
-}
-
-/// How long after a replica begins to lead the one before may still act (longer than a
-/// lease).
-pub const HANDOVER: Duration = Duration::from_secs(20);
-
-/// How long an inherited owner waits for an object whose owner is gone ([`Hold::Orphan`]): the
-/// garbage collector deletes such objects within seconds, so one that stays longer is taken
-/// for no leftover of the owner's tree (it may be one the collector does not see yet, and an
-/// unrelated one must not hold every inherited owner of its namespace until its deadline).
-pub const ORPHAN_WAIT: Duration = Duration::from_secs(30);
-
-/// Why the barrier holds an owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hold {
-    /// A CustomResourceDefinition or APIService serves resources discovery has not found.
-    Discovery(String),
-    /// A resource in the owner's scope could not be read.
-    Unreadable { resource: String, error: String },
-    /// An object refers to the owner, or to a dependent deleted on its behalf.
-    Dependent {
-        resource: String,
-        namespace: Option<String>,
-        name: String,
-    },
-    /// An owner this replica did not see deleted from the start (see [`Owner::inherited`]):
-    /// an object in its scope refers to an owner that is gone, which may have been a
-    /// dependent deleted on its behalf before.
-    Orphan {
-        resource: String,
-        namespace: Option<String>,
-        name: String,
-    },
-}
-
-impl Hold {
-    /// The reason, for metrics.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Discovery(_) => "discovery",
-            Self::Unreadable { .. } => "unreadable",
-            Self::Dependent { .. } => "dependent",
-            Self::Orphan { .. } => "orphan",
-        }
-    }
-}
-
-impl std::fmt::Display for Hold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Discovery(what) => write!(f, "discovery to catch up: {what}"),
-            Self::Unreadable { resource, error } => {
-                write!(f, "a read of {resource} to succeed ({error})")
-            }
-            Self::Dependent {
-                resource,
-                namespace,
-                name,
-            } => write!(
-                f,
-                "{resource} {} to go: a fresh read shows it still refers to the owner's tree",
-                at(namespace.as_deref(), name)
-            ),
-            Self::Orphan {
-                resource,
-                namespace,
-                name,
-            } => write!(
-                f,
-                "{resource} {} to go: it refers to an owner that is gone, perhaps a dependent \
-                 deleted on this owner's behalf before syncgc restarted or another replica took \
-                 over",
-                at(namespace.as_deref(), name)
-            ),
-        }
-    }
-}
-
-fn at(namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.to_owned(),
-    }
-}
-
-/// An object that refers to an owner the graph does not show alive.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Referrer {
-    pub uid: Uid,
-    pub resource: String,
-    pub namespace: Option<String>,
-    pub name: String,
-    /// What its reference names.
-    pub coordinates: Coordinates,
-    pub blocking: bool,
-    /// The owner it refers to is gone (of a kind syncgc watches, and not in the graph), and
-    /// no other owner of it lives: the garbage collector deletes it.
-    pub dangling: bool,
-}
-
-/// What one round of consistent reads of a scope found.
-#[derive(Debug)]
-pub struct Round {
-    started: Instant,
-    /// The references to owners that the graph shows gone, unknown or being deleted (the only
-    /// ones a waiting owner's check can need), by the owner's uid.
-    references: HashMap<Uid, Vec<Referrer>>,
-    /// What keeps the round from vouching for anything.
-    unsure: Option<Hold>,
-}
-
-/// An owner at the barrier, as the check needs it.
-#[derive(Debug, Clone, Copy)]
-pub struct Owner<'a> {
-    pub uid: Uid,
-    pub coordinates: Coordinates,
-    pub namespace: Option<&'a str>,
-    /// Only references with `blockOwnerDeletion` hold it (foreground deletion).
-    pub blocking_only: bool,
-    /// Deleted before this replica began to lead (or within a lease of it): dependents may
-    /// have been deleted on its behalf by a process whose record of them is lost, so any
-    /// object in its scope that refers to an owner that is gone holds it.
-    pub inherited: bool,
-}
-
-/// Whether `round` lets `owner`, whose tree (dependents deleted on its behalf, transitively)
-/// is `tree`, go: the first reason it does not.
-pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hold> {
-    if let Some(unsure) = &round.unsure {
-        return Some(unsure.clone());
-    }
-    let holding = |referrer: &Referrer| Hold::Dependent {
-        resource: referrer.resource.clone(),
-        namespace: referrer.namespace.clone(),
-        name: referrer.name.clone(),
-    };
-    let own = round.references.get(&owner.uid).into_iter().flatten();
-    if let Some(referrer) = own
-        .filter(|r| r.coordinates == owner.coordinates)
-        .filter(|r| owner.namespace.is_none() || r.namespace.as_deref() == owner.namespace)
-        .find(|r| r.blocking || !owner.blocking_only)
-    {
-        return Some(holding(referrer));
-    }
-    // References between members of the tree (a cycle) are the graph's matter.
-    if let Some(referrer) = tree
-        .iter()
-        .filter(|uid| **uid != owner.uid)
-        .flat_map(|uid| round.references.get(uid).into_iter().flatten())
-        .find(|r| !tree.contains(&r.uid))
-    {
-        return Some(holding(referrer));
-    }
-    if !owner.inherited {
-        return None;
-    }
-    round
-        .references
-        .values()
-        .flatten()
-        .filter(|r| r.dangling && (r.blocking || !owner.blocking_only))
-        .find(|r| owner.namespace.is_none() || r.namespace.as_deref() == owner.namespace)
-        .map(|r| Hold::Orphan {
-            resource: r.resource.clone(),
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-        })
-}
-
-/// How soon an owner the barrier has held for `held_for` is looked at again: within a second
-/// at first, then less and less often, up to ten seconds, while the hold lasts. Each look
-/// costs a round; what ends a hold (a watch that recovers, discovery that catches up, a
-/// dependent the graph comes to see) has the owner looked at at once, and its deadline at the
-/// latest.
-pub fn recheck(held_for: Duration) -> Duration {
-    (held_for / 4).clamp(RECHECK.0, RECHECK.1)
-}
-
-/// Whether the CustomResourceDefinition or APIService `object` (of the discovery source
-/// `source`) serves objects: a CRD that is Established with a served version, an APIService
-/// that is Available. One that serves nothing cannot hide a dependent.
-pub fn serves_objects(source: &str, object: &serde_json::Value) -> bool {
-    let condition = |kind: &str| {
-        object["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == kind && c["status"] == "True")
-    };
-    if source == discovery::API_SERVICES {
-        return condition("Available");
-    }
-    let versions = object["spec"]["versions"].as_array();
-    let served = match versions {
-        Some(versions) if !versions.is_empty() => versions.iter().any(|v| v["served"] == true),
-        // apiextensions.k8s.io/v1beta1 without a list of versions serves `spec.version`.
-        _ => object["spec"]["version"].is_string(),
-    };
-    condition("Established") && served
-}
 
 /// What the barrier answers an owner that arrives at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,17 +239,7 @@ impl State {
     }
 }
 
-/// What the barrier reads with: its own budget on the collector's client, and read-only
-/// views of what the graph builder keeps.
-pub struct Reads {
-    pub cluster: Cluster,
-    pub graph: Reader,
-    pub resources: Arc<RwLock<Resources>>,
-    pub rediscovery: Arc<Rediscovery>,
-    pub metrics: Metrics,
-}
-
-/// The release barrier: its bookkeeping, and the task that reads its rounds.
+/// The release barrier: its bookkeeping, and the task that reads its rounds ([`Reads`]).
 pub struct Barrier {
     enabled: bool,
     state: Mutex<State>,
@@ -638,6 +409,51 @@ impl Barrier {
             .retain(|_, rounds| rounds.reading || !rounds.waiting.is_empty());
     }
 
+    /// The owner `uid`, which the graph shows free of what keeps it, at the barrier (see
+    /// [`Barrier::arrive`]). A hold is counted, and said in an Event when what holds the
+    /// owner changes; the caller queues the owner again.
+    pub async fn through(
+        &self,
+        cx: &Context,
+        uid: Uid,
+        target: &Target,
+        blocking_only: bool,
+    ) -> Verdict {
+        let (coordinates, deleted_at) = {
+            let graph = cx.graph();
+            let Some(node) = graph.node(uid) else {
+                return Verdict::Round;
+            };
+            (node.coordinates, graph.deleted_at(uid))
+        };
+        let verdict = self.arrive(Owner {
+            uid,
+            coordinates,
+            namespace: target.namespace.as_deref(),
+            blocking_only,
+            inherited: self.inherited(deleted_at),
+        });
+        match &verdict {
+            Verdict::Pass => tracing::debug!(owner = %target, "passed the release barrier"),
+            Verdict::Round => {}
+            Verdict::Held { hold, changed, .. } => {
+                cx.metrics
+                    .barrier_holds
+                    .with_label_values(&[hold.reason()])
+                    .inc();
+                if *changed {
+                    tracing::info!(owner = %target, %hold, "every dependent the graph knows of is gone; held by the release barrier");
+                    let note = format!(
+                        "every dependent the graph knows of is gone; before releasing, waiting for {hold}"
+                    );
+                    cx.new_event(target, EventType::Normal, Reason::Barrier, note)
+                        .await;
+                }
+            }
+        }
+        verdict
+    }
+
     /// Reads rounds until `shutdown`: for every scope where owners wait, one round at a
     /// time (after the scope has rested), up to [`SCOPES_AT_ONCE`] scopes at once; each
     /// owner a round serves goes to `served`. `idle` says whether the collector has work
@@ -681,241 +497,17 @@ impl Barrier {
                 tokio::time::sleep(REST_STEP).await;
             }
         }
-        let round = Arc::new(self.read(&scope).await);
+        let round = Arc::new(self.reads.round(&scope).await);
         let served = self.state().serve(&scope, round);
         (scope, served)
-    }
-
-    /// One round: consistent reads of every watched resource in `scope`, and of the discovery
-    /// sources.
-    async fn read(&self, scope: &Scope) -> Round {
-        let started = Instant::now();
-        self.reads.metrics.barrier_rounds.inc();
-        // Discovery as of the round's start: the resources read are those it had taken in.
-        let (reads, known) = {
-            let resources = self.reads.resources.read();
-            let reads: Vec<(Resource, bool, Option<Source>)> = resources
-                .served()
-                .filter(|(_, r)| r.watched)
-                .filter_map(|(_, r)| {
-                    let name = discovery::resource_name(&r.api);
-                    let source = Source::of(&name);
-                    let referrers = scope.covers(r);
-                    (referrers || source.is_some()).then(|| (r.clone(), referrers, source))
-                })
-                .collect();
-            let known = Known {
-                resources: resources
-                    .served()
-                    .map(|(_, r)| discovery::resource_name(&r.api))
-                    .collect(),
-                group_versions: resources.group_versions().clone(),
-            };
-            (reads, known)
-        };
-        let results: Vec<Result<Found, Hold>> = futures::stream::iter(reads)
-            .map(|(resource, referrers, source)| {
-                self.read_one(scope, resource, referrers, source, &known)
-            })
-            .buffer_unordered(READS_AT_ONCE)
-            .collect()
-            .await;
-        let mut round = Round {
-            started,
-            references: HashMap::new(),
-            unsure: None,
-        };
-        let mut unknown = Vec::new();
-        for result in results {
-            match result {
-                Ok(found) => {
-                    for (uid, referrer) in found.references {
-                        round.references.entry(uid).or_default().push(referrer);
-                    }
-                    unknown.extend(found.unknown);
-                }
-                Err(hold) => round.unsure = round.unsure.take().or(Some(hold)),
-            }
-        }
-        if round.unsure.is_none() {
-            round.unsure = self.undiscovered(unknown).await;
-        }
-        tracing::debug!(?scope, references = round.references.len(), unsure = ?round.unsure, "release barrier: read the scope");
-        round
-    }
-
-    /// Reads `resource` in `scope`: the references to owners the graph does not show alive
-    /// (when `referrers`), and, when it is a discovery `source`, the objects discovery does
-    /// not know.
-    async fn read_one(
-        &self,
-        scope: &Scope,
-        resource: Resource,
-        referrers: bool,
-        source: Option<Source>,
-        known: &Known,
-    ) -> Result<Found, Hold> {
-        let name = discovery::resource_name(&resource.api);
-        let collection = Target::collection(
-            &resource.api,
-            if referrers { scope.namespace() } else { None },
-        );
-        let aliases = self.reads.resources.read().aliases().clone();
-        let mut found = Found::default();
-        let result = self
-            .reads
-            .cluster
-            .list_metadata(&collection, |page: Vec<meta::Meta>| {
-                let graph = self.graph();
-                let resources = self.reads.resources.read();
-                // Whether `object`'s reference to `uid` names a kind syncgc watches.
-                let watched_kind = |object: &meta::Meta, uid: Uid| {
-                    object
-                        .owner_references
-                        .iter()
-                        .find(|r| Uid::parse(&r.uid) == uid)
-                        .and_then(|r| resources.by_kind(&r.api_version, &r.kind))
-                        .is_some_and(|(_, r)| r.watched)
-                };
-                for object in &page {
-                    let Some(observed) = watch::observe(&resource.api, object, &aliases) else {
-                        continue;
-                    };
-                    if let Some(source) = source
-                        && !known.knows(source, &observed.name)
-                    {
-                        found
-                            .unknown
-                            .push((resource.clone(), source, observed.name.clone()));
-                    }
-                    if !referrers {
-                        continue;
-                    }
-                    let alive = |uid: Uid| {
-                        graph
-                            .node(uid)
-                            .is_some_and(|n| !n.is(Flags::VIRTUAL) && !n.is(Flags::DELETING))
-                    };
-                    // An object with a living owner is not the garbage collector's to delete,
-                    // so it is no leftover of a tree.
-                    let kept = observed.owners.iter().any(|l| alive(l.uid));
-                    for link in &observed.owners {
-                        if !alive(link.uid) {
-                            let dangling = !kept
-                                && graph.node(link.uid).is_none_or(|n| n.is(Flags::VIRTUAL))
-                                && watched_kind(object, link.uid);
-                            found.references.push((
-                                link.uid,
-                                Referrer {
-                                    uid: observed.uid,
-                                    resource: name.clone(),
-                                    namespace: observed.namespace.clone(),
-                                    name: observed.name.clone(),
-                                    coordinates: link.coordinates,
-                                    blocking: link.block_owner_deletion,
-                                    dangling,
-                                },
-                            ));
-                        }
-                    }
-                }
-            })
-            .await;
-        self.reads.metrics.barrier_reads.inc();
-        match result {
-            Ok(()) => Ok(found),
-            Err(err) => Err(Hold::Unreadable {
-                resource: name,
-                error: err.to_string(),
-            }),
-        }
-    }
-
-    /// Of the CRDs and APIServices discovery does not know, the first that serves objects
-    /// (see [`serves_objects`]): discovery is asked to look again, and it holds the round.
-    async fn undiscovered(&self, unknown: Vec<(Resource, Source, String)>) -> Option<Hold> {
-        for (resource, source, name) in unknown {
-            let target = Target {
-                resource: resource.api.clone(),
-                namespace: None,
-                name: name.clone(),
-                uid: String::new(),
-            };
-            self.reads.metrics.barrier_reads.inc();
-            let object = match self.reads.cluster.get(&target).await {
-                Ok(Some(object)) => object,
-                Ok(None) => continue,
-                Err(err) => {
-                    return Some(Hold::Unreadable {
-                        resource: format!("{} {name}", source.name()),
-                        error: err.to_string(),
-                    });
-                }
-            };
-            if serves_objects(source.name(), &object.data) {
-                self.reads.rediscovery.ask();
-                return Some(Hold::Discovery(format!(
-                    "{} {name} serves objects and is not discovered yet",
-                    resource.api.kind
-                )));
-            }
-        }
-        None
-    }
-}
-
-/// What discovery knows, as of a round's start.
-struct Known {
-    /// Served resources, as `plural.group` (a CRD's name).
-    resources: HashSet<String>,
-    /// Group versions listed, as `version.group` (an APIService's name).
-    group_versions: BTreeSet<String>,
-}
-
-impl Known {
-    fn knows(&self, source: Source, name: &str) -> bool {
-        match source {
-            Source::Crd => self.resources.contains(name),
-            Source::ApiService => self.group_versions.contains(name),
-        }
-    }
-}
-
-/// What the read of one resource found.
-#[derive(Debug, Default)]
-struct Found {
-    references: Vec<(Uid, Referrer)>,
-    /// Objects of a discovery source that discovery does not know, with the source.
-    unknown: Vec<(Resource, Source, String)>,
-}
-
-/// A resource whose objects say what is served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Crd,
-    ApiService,
-}
-
-impl Source {
-    fn of(resource: &str) -> Option<Self> {
-        match resource {
-            discovery::CRDS => Some(Self::Crd),
-            discovery::API_SERVICES => Some(Self::ApiService),
-            _ => None,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::Crd => discovery::CRDS,
-            Self::ApiService => discovery::API_SERVICES,
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gc::discovery;
+    use crate::graph::Coordinates;
 
     fn uid(n: u8) -> Uid {
         Uid::parse(&format!("00000000-0000-0000-0000-0000000000{n:02}"))

@@ -1,0 +1,139 @@
+//! Connecting: the client configuration (a kubeconfig and its context, or in-cluster), the
+//! client, and the apiserver's version.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use std::sync::Arc;
+
+use super::{ApiError, Cluster, RateLimiter, clock};
+use crate::metrics::Metrics;
+
+/// Installs the process-wide rustls crypto provider; the kube client and the webhook's TLS
+/// server both need one. Idempotent.
+pub fn install_crypto_provider() {
+    // Err only means a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The client configuration: from `kubeconfig` when given, otherwise inferred (KUBECONFIG,
+/// `~/.kube/config`, or the in-cluster service account).
+pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, ApiError> {
+    config_in(kubeconfig, None).await
+}
+
+/// [`config`] with the kubeconfig's context `context` instead of its current one.
+pub async fn config_in(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<Config, ApiError> {
+    install_crypto_provider();
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
+    match kubeconfig {
+        Some(path) => {
+            let read_err = |source| ApiError::ReadKubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let file = Kubeconfig::read_from(path).map_err(read_err)?;
+            Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(read_err)
+        }
+        None if context.is_some() => {
+            Config::from_kubeconfig(&options)
+                .await
+                .map_err(|source| ApiError::ReadKubeconfig {
+                    path: "KUBECONFIG or ~/.kube/config".to_owned(),
+                    source,
+                })
+        }
+        None => Ok(Config::infer().await?),
+    }
+}
+
+/// Where a command run from a laptop finds its cluster: `--kubeconfig` and `--context`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Access {
+    /// Kubeconfig file; without it, KUBECONFIG, ~/.kube/config or the in-cluster configuration.
+    #[arg(long, env = "SYNCGC_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig's context to use instead of its current one.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl Access {
+    pub async fn config(&self) -> Result<Config, ApiError> {
+        config_in(self.kubeconfig.as_deref(), self.context.as_deref()).await
+    }
+
+    pub async fn client(&self) -> Result<Client, ApiError> {
+        client(self.config().await?)
+    }
+
+    /// The seam for a command: its requests at `qps` (twice that in a burst), or unlimited
+    /// for a command that sends one at a time, each bounded by `timeout`.
+    pub async fn cluster(&self, qps: Option<f64>, timeout: Duration) -> anyhow::Result<Cluster> {
+        Ok(Cluster::new(
+            self.client().await?,
+            qps.map(|qps| Arc::new(RateLimiter::new(qps, (qps * 2.0) as u32))),
+            timeout,
+            Metrics::new()?,
+        ))
+    }
+}
+
+/// A client for `config`. Without the client's own retries of 429, 503 and 504 (up to 15,
+/// for minutes): every caller here has its own bound and backoff (the work queue, the
+/// watches, discovery, the webhook's deadline), and an aggregated API that answers 503 must
+/// fail fast, not hold discovery up.
+pub fn client(config: Config) -> Result<Client, ApiError> {
+    use kube::client::ConfigExt;
+    let mut connector = hyper_timeout::TimeoutConnector::new(
+        config.rustls_https_connector().map_err(ApiError::Client)?,
+    );
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let http = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .http1_max_buf_size(READ_BUFFER)
+        .build(connector);
+    let http = tower::ServiceExt::map_err(http, tower::BoxError::from);
+    // Every answer's Date header keeps the estimate of the apiserver's clock current.
+    let http = tower::ServiceExt::map_response(http, |response: http::Response<_>| {
+        if let Some(date) = response.headers().get(http::header::DATE) {
+            clock::observe(date);
+        }
+        response
+    });
+    // As kube's own client, but for the read buffer, and without retries: every caller
+    // retries with its own backoff.
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().map_err(ApiError::Client)?)
+        .layer(config.extra_headers_layer().map_err(ApiError::Client)?)
+        .service(http);
+    Ok(Client::new(service, config.default_namespace))
+}
+
+/// The most a connection's read buffer grows to. Each watch holds a connection of its own
+/// (HTTP/1.1), and hyper's default (about 400 KiB) stays allocated on every connection that
+/// once read a large answer: with hundreds of kinds, each listed once in full, hundreds of
+/// MiB for buffers that are idle.
+const READ_BUFFER: usize = 16 * 1024;
+
+/// Asks the apiserver for its version: the cheapest proof that it answers and trusts us.
+pub async fn server_version(client: &Client) -> Result<String, ApiError> {
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(ApiError::Version)?;
+    Ok(info.git_version)
+}

@@ -1,0 +1,190 @@
+//! What every worker reads and acts through ([`Context`]): the graph and the table of
+//! resources (read-only: the graph builder writes both), the API seam, the metrics, the work
+//! queue, the configuration, and the objects this collector deleted lately. The parts above it
+//! (the synchronous finalizer, the foreground wait, the deletion order, the release barrier)
+//! and the collector's own items each take a context, never each other's state.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kube::runtime::events::EventType;
+use parking_lot::{Mutex, RwLockReadGuard};
+use tokio::time::Instant;
+
+use super::GcConfig;
+use super::discovery::{self, Resources};
+use super::queue::WorkQueue;
+use crate::api::{ApiError, Changed, Cluster, Target};
+use crate::graph::{Flags, Graph, Mode, Node, Reader, Uid, Work};
+use crate::metrics::{Action, Metrics};
+use crate::names::Reason;
+
+/// How long an object this collector deleted is not looked at again while no watch reports it
+/// gone (it may be held by finalizers, or the watch may lag).
+const DELETED_GRACE: Duration = Duration::from_secs(30);
+
+/// What the workers share below their parts.
+pub struct Context {
+    graph: Reader,
+    resources: discovery::Reader,
+    pub cluster: Cluster,
+    pub metrics: Metrics,
+    pub queue: WorkQueue<Work>,
+    pub config: GcConfig,
+    /// Objects this collector deleted that no watch has reported gone yet, with when.
+    deleted: Mutex<HashMap<Uid, Instant>>,
+}
+
+impl Context {
+    pub fn new(
+        graph: Reader,
+        resources: discovery::Reader,
+        cluster: Cluster,
+        metrics: Metrics,
+        config: GcConfig,
+    ) -> Self {
+        Self {
+            graph,
+            resources,
+            cluster,
+            metrics,
+            queue: WorkQueue::default(),
+            config,
+            deleted: Mutex::default(),
+        }
+    }
+
+    pub fn graph(&self) -> RwLockReadGuard<'_, Graph> {
+        self.graph.read()
+    }
+
+    pub fn graph_reader(&self) -> &Reader {
+        &self.graph
+    }
+
+    pub fn resources(&self) -> RwLockReadGuard<'_, Resources> {
+        self.resources.read()
+    }
+
+    pub fn resources_reader(&self) -> &discovery::Reader {
+        &self.resources
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.graph().mode()
+    }
+
+    pub fn enqueue(&self, work: Work) {
+        self.count_add(work);
+        self.queue.add(work);
+    }
+
+    /// Queues `work` ahead of the work [`Context::enqueue`] queued.
+    pub fn enqueue_first(&self, work: Work) {
+        self.count_add(work);
+        self.queue.add_first(work);
+    }
+
+    fn count_add(&self, work: Work) {
+        self.metrics
+            .queue_adds
+            .with_label_values(&[work.name()])
+            .inc();
+    }
+
+    pub fn note_deleted(&self, uid: Uid) {
+        self.deleted.lock().insert(uid, Instant::now());
+    }
+
+    pub fn recently_deleted(&self, uid: Uid) -> bool {
+        self.deleted
+            .lock()
+            .get(&uid)
+            .is_some_and(|at| at.elapsed() < DELETED_GRACE)
+    }
+
+    /// Forgets that this collector deleted `uid`: a watch reported it gone.
+    pub fn gone(&self, uid: Uid) {
+        self.deleted.lock().remove(&uid);
+    }
+
+    /// Forgets the deletions long past or of objects the graph no longer shows.
+    pub fn forget_deleted(&self, graph: &Graph) {
+        self.deleted
+            .lock()
+            .retain(|uid, at| at.elapsed() < DELETED_GRACE && graph.node(*uid).is_some());
+    }
+
+    /// The target of the graph node `uid`, if it is an object seen by a watch of a known
+    /// resource, with its flags.
+    pub fn observed(&self, uid: Uid) -> Option<(Target, Flags)> {
+        let graph = self.graph();
+        let node = graph.node(uid)?;
+        Some((self.target_of(uid, node)?, node.flags))
+    }
+
+    pub fn target_of(&self, uid: Uid, node: &Node) -> Option<Target> {
+        if node.is(Flags::VIRTUAL) {
+            return None;
+        }
+        let resources = self.resources();
+        let resource = resources.get(node.resource?)?;
+        Some(Target {
+            resource: resource.api.clone(),
+            namespace: node.namespace().map(str::to_owned),
+            name: node.name.to_string(),
+            uid: uid.to_string(),
+        })
+    }
+
+    /// Runs an action, counting it by result.
+    pub async fn act<T>(
+        &self,
+        action: Action,
+        call: impl Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        let result = call.await;
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        self.metrics
+            .gc_actions
+            .with_label_values(&[action.as_str(), outcome])
+            .inc();
+        result
+    }
+
+    /// Removes a finalizer whose work is done from the object `uid`, counting it.
+    pub async fn remove_finalizer(
+        &self,
+        uid: Uid,
+        target: &Target,
+        finalizer: &'static str,
+    ) -> Result<(), ApiError> {
+        let at = self
+            .graph()
+            .node(uid)
+            .and_then(|n| n.places.of_finalizer(Flags::of_finalizer(finalizer)));
+        let changed = self
+            .act(
+                Action::RemoveFinalizer,
+                self.cluster.remove_finalizer(target, finalizer, at),
+            )
+            .await?;
+        if changed == Changed::Yes {
+            self.metrics
+                .gc_finalizers_removed
+                .with_label_values(&[finalizer])
+                .inc();
+        }
+        Ok(())
+    }
+
+    /// An Event about `target`, in the series of its reason.
+    pub async fn event(&self, target: &Target, type_: EventType, reason: Reason, note: String) {
+        self.cluster.event(target, type_, reason, note).await;
+    }
+
+    /// An Event about `target` of its own: the next step of the same thing.
+    pub async fn new_event(&self, target: &Target, type_: EventType, reason: Reason, note: String) {
+        self.cluster.new_event(target, type_, reason, note).await;
+    }
+}
