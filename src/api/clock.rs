@@ -19,9 +19,26 @@ static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
 /// The apiserver's time now, as estimated.
 pub fn now() -> Timestamp {
+    let machine = machine_now();
+    machine.checked_add(offset()).unwrap_or(machine)
+}
+
+/// This machine's time.
+#[cfg(not(test))]
+fn machine_now() -> Timestamp {
     Timestamp::now()
-        .checked_add(offset())
-        .unwrap_or_else(|_| Timestamp::now())
+}
+
+/// This machine's time as tokio's clock moves it on from the wall clock of the first call:
+/// in unit tests that pause time, deadlines come as the paused clock advances.
+#[cfg(test)]
+fn machine_now() -> Timestamp {
+    static START: std::sync::OnceLock<(Timestamp, std::time::Instant)> = std::sync::OnceLock::new();
+    let (wall, instant) = *START.get_or_init(|| (Timestamp::now(), std::time::Instant::now()));
+    let elapsed = tokio::time::Instant::now()
+        .into_std()
+        .saturating_duration_since(instant);
+    wall + SignedDuration::try_from(elapsed).unwrap_or(SignedDuration::ZERO)
 }
 
 /// The apiserver's clock minus this machine's, as last estimated (zero while they agree).

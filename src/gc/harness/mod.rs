@@ -1,8 +1,12 @@
-//! A step-driven harness for the workers, without an apiserver, in the style of the upstream
+//! A step-driven harness for the workers, without an apiserver, in the shape of the upstream
 //! garbage collector's tests: a fake client answers scripted requests, graph events are fed
-//! in, one work item is processed, then the requests sent, the Events said and the queue are
-//! asserted. The same behaviours are tested against the real apiserver in `tests/`; these
-//! pin the workers' decisions down one step at a time.
+//! in, one work item is processed, then the requests sent, the Events said, the queue and the
+//! caches are asserted. Time is tokio's: the scenarios ([`scenarios`]) run with it paused, so
+//! a deadline, a backoff or a barrier's recheck costs no real second. The same behaviours are
+//! tested against the real apiserver in `tests/`; these pin the workers' decisions down one
+//! step at a time, and are the first place for a worker's behaviour.
+
+mod scenarios;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
@@ -24,13 +28,9 @@ use super::discovery::{self, Found, Resource};
 use super::watch::GraphEvent;
 use crate::annotations::Timeouts;
 use crate::api::Cluster;
-use crate::graph::{
-    FinalizerPlaces, Flags, Graph, Mode, Observed, Order, ResourceId, Uid, Work, Writer,
-};
+use crate::graph::{FinalizerPlaces, Flags, Graph, Mode, Observed, ResourceId, Uid, Work, Writer};
 use crate::metrics::Metrics;
-use crate::names::{
-    DEADLINE_ANNOTATION, ORPHAN_FINALIZER, Reason, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER,
-};
+use crate::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 
 /// A request the fake apiserver received.
 #[derive(Debug, Clone)]
@@ -312,236 +312,9 @@ fn at(text: &str) -> Timestamp {
 
 const WAITING: Flags = Flags::ARMED.with(Flags::DELETING, true);
 
-#[tokio::test]
-async fn a_dependent_with_dependents_is_armed_under_the_deadline_of_the_owner_that_waits() {
-    let h = Harness::new(Mode::Cooperative);
-    h.watched([
-        observed(1, &[], WAITING, &[Flags::ARMED]),
-        observed(2, &[1], Flags::empty(), &[]),
-        observed(3, &[2], Flags::empty(), &[]),
-    ]);
-    let deadline = at("2026-11-24T12:00:00Z");
-    h.collector.deadlines.fix(uid(1), deadline);
-    h.script("GET", &path(2), [(200, object(2, &[1], json!({})))]);
-    h.script("PATCH", &path(2), [(200, object(2, &[1], json!({})))]);
-
-    h.step(Work::AttemptToDelete(uid(2))).await.unwrap();
-
-    assert_eq!(
-        h.sent(),
-        [
-            format!("GET {}", path(2)),
-            format!("GET {}", path(2)),
-            format!("PATCH {}", path(2))
-        ],
-        "read, read again to add the finalizer under a precondition, patch"
-    );
-    let patch = &h.bodies("PATCH", &path(2))[0]["metadata"];
-    assert_eq!(patch["finalizers"], json!([SYNCHRONOUS_FINALIZER]));
-    assert_eq!(patch["resourceVersion"], "7");
-    assert_eq!(
-        patch["annotations"][DEADLINE_ANNOTATION],
-        deadline.to_string(),
-        "the owner's deadline"
-    );
-    assert_eq!(
-        h.collector.deadlines.within_bounds(
-            uid(2),
-            at("2026-11-24T11:00:00Z"),
-            Duration::from_secs(3600)
-        ),
-        Some(deadline),
-        "kept in memory too"
-    );
-    assert_eq!(
-        h.queued(),
-        BTreeSet::from([Work::AttemptToDelete(uid(2))]),
-        "looked at again: it waits for its own dependent now"
-    );
-}
-
-#[tokio::test]
-async fn at_the_deadline_an_ordered_owner_abandons_its_order_and_every_wave_is_queued() {
-    let h = Harness::new(Mode::Cooperative);
-    let ordered = |n, order: Option<&str>| Observed {
-        order: Order::of(order),
-        ..Observed::config_map(n, &[1], Flags::empty())
-    };
-    h.watched([
-        observed(1, &[], WAITING, &[Flags::ARMED]),
-        ordered(2, Some("2")),
-        ordered(3, Some("1")),
-        ordered(4, None),
-    ]);
-    h.script(
-        "GET",
-        &path(1),
-        [(
-            200,
-            waiting_owner(at("2026-01-01T00:00:00Z"), Some(at("2026-01-01T00:00:10Z"))),
-        )],
-    );
-
-    h.step(Work::SyncOwner(uid(1))).await.unwrap();
-
-    assert_eq!(
-        h.sent(),
-        [format!("GET {}", path(1))],
-        "the stored deadline is kept"
-    );
-    assert_eq!(h.events(), [Reason::OrderAbandoned.as_str()]);
-    assert_eq!(
-        h.queued(),
-        BTreeSet::from([
-            Work::SyncOwner(uid(1)),
-            Work::AttemptToDelete(uid(2)),
-            Work::AttemptToDelete(uid(3)),
-            Work::AttemptToDelete(uid(4)),
-        ]),
-        "every wave at once, and the owner behind them"
-    );
-}
-
-#[tokio::test]
-async fn orphaning_a_fan_out_drops_each_reference_then_the_finalizer() {
-    let h = Harness::new(Mode::Standalone);
-    let orphaning = Flags::ORPHAN.with(Flags::DELETING, true);
-    h.watched(
-        [observed(1, &[], orphaning, &[Flags::ORPHAN])]
-            .into_iter()
-            .chain((2..=4).map(|n| observed(n, &[1], Flags::empty(), &[]))),
-    );
-    for n in 2..=4 {
-        h.script("GET", &path(n), [(200, object(n, &[1], json!({})))]);
-        h.script("PATCH", &path(n), [(200, object(n, &[], json!({})))]);
-    }
-    h.script("PATCH", &path(1), [(200, object(1, &[], json!({})))]);
-
-    h.step(Work::Orphan(uid(1))).await.unwrap();
-
-    let sent = h.sent();
-    for n in 2..=4 {
-        assert!(sent.contains(&format!("GET {}", path(n))), "{sent:?}");
-        let patch = &h.bodies("PATCH", &path(n))[0];
-        assert_eq!(
-            patch,
-            &json!([
-                { "op": "test", "path": "/metadata/uid", "value": uid(n).to_string() },
-                { "op": "test", "path": "/metadata/ownerReferences/0/uid", "value": uid(1).to_string() },
-                { "op": "remove", "path": "/metadata/ownerReferences/0" }
-            ]),
-            "{patch}"
-        );
-    }
-    assert_eq!(
-        sent.last().map(String::as_str),
-        Some(format!("PATCH {}", path(1)).as_str()),
-        "the finalizer last"
-    );
-    let patch = &h.bodies("PATCH", &path(1))[0];
-    assert_eq!(
-        patch[1],
-        json!({ "op": "test", "path": "/metadata/finalizers/0", "value": ORPHAN_FINALIZER })
-    );
-    assert_eq!(
-        patch[2],
-        json!({ "op": "remove", "path": "/metadata/finalizers/0" })
-    );
-}
-
-#[tokio::test]
-async fn a_release_meeting_a_conflict_reads_again_and_an_owner_gone_meanwhile_is_released() {
-    let h = Harness::new(Mode::Cooperative);
-    h.watched([observed(1, &[], WAITING, &[Flags::ARMED])]);
-    h.script(
-        "GET",
-        &path(1),
-        [(200, waiting_owner(Timestamp::now(), None))],
-    );
-    h.script(
-        "PATCH",
-        &path(1),
-        [(200, json!({})), (409, json!({})), (404, json!({}))],
-    );
-
-    h.step(Work::SyncOwner(uid(1))).await.unwrap();
-
-    assert_eq!(
-        h.sent(),
-        [
-            format!("GET {}", path(1)),
-            format!("PATCH {}", path(1)),
-            format!("PATCH {}", path(1)),
-            format!("GET {}", path(1)),
-            format!("PATCH {}", path(1)),
-        ],
-        "the deadline stored; the finalizer removed where the watch saw it: 409; read where it is now: 404"
-    );
-    let removals = h.bodies("PATCH", &path(1));
-    assert!(removals[0]["metadata"]["annotations"][DEADLINE_ANNOTATION].is_string());
-    assert_eq!(
-        removals[1][2],
-        json!({ "op": "remove", "path": "/metadata/finalizers/0" })
-    );
-    assert_eq!(h.events(), ["SyncGCWaiting", "SyncGCReleased"]);
-    assert!(h.queued().is_empty(), "done with it");
-}
-
 /// A metadata list answer holding the ConfigMaps `objects`.
 fn list(objects: &[Value]) -> Value {
     json!({ "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
             "metadata": { "resourceVersion": "10" },
             "items": objects.iter().map(|o| json!({ "metadata": o["metadata"] })).collect::<Vec<_>>() })
-}
-
-#[tokio::test]
-async fn the_release_barrier_holds_an_owner_while_a_read_finds_a_dependent_and_then_lets_it_go() {
-    let h = Harness::with_barrier(Mode::Cooperative, true);
-    h.watched([observed(1, &[], WAITING, &[Flags::ARMED])]);
-    let deleted = Timestamp::now();
-    let deadline = deleted + jiff::SignedDuration::from_secs(50);
-    h.script(
-        "GET",
-        &path(1),
-        [(200, waiting_owner(deleted, Some(deadline)))],
-    );
-    // A dependent the watches have not delivered: the first read finds it, the next does not.
-    let unseen = object(9, &[1], json!({}));
-    let collection = format!("/api/v1/namespaces/{NS}/configmaps");
-    h.script(
-        "GET",
-        &collection,
-        [(200, list(&[unseen])), (200, list(&[]))],
-    );
-    h.script("PATCH", &path(1), [(200, json!({}))]);
-
-    let mut steps = 0;
-    while h.bodies("PATCH", &path(1)).is_empty() {
-        steps += 1;
-        assert!(steps < 10, "released within ten steps: {:?}", h.sent());
-        if steps > 1 {
-            let work = h.next(Duration::from_secs(5)).await;
-            assert_eq!(work, Some(Work::SyncOwner(uid(1))), "{:?}", h.sent());
-        }
-        h.step(Work::SyncOwner(uid(1))).await.unwrap();
-    }
-
-    let reads = h
-        .sent()
-        .iter()
-        .filter(|s| **s == format!("GET {collection}"))
-        .count();
-    assert_eq!(reads, 2, "a round that holds it, a round that lets it go");
-    assert_eq!(h.events(), [Reason::Barrier.as_str(), "SyncGCReleased"]);
-    let held = h
-        .requests()
-        .into_iter()
-        .find(|s| s.body["reason"] == Reason::Barrier.as_str())
-        .unwrap();
-    let note = held.body["note"].as_str().unwrap_or_default();
-    assert!(note.contains("o9"), "names what holds it: {note}");
-    assert_eq!(
-        h.bodies("PATCH", &path(1))[0][2],
-        json!({ "op": "remove", "path": "/metadata/finalizers/0" })
-    );
 }
