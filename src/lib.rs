@@ -29,19 +29,22 @@
 //!   copy of the graph, [`gc::cascade`]); [`explain`]: `syncgc explain`, what keeps an object
 //!   from going; [`disarm`]: `syncgc disarm`, syncgc's finalizer and label off every object,
 //!   for uninstalling.
-//! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers.
+//! - [`gc`]: discovery, metadata watches, the work queue, the pure GC decisions, the workers
+//!   (their context below the parts: the synchronous finalizer, the foreground wait, the
+//!   deletion order, the release barrier; the collector dispatches to them).
 //! - [`annotations`]: the rules of syncgc's annotations (timeouts, what is wrong with an
 //!   object's), which the webhook and the collector both follow.
 //! - [`graph`]: the ownership graph (nodes keyed by uid, one writer), pure; [`certs`]:
 //!   development certificates; [`leader`]: leader election with a Lease.
-//! - [`api`]: the seam every Kubernetes call goes through, the metadata-only list decoding
-//!   ([`api::meta`], [`api::proto`]), and the apiserver's clock ([`api::clock`]).
+//! - [`api`]: the seam every Kubernetes call goes through, a file per concept (errors, the
+//!   client, the rate limit, targets, metadata lists, guarded patches, Events, whole-object
+//!   writes), and the apiserver's clock ([`api::clock`]).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`,
 //!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations.
 //!
 //! Locks are `parking_lot`'s (no poisoning). Where two are held at once, the graph's is taken
 //! first, then the discovered resources', then a part's own (the barrier's state, the
-//! deadlines, the orders).
+//! deadlines, the waves).
 #![forbid(unsafe_code)]
 
 pub mod annotations;

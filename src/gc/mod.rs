@@ -12,19 +12,23 @@
 //!   work their events bring up; rediscovers at once when CRDs or APIServices change.
 //! - [`queue`]: the deduplicating, delaying, backing-off work queue.
 //! - [`decide`]: the pure decisions.
-//! - [`collector`]: the workers and their actions (attempt to delete, orphan, foreground,
-//!   the synchronous finalizer, arm), through [`crate::api::Cluster`]; it asks the parts below
-//!   and acts on their answers.
-//! - [`synchronous`]: the synchronous finalizer's deadlines ([`synchronous::Deadlines`]).
+//! - [`context`]: what every worker reads and acts through (the graph and resource readers,
+//!   the API seam, metrics, the queue, the configuration, the objects deleted lately).
+//! - [`collector`]: the worker loop and dispatch, and upstream's `attemptToDeleteItem` and
+//!   `attemptToOrphan`; it hands waiting owners and unarmed objects to the parts below.
+//! - [`synchronous`]: the synchronous finalizer: arming, deadlines ([`synchronous::Deadlines`]),
+//!   the wait and the release.
+//! - [`foreground`]: the foreground wait (`foregroundDeletion`, standalone mode).
 //! - [`order`]: deletion order: which of a waiting owner's dependents go next, in waves
-//!   ([`order::Orders`], decided from the graph).
+//!   ([`order::Orders`], decided from the graph; [`order::Waves`] says and queues it).
 //! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
-//!   nothing refers to it any more.
+//!   nothing refers to it any more (its bookkeeping; what holds an owner; a round's reads).
 //! - [`cascade`]: a cascade run on a copy of the graph by the same rules, to its end: what a
 //!   DELETE would take down (`syncgc plan`, a dry-run DELETE's warnings); [`snapshot`]: a
 //!   scope's metadata read once into a graph for it (`syncgc plan` and `syncgc explain`).
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - [`debug`]: `/debug/graph`, the graph around one object.
+//! - `harness` (unit tests): the workers' scenarios, step by step, on paused time.
 //!
 //! Workers start only once every watch has listed once; `/readyz` says so.
 

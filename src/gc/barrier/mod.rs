@@ -492,7 +492,7 @@ impl Barrier {
     async fn round(&self, scope: Scope, idle: &impl Fn() -> bool) -> (Scope, Vec<Uid>) {
         let rested = self.state().rounds.get(&scope).and_then(|r| r.rested);
         if let Some(rested) = rested {
-            tokio::time::sleep_until(rested.at_least.into()).await;
+            tokio::time::sleep_until(rested.at_least).await;
             while !idle() && Instant::now() < rested.at_most {
                 tokio::time::sleep(REST_STEP).await;
             }
