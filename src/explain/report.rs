@@ -1,0 +1,359 @@
+//! The report of `syncgc explain KIND/NAME`, pure: the object, its finalizers and who
+//! removes each, the tree of dependents still present with what blocks, the waves of its
+//! deletion order.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::gc::discovery::Aliases;
+use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
+use crate::names::{
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, SYNCHRONOUS_FINALIZER,
+    remover,
+};
+
+/// An object as the report shows it.
+#[derive(Debug, Clone)]
+pub struct Object {
+    /// Its API group ("" for the core group).
+    pub group: String,
+    pub kind: String,
+    pub meta: ObjectMeta,
+}
+
+impl Object {
+    pub(super) fn title(&self) -> String {
+        let name = self.meta.name.as_deref().unwrap_or_default();
+        match &self.meta.namespace {
+            Some(ns) => format!("{} {ns}/{name}", self.kind),
+            None => format!("{} {name}", self.kind),
+        }
+    }
+
+    pub(super) fn finalizers(&self) -> &[String] {
+        self.meta.finalizers.as_deref().unwrap_or_default()
+    }
+
+    /// As the graph knows it: under the group it is watched as.
+    fn coordinates(&self, aliases: &Aliases) -> Coordinates {
+        let api_version = if self.group.is_empty() {
+            "v1".to_owned()
+        } else {
+            format!("{}/v1", self.group)
+        };
+        aliases.coordinates(
+            &api_version,
+            &self.kind,
+            self.meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    /// Being deleted, and kept by finalizers.
+    pub(super) fn blocked(&self) -> bool {
+        self.meta.deletion_timestamp.is_some() && !self.finalizers().is_empty()
+    }
+
+    fn has(&self, finalizer: &str) -> bool {
+        self.finalizers().iter().any(|f| f == finalizer)
+    }
+}
+
+/// The report on `object`, whose dependents (by owner uid) are in `dependents` and for which
+/// syncgc's release barrier last said `barrier` (the note of its latest `SyncGCBarrier` Event);
+/// and whether something keeps it from going (it is being deleted and still has finalizers).
+pub fn report(
+    object: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    barrier: Option<&str>,
+    aliases: &Aliases,
+) -> (String, bool) {
+    let mut out = String::new();
+    let uid = object.meta.uid.clone().unwrap_or_default();
+    let _ = writeln!(out, "{}  (uid {uid})", object.title());
+    let deleting = object.meta.deletion_timestamp.as_ref();
+    match deleting {
+        Some(at) => {
+            let _ = writeln!(out, "  being deleted since {}", at.0);
+        }
+        None => {
+            let _ = writeln!(out, "  not being deleted");
+        }
+    }
+    if let Some(deadline) = object
+        .meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DEADLINE_ANNOTATION))
+    {
+        let _ = writeln!(out, "  syncgc releases it at the latest at {deadline}");
+    }
+    if object.finalizers().is_empty() {
+        let _ = writeln!(out, "  no finalizers");
+    } else {
+        let _ = writeln!(out, "  finalizers:");
+        for finalizer in object.finalizers() {
+            let _ = writeln!(out, "    {finalizer}: removed by {}", remover(finalizer));
+        }
+    }
+    let tree = tree(object, dependents, aliases);
+    let blocking = blocking(&tree);
+    if tree.is_empty() {
+        let _ = writeln!(out, "  no dependents");
+    } else {
+        let _ = writeln!(out, "  dependents ({} blocking):", blocking);
+        for entry in &tree {
+            let _ = writeln!(out, "{}", entry.line());
+        }
+    }
+    let blocked = object.blocked();
+    let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
+    let direct = direct(object, dependents, aliases);
+    if waits && let Some(order) = waves(&direct, dependents) {
+        out.push_str(&order);
+    }
+    if let Some(note) = barrier.filter(|_| blocked && waits && blocking == 0) {
+        let _ = writeln!(
+            out,
+            "  held only by syncgc's release barrier, which confirms with a fresh read that nothing refers to it any more; it last said: {note}"
+        );
+    }
+    if blocked {
+        let _ = writeln!(out, "blocked: it stays until its finalizers are removed");
+    }
+    (out, blocked)
+}
+
+/// The dependents below `object`, depth first.
+pub fn tree(
+    object: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    aliases: &Aliases,
+) -> Vec<Entry> {
+    let mut seen = vec![object.meta.uid.clone().unwrap_or_default()];
+    let mut entries = Vec::new();
+    tree_of(object, dependents, aliases, 1, &mut seen, &mut entries);
+    entries
+}
+
+/// How many of the direct dependents in `tree` block their owner.
+pub(super) fn blocking(tree: &[Entry]) -> usize {
+    tree.iter()
+        .filter(|e| e.level == 1 && !e.blocks.is_empty())
+        .count()
+}
+
+/// The reference of `dependent` to `owner`, when it really refers to it as the collector sees
+/// it ([`OwnerLink::reaches`], group aliases resolved): one with the owner's uid that names
+/// another object, or a namespaced owner from elsewhere, is no dependency.
+fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLink> {
+    let uid = owner.meta.uid.as_deref().unwrap_or_default();
+    let owner_at = owner.coordinates(aliases);
+    dependent
+        .meta
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.uid == uid)
+        .map(|r| OwnerLink {
+            uid: Uid::parse(&r.uid),
+            coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
+            block_owner_deletion: r.block_owner_deletion == Some(true),
+        })
+        .find(|link| {
+            link.reaches(
+                owner_at,
+                owner.meta.namespace.as_deref(),
+                dependent.meta.namespace.as_deref(),
+            )
+        })
+}
+
+/// A dependent in the tree below an object.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Entry {
+    /// How far below the object: 1 for its direct dependents.
+    pub level: usize,
+    pub object: String,
+    pub uid: String,
+    pub deleting: bool,
+    /// `false` for an object with a reference to the owner's uid that does not reach it.
+    pub dependency: bool,
+    /// Why it blocks its owner; empty when it does not.
+    pub blocks: Vec<String>,
+}
+
+impl Entry {
+    fn line(&self) -> String {
+        let state = if self.deleting {
+            " (being deleted)"
+        } else {
+            ""
+        };
+        let marks = if !self.dependency {
+            "  (refers to the owner's uid, but not to it: another name, kind or group, or \
+             another namespace; not a dependent)"
+                .to_owned()
+        } else if self.blocks.is_empty() {
+            String::new()
+        } else {
+            format!("  BLOCKS: {}", self.blocks.join("; "))
+        };
+        let indent = 2 + 2 * self.level;
+        format!("{:indent$}{}{state}{marks}", "", self.object)
+    }
+}
+
+/// The dependents below `owner`, depth first, down to `MAX_LEVEL`.
+fn tree_of(
+    owner: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    aliases: &Aliases,
+    level: usize,
+    seen: &mut Vec<String>,
+    out: &mut Vec<Entry>,
+) {
+    let uid = owner.meta.uid.clone().unwrap_or_default();
+    for dependent in dependents.get(&uid).into_iter().flatten() {
+        let dependent_uid = dependent.meta.uid.clone().unwrap_or_default();
+        let link = link(owner, dependent, aliases);
+        let mut why = Vec::new();
+        let blocks = |finalizer: &str| {
+            owner.has(finalizer) && link.is_some_and(|l| l.blocks(Flags::of_finalizer(finalizer)))
+        };
+        if blocks(SYNCHRONOUS_FINALIZER) {
+            why.push("the owner waits for every dependent".to_owned());
+        } else if blocks(FOREGROUND_FINALIZER) {
+            why.push("blockOwnerDeletion".to_owned());
+        }
+        if !why.is_empty() {
+            if dependent.has(SYNCHRONOUS_FINALIZER) {
+                why.push("armed: it waits for its own dependents".to_owned());
+            }
+            let others: Vec<&str> = dependent
+                .finalizers()
+                .iter()
+                .map(String::as_str)
+                .filter(|f| *f != SYNCHRONOUS_FINALIZER)
+                .collect();
+            if !others.is_empty() {
+                why.push(format!("its finalizers: {}", others.join(", ")));
+            }
+        }
+        out.push(Entry {
+            level,
+            object: dependent.title(),
+            uid: dependent_uid.clone(),
+            deleting: dependent.meta.deletion_timestamp.is_some(),
+            dependency: link.is_some(),
+            blocks: why,
+        });
+        if link.is_none() || seen.contains(&dependent_uid) || level >= MAX_LEVEL {
+            continue;
+        }
+        seen.push(dependent_uid);
+        tree_of(dependent, dependents, aliases, level + 1, seen, out);
+    }
+}
+
+/// How deep the tree goes.
+const MAX_LEVEL: usize = 16;
+
+/// The direct dependents of `object` that really refer to it (see [`link`]).
+pub(super) fn direct(
+    object: &Object,
+    dependents: &HashMap<String, Vec<Object>>,
+    aliases: &Aliases,
+) -> Vec<Object> {
+    let uid = object.meta.uid.clone().unwrap_or_default();
+    dependents
+        .get(&uid)
+        .into_iter()
+        .flatten()
+        .filter(|d| link(object, d, aliases).is_some())
+        .cloned()
+        .collect()
+}
+
+/// The deletion-order wave `o` is in.
+fn wave_of(o: &Object) -> Order {
+    Order::of(
+        o.meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DELETION_ORDER_ANNOTATION))
+            .map(String::as_str),
+    )
+}
+
+/// The waves of `direct` with how many objects each holds, the one in progress (the highest)
+/// first; `None` when none carries an order.
+pub(super) fn wave_counts(direct: &[Object]) -> Option<Vec<(Wave, usize)>> {
+    if direct.iter().all(|o| wave_of(o) == Order::default()) {
+        return None;
+    }
+    let mut counts: Vec<(Wave, usize)> = Vec::new();
+    for dependent in direct {
+        let wave = wave_of(dependent).wave();
+        match counts.iter_mut().find(|(w, _)| *w == wave) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((wave, 1)),
+        }
+    }
+    counts.sort_by_key(|(wave, _)| std::cmp::Reverse(*wave));
+    Some(counts)
+}
+
+/// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
+/// waves left, the one in progress (the highest), and what holds each of its objects.
+fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option<String> {
+    let counts = wave_counts(direct)?;
+    let (current, count) = counts[0];
+    let mut out = format!(
+        "  deletion order: wave {} in progress ({count} object(s) left)",
+        current.0
+    );
+    if counts.len() > 1 {
+        let later: Vec<String> = counts[1..]
+            .iter()
+            .map(|(w, n)| format!("{} ({n})", w.0))
+            .collect();
+        let _ = write!(out, ", then wave(s) {}", later.join(", "));
+    }
+    out.push('\n');
+    for dependent in direct.iter().filter(|o| wave_of(o).wave() == current) {
+        let mut why = Vec::new();
+        if dependent.meta.deletion_timestamp.is_none() {
+            why.push("not yet deleted".to_owned());
+        }
+        if !dependent.finalizers().is_empty() {
+            why.push(format!(
+                "its finalizers: {}",
+                dependent.finalizers().join(", ")
+            ));
+        }
+        let own = dependent
+            .meta
+            .uid
+            .as_ref()
+            .and_then(|uid| dependents.get(uid))
+            .map_or(0, Vec::len);
+        if own > 0 {
+            why.push(format!("{own} dependent(s) of its own"));
+        }
+        if let Order::Invalid(value) = wave_of(dependent) {
+            why.push(format!(
+                "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer: wave 0"
+            ));
+        }
+        let _ = writeln!(
+            out,
+            "    wave {} holds {}: {}",
+            current.0,
+            dependent.title(),
+            why.join("; ")
+        );
+    }
+    Some(out)
+}
