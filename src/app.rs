@@ -22,7 +22,7 @@ use crate::webhook::certificate::{Keeper, Validity};
 use crate::webhook::handler::{self, Webhook};
 use crate::webhook::managed::{CaSource, Managed};
 use crate::webhook::registration::{
-    DEFAULT_EXCLUDED_NAMESPACES, Registration, Scope, ServerVersion, WebhookClient,
+    Coverage, DEFAULT_EXCLUDED_NAMESPACES, Registration, ServerVersion, WebhookClient,
 };
 use crate::webhook::server::{self, Limits};
 use crate::webhook::tls::{Reload, ReloadingCert};
@@ -208,7 +208,7 @@ impl WebhookArgs {
             excluded_namespaces: self.excluded_namespaces.clone(),
             unarmed_delete,
             server,
-            scope: Scope::Every,
+            scope: Coverage::Every,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::disarm::DisarmArgs;
 use crate::explain::{Outcome, Output};
 use crate::plan::{Format, PlanArgs};
 use crate::webhook::admit::UnarmedDelete;
-use crate::webhook::registration::{Scope, ServerVersion};
+use crate::webhook::registration::{Coverage, ServerVersion};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -213,7 +213,7 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
                 let mut registration = webhook.registration(client, unarmed_delete, version);
                 if !version.match_conditions() {
                     let found = crate::gc::discovery::discover(&cluster, &[]).await?;
-                    registration.scope = Scope::of_discovery(&found.resources, &found.failed);
+                    registration.scope = Coverage::of_discovery(&found.resources, &found.failed);
                     tracing::warn!(
                         %version,
                         "before 1.28 the rules list the API groups the cluster serves now: apply this again when a new group comes (syncgc run --manage-webhook does it by itself)"

@@ -78,15 +78,15 @@ pub enum ElectionError {
 
 impl ElectionError {
     /// The `reason` label of `syncgc_leader_election_errors_total`.
-    pub fn reason(&self) -> Reason {
+    pub fn reason(&self) -> Failure {
         match self {
-            Self::NamespaceMissing { .. } => Reason::NamespaceMissing,
-            Self::Forbidden { .. } => Reason::Forbidden,
-            Self::Conflict { .. } => Reason::Conflict,
+            Self::NamespaceMissing { .. } => Failure::NamespaceMissing,
+            Self::Forbidden { .. } => Failure::Forbidden,
+            Self::Conflict { .. } => Failure::Conflict,
             Self::RenewDeadlineNotBelowLeaseDuration { .. }
             | Self::RetryPeriodNotBelowRenewDeadline { .. }
             | Self::Call(_)
-            | Self::Timeout(_) => Reason::Other,
+            | Self::Timeout(_) => Failure::Other,
         }
     }
 
@@ -133,14 +133,14 @@ impl ElectionError {
 
 /// Why leader election failed, as a closed set of label values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub enum Failure {
     NamespaceMissing,
     Forbidden,
     Conflict,
     Other,
 }
 
-impl Reason {
+impl Failure {
     pub const ALL: [Self; 4] = [
         Self::NamespaceMissing,
         Self::Forbidden,
@@ -166,7 +166,7 @@ pub struct Timing {
     pub lease_duration: Duration,
     /// How long a leader keeps leading without a successful renewal.
     pub renew_deadline: Duration,
-    /// How long to wait between two rounds.
+    /// How long to wait between two tries.
     pub retry_period: Duration,
 }
 
@@ -399,14 +399,14 @@ impl Election {
         metrics: Metrics,
         shutdown: CancellationToken,
     ) {
-        for reason in Reason::ALL {
+        for reason in Failure::ALL {
             metrics
                 .leader_election_errors
                 .with_label_values(&[reason.as_str()]);
         }
         readiness.clear(Condition::LeaderElection);
         let mut observed: Option<Observed> = None;
-        // When the round that last renewed (or took) the lease started.
+        // When the try that last renewed (or took) the lease started.
         let mut renewed: Option<Instant> = None;
         let mut reported = Reported::default();
         loop {
@@ -417,9 +417,10 @@ impl Election {
             let budget = renewed.map_or(self.timing.renew_deadline, |at| {
                 (at + self.timing.renew_deadline).saturating_duration_since(started)
             });
-            let outcome = tokio::time::timeout(budget, self.round(&cluster, &mut observed))
-                .await
-                .unwrap_or(Err(ElectionError::Timeout(budget)));
+            let outcome =
+                tokio::time::timeout(budget, self.try_acquire_or_renew(&cluster, &mut observed))
+                    .await
+                    .unwrap_or(Err(ElectionError::Timeout(budget)));
             match outcome {
                 Ok(holds) => {
                     renewed = holds.then_some(started);
@@ -432,7 +433,7 @@ impl Election {
             }
             self.expire(&mut renewed);
             publish(renewed.is_some(), &self.identity, &leading, &metrics);
-            // The next round after the retry period; a leader wakes at its renew deadline.
+            // The next try after the retry period; a leader wakes at its renew deadline.
             let mut wake = Instant::now() + self.timing.retry_period;
             if let Some(at) = renewed {
                 wake = wake.min(at + self.timing.renew_deadline);
@@ -485,17 +486,17 @@ impl Election {
             .leader_election_errors
             .with_label_values(&[reason.as_str()])
             .inc();
-        if reason == Reason::Conflict {
+        if reason == Failure::Conflict {
             tracing::debug!(%err, "leader election");
             return;
         }
         let text = err.to_string();
         if reported.failed(&text) {
             match reason {
-                Reason::NamespaceMissing | Reason::Forbidden => {
+                Failure::NamespaceMissing | Failure::Forbidden => {
                     tracing::error!(lease = %self.lease(), "leader election: {text}");
                 }
-                Reason::Conflict | Reason::Other => {
+                Failure::Conflict | Failure::Other => {
                     tracing::warn!(lease = %self.lease(), "leader election: {text}");
                 }
             }
@@ -503,8 +504,8 @@ impl Election {
         readiness.fail(Condition::LeaderElection, text);
     }
 
-    /// One round: `Ok(true)` when this replica holds the lease now, having written it.
-    async fn round(
+    /// One try: `Ok(true)` when this replica holds the lease now, having written it.
+    async fn try_acquire_or_renew(
         &self,
         cluster: &Cluster,
         observed: &mut Option<Observed>,
@@ -575,7 +576,7 @@ impl Election {
     }
 
     /// Gives the lease up as client-go does: no holder, a one-second duration, so that a
-    /// contender takes it at its next round.
+    /// contender takes it at its next try.
     async fn release(&self, cluster: &Cluster) -> Result<(), ElectionError> {
         let Some(mut lease) = cluster
             .get_whole(&self.api(cluster), &self.name)
@@ -811,14 +812,14 @@ mod tests {
     #[test]
     fn failed_calls_say_what_to_do() {
         let err = ElectionError::of_call(api_error(404), Verb::Create, "syncgc-system", "syncgc");
-        assert_eq!(err.reason(), Reason::NamespaceMissing);
+        assert_eq!(err.reason(), Failure::NamespaceMissing);
         assert_eq!(
             err.to_string(),
             "the Lease namespace \"syncgc-system\" does not exist (404); create it or set \
              --leader-election-namespace"
         );
         let err = ElectionError::of_call(api_error(403), Verb::Get, "team-a", "syncgc");
-        assert_eq!(err.reason(), Reason::Forbidden);
+        assert_eq!(err.reason(), Failure::Forbidden);
         assert!(
             err.to_string().starts_with(
                 "syncgc may not get Leases in namespace \"team-a\" (403: the apiserver's 403); \
@@ -832,10 +833,10 @@ mod tests {
             (404, Verb::Update),
         ] {
             let err = ElectionError::of_call(api_error(code), verb, "ns", "syncgc");
-            assert_eq!(err.reason(), Reason::Conflict, "{code} on {verb}");
+            assert_eq!(err.reason(), Failure::Conflict, "{code} on {verb}");
         }
         let err = ElectionError::of_call(api_error(500), Verb::Get, "ns", "syncgc");
-        assert_eq!(err.reason(), Reason::Other);
+        assert_eq!(err.reason(), Failure::Other);
     }
 
     #[test]

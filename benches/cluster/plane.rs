@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{Registration, Scope, ServerVersion, WebhookClient};
+use syncgc::webhook::registration::{Coverage, Registration, ServerVersion, WebhookClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How kube-controller-manager runs.
@@ -259,7 +259,7 @@ impl Plane {
             excluded_namespaces: vec![],
             unarmed_delete: UnarmedDelete::Allow,
             server: self.server().await?,
-            scope: Scope::Every,
+            scope: Coverage::Every,
         }
         .configuration();
         let (key, value) = label;

@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::UnarmedDelete;
 use syncgc::webhook::registration::{
-    DEFAULT_EXCLUDED_NAMESPACES, Registration, Scope, WebhookClient,
+    Coverage, DEFAULT_EXCLUDED_NAMESPACES, Registration, WebhookClient,
 };
 
 use crate::Settings;
@@ -51,7 +51,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
     let server = plane.server().await?;
     // What `syncgc run --manage-webhook` registers: before 1.28, rules from discovery.
     let found = syncgc::gc::discovery::discover(&plane.client, &[]).await?;
-    let scope = Scope::of_discovery(&found.resources, &found.failed);
+    let scope = Coverage::of_discovery(&found.resources, &found.failed);
     let registration = |unarmed_delete| -> Result<MutatingWebhookConfiguration> {
         Ok(Registration {
             name: NAME.into(),

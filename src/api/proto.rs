@@ -178,7 +178,7 @@ fn time(buf: &[u8]) -> Result<Time, Malformed> {
 
 /// Where the decoder stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+enum Position {
     /// Before the envelope's magic bytes.
     Start,
     /// Between the fields of the envelope.
@@ -215,7 +215,7 @@ pub struct ListMeta {
 #[derive(Debug)]
 pub struct ListDecoder {
     pending: Vec<u8>,
-    state: State,
+    state: Position,
     list: ListMeta,
 }
 
@@ -223,7 +223,7 @@ impl Default for ListDecoder {
     fn default() -> Self {
         Self {
             pending: Vec::new(),
-            state: State::Start,
+            state: Position::Start,
             list: ListMeta::default(),
         }
     }
@@ -238,7 +238,7 @@ impl ListDecoder {
         loop {
             let rest = &self.pending[at..];
             match self.state {
-                State::Start => {
+                Position::Start => {
                     if rest.len() < MAGIC.len() {
                         break;
                     }
@@ -246,24 +246,24 @@ impl ListDecoder {
                         return Err(Malformed("no k8s protobuf envelope"));
                     }
                     at += MAGIC.len();
-                    self.state = State::Envelope;
+                    self.state = Position::Envelope;
                 }
-                State::Envelope => {
+                Position::Envelope => {
                     let Some((field, head, len)) = header(rest, "unexpected envelope field")?
                     else {
                         break;
                     };
                     if field == 2 {
                         at += head;
-                        self.state = State::List(len);
+                        self.state = Position::List(len);
                     } else if rest.len() >= head + len {
                         at += head + len;
                     } else {
                         break;
                     }
                 }
-                State::List(0) => self.state = State::Envelope,
-                State::List(left) => {
+                Position::List(0) => self.state = Position::Envelope,
+                Position::List(left) => {
                     // One whole field of the list at a time.
                     let Some((field, head, len)) = header(rest, "unexpected list field")? else {
                         break;
@@ -289,7 +289,7 @@ impl ListDecoder {
                         _ => {}
                     }
                     at += whole;
-                    self.state = State::List(left - whole);
+                    self.state = Position::List(left - whole);
                 }
             }
         }
@@ -300,7 +300,7 @@ impl ListDecoder {
     /// The list's metadata, once every chunk is in.
     pub fn finish(self) -> Result<ListMeta, Malformed> {
         match self.state {
-            State::Envelope if self.pending.is_empty() => Ok(self.list),
+            Position::Envelope if self.pending.is_empty() => Ok(self.list),
             _ => Err(Malformed("the answer ended inside the list")),
         }
     }

@@ -72,12 +72,12 @@ pub struct Owner {
 type Store = HashMap<String, (ResourceId, Object)>;
 
 /// Where `explain` looks: the object named, through the seam.
-struct Scope {
+struct Lookup {
     cluster: Cluster,
     named: Named,
 }
 
-impl Scope {
+impl Lookup {
     fn aliases(&self) -> &Aliases {
         self.named.table.aliases()
     }
@@ -269,7 +269,7 @@ pub async fn explain(
     let cluster = access
         .cluster(None, std::time::Duration::from_secs(30))
         .await?;
-    let scope = Scope {
+    let scope = Lookup {
         named: Named::find(&cluster, kind_name, namespace).await?,
         cluster,
     };
@@ -332,7 +332,7 @@ const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 /// one read of the scope, it follows metadata watches of the kinds in the object's tree (and
 /// the object's own): the requests it makes do not grow with the number of kinds served.
 async fn follow(
-    scope: &Scope,
+    scope: &Lookup,
     uid: &str,
     mut store: Store,
     owners: &[Owner],
@@ -360,7 +360,7 @@ async fn follow(
     let mut watches = tokio::task::JoinSet::new();
     for id in &kinds {
         if let Some(resource) = scope.named.table.get(*id) {
-            watches.spawn(Scope::watch(
+            watches.spawn(Lookup::watch(
                 scope.cluster.streams().clone(),
                 resource.api.clone(),
                 namespace.clone(),
@@ -420,7 +420,7 @@ async fn follow(
 /// One watch event of `id`'s objects into `store`: a (re)list replaces what the store holds
 /// of that kind once it is done.
 fn take(
-    scope: &Scope,
+    scope: &Lookup,
     store: &mut Store,
     listing: &mut HashMap<ResourceId, HashSet<String>>,
     id: ResourceId,
@@ -456,7 +456,7 @@ fn take(
 
 /// Says how the object `uid` went: gone, or released by syncgc's timeout with dependents
 /// left (which a `SyncGCTimedOut` Event says, written right after the release).
-async fn gone(scope: &Scope, uid: &str, waited: bool, output: Output) -> anyhow::Result<Outcome> {
+async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow::Result<Outcome> {
     let mut timed_out = false;
     if waited {
         for _ in 0..10 {

@@ -58,7 +58,7 @@ pub struct Dependent {
     pub armed: bool,
     /// The policy its own finalizers ask for.
     pub own: Propagation,
-    /// Every owner that waits for it has reached its wave (see [`Wave::in_turn`](crate::graph::Wave::in_turn)).
+    /// Every owner that waits for it has reached its wave (see [`Wave::is_highest_of`](crate::graph::Wave::is_highest_of)).
     pub in_turn: bool,
 }
 

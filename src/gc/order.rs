@@ -2,7 +2,7 @@
 //! the highest first, and the next wave starts only when every object of the current one is
 //! gone (transitively: an object with dependents of its own waits for them before it goes).
 //! The graph keeps each object's order; [`Orders`] keeps, per waiting owner, the wave its
-//! deletion has reached, so that a dependent's turn costs one look-up; [`Wave::in_turn`] is
+//! deletion has reached, so that a dependent's turn costs one look-up; [`Wave::is_highest_of`] is
 //! the rule. The owner's deadline bounds the whole sequence: when it passes, the order is
 //! abandoned and the remaining waves go at once.
 
@@ -39,10 +39,10 @@ impl Orders {
     /// its deletion has reached when known, from its dependents in the graph otherwise. A wave
     /// remembered too high (the last object of the wave just went) only makes the dependent
     /// wait for the owner's next look, which deletes it.
-    fn owner_in_turn(&self, graph: &Graph, owner: Uid, wave: Wave) -> bool {
+    fn wave_reached(&self, graph: &Graph, owner: Uid, wave: Wave) -> bool {
         match self.owners.get(&owner) {
             Some(order) => order.abandoned || wave >= order.current,
-            None => graph.in_turn_of(owner, wave),
+            None => graph.wave_reached(owner, wave),
         }
     }
 
@@ -78,7 +78,7 @@ impl Orders {
     pub fn in_turn(&self, graph: &Graph, uid: Uid, wave: Wave) -> bool {
         graph
             .waiting_owners_of(uid)
-            .all(|owner| self.owner_in_turn(graph, owner, wave))
+            .all(|owner| self.wave_reached(graph, owner, wave))
     }
 
     /// The dependents of the waiting owner `owner` still to be deleted (not being deleted,
@@ -239,13 +239,13 @@ mod tests {
             abandoned,
         };
         orders.owners.insert(owner, order(2, false));
-        assert!(orders.owner_in_turn(&graph, owner, Wave(2)));
-        assert!(orders.owner_in_turn(&graph, owner, Wave(3)));
-        assert!(!orders.owner_in_turn(&graph, owner, Wave(1)));
+        assert!(orders.wave_reached(&graph, owner, Wave(2)));
+        assert!(orders.wave_reached(&graph, owner, Wave(3)));
+        assert!(!orders.wave_reached(&graph, owner, Wave(1)));
         orders.owners.insert(owner, order(2, true));
-        assert!(orders.owner_in_turn(&graph, owner, Wave(-5)));
+        assert!(orders.wave_reached(&graph, owner, Wave(-5)));
         // Unknown: from the graph, where nothing is ordered.
-        assert!(orders.owner_in_turn(&graph, Uid::from_u128(2), Wave(0)));
+        assert!(orders.wave_reached(&graph, Uid::from_u128(2), Wave(0)));
     }
 
     /// An armed owner being deleted (uid 1) with a dependent in each of `waves` (uids 10…).

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 const BASE_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-struct State<T> {
+struct Items<T> {
     /// Handed out before `ready`, in the order they came.
     first: VecDeque<T>,
     ready: VecDeque<T>,
@@ -27,14 +27,14 @@ struct State<T> {
 }
 
 pub struct WorkQueue<T> {
-    state: Mutex<State<T>>,
+    state: Mutex<Items<T>>,
     notify: Notify,
 }
 
 impl<T: Clone + Eq + Hash + Ord> Default for WorkQueue<T> {
     fn default() -> Self {
         Self {
-            state: Mutex::new(State {
+            state: Mutex::new(Items {
                 first: VecDeque::new(),
                 ready: VecDeque::new(),
                 queued: HashSet::new(),
@@ -49,7 +49,7 @@ impl<T: Clone + Eq + Hash + Ord> Default for WorkQueue<T> {
     }
 }
 
-impl<T: Clone + Eq + Hash> State<T> {
+impl<T: Clone + Eq + Hash> Items<T> {
     /// Queues `item` (ahead, when `first`): once done, when it is being processed; moved
     /// ahead, when it is queued behind. Whether it is newly ready.
     fn put(&mut self, item: T, first: bool) -> bool {
@@ -74,7 +74,7 @@ impl<T: Clone + Eq + Hash> State<T> {
 }
 
 impl<T: Clone + Eq + Hash + Ord> WorkQueue<T> {
-    fn state(&self) -> parking_lot::MutexGuard<'_, State<T>> {
+    fn state(&self) -> parking_lot::MutexGuard<'_, Items<T>> {
         self.state.lock()
     }
 

@@ -156,7 +156,7 @@ impl Wave {
     /// the graph (this one among them, and those being deleted) are in `waves`: no higher wave
     /// is left. Objects without the annotation are all in wave 0, so an owner without an order
     /// deletes every dependent at once.
-    pub fn in_turn(self, waves: impl IntoIterator<Item = Wave>) -> bool {
+    pub fn is_highest_of(self, waves: impl IntoIterator<Item = Wave>) -> bool {
         waves.into_iter().all(|other| other <= self)
     }
 }
@@ -429,10 +429,10 @@ impl Graph {
     }
 
     /// Whether a dependent in `wave` may be deleted for the owner `owner` (see
-    /// [`Wave::in_turn`]).
-    pub fn in_turn_of(&self, owner: Uid, wave: Wave) -> bool {
+    /// [`Wave::is_highest_of`]).
+    pub fn wave_reached(&self, owner: Uid, wave: Wave) -> bool {
         self.orders.is_empty()
-            || wave.in_turn(self.valid_dependents(owner).map(|(d, ..)| self.wave(d)))
+            || wave.is_highest_of(self.valid_dependents(owner).map(|(d, ..)| self.wave(d)))
     }
 
     /// The dependents of `uid` whose references really reach it (see
@@ -716,12 +716,15 @@ mod tests {
         assert_eq!(Order::of(Some("1.5")).wave(), Wave(0));
         assert_eq!(Order::of(Some("")).wave(), Wave(0));
         let left = [Wave(0), Wave(2), Wave(2), Wave(-1)];
-        assert!(Wave(2).in_turn(left));
-        assert!(!Wave(0).in_turn(left));
-        assert!(!Wave(-1).in_turn(left));
-        assert!(Wave(0).in_turn([Wave(0), Wave(0)]), "no order: all at once");
+        assert!(Wave(2).is_highest_of(left));
+        assert!(!Wave(0).is_highest_of(left));
+        assert!(!Wave(-1).is_highest_of(left));
         assert!(
-            Wave(-1).in_turn([Wave(-1)]),
+            Wave(0).is_highest_of([Wave(0), Wave(0)]),
+            "no order: all at once"
+        );
+        assert!(
+            Wave(-1).is_highest_of([Wave(-1)]),
             "the last wave, once the others are gone"
         );
     }

@@ -14,7 +14,7 @@ use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, TestOpera
 use jsonptr::PointerBuf;
 use serde_json::Value;
 
-use super::review::{Meta, Operation, Request};
+use super::review::{Metadata, Operation, Request};
 use crate::annotations::{Timeouts, annotation_problems};
 use crate::api::{Marks, Propagation};
 use crate::gc::cascade::Preview;
@@ -42,9 +42,9 @@ pub struct Policy {
     pub timeouts: Option<Timeouts>,
 }
 
-/// Why the decision came out as it did; a closed set, used as a metric label and in logs.
+/// Which case of the decision applied; a closed set, used as a metric label and in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub enum Case {
     /// Not an object syncgc looks at: a subresource, a CONNECT, or an object without metadata.
     Ignored,
     /// The object has not opted in (or nothing needs to change).
@@ -61,7 +61,7 @@ pub enum Reason {
     DeleteUnarmedDenied,
 }
 
-impl Reason {
+impl Case {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ignored => "ignored",
@@ -100,7 +100,7 @@ impl AddFinalizer {
 /// The outcome of [`admit`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    pub reason: Reason,
+    pub reason: Case,
     /// `Some` denies the request with this message.
     pub denial: Option<String>,
     pub patch: Option<Patch>,
@@ -113,11 +113,11 @@ impl Decision {
     pub fn deletes_armed(&self) -> bool {
         matches!(
             self.reason,
-            Reason::DeleteArmed | Reason::DeleteDefaultPropagation
+            Case::DeleteArmed | Case::DeleteDefaultPropagation
         )
     }
 
-    fn allow(reason: Reason) -> Self {
+    fn allow(reason: Case) -> Self {
         Self {
             reason,
             denial: None,
@@ -129,7 +129,7 @@ impl Decision {
 }
 
 /// Whether `meta` has opted in to synchronous deletion.
-pub fn opted_in(meta: &Meta) -> bool {
+pub fn opted_in(meta: &Metadata) -> bool {
     meta.annotation(SYNCHRONOUS_ANNOTATION) == Some("true")
 }
 
@@ -141,12 +141,12 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
         .as_deref()
         .is_some_and(|s| !s.is_empty())
     {
-        return Decision::allow(Reason::Ignored);
+        return Decision::allow(Case::Ignored);
     }
     match request.operation {
         Operation::Create | Operation::Update => {
             let mut decision = admit_write(request);
-            if decision.reason != Reason::Ignored
+            if decision.reason != Case::Ignored
                 && let Some(meta) = request.object.as_ref().and_then(|o| o.metadata.as_ref())
             {
                 let annotations = meta.annotations.iter().flatten();
@@ -170,24 +170,24 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
             }
             decision
         }
-        Operation::Connect => Decision::allow(Reason::Ignored),
+        Operation::Connect => Decision::allow(Case::Ignored),
     }
 }
 
 fn admit_write(request: &Request) -> Decision {
     let Some(meta) = request.object.as_ref().and_then(|o| o.metadata.as_ref()) else {
-        return Decision::allow(Reason::Ignored);
+        return Decision::allow(Case::Ignored);
     };
     if meta.deletion_timestamp.is_some() {
-        return Decision::allow(Reason::Terminating);
+        return Decision::allow(Case::Terminating);
     }
     if opted_in(meta) {
         return match arm_patch(meta) {
             Some(patch) => Decision {
                 patch: Some(patch),
-                ..Decision::allow(Reason::Arm)
+                ..Decision::allow(Case::Arm)
             },
-            None => Decision::allow(Reason::Untouched),
+            None => Decision::allow(Case::Untouched),
         };
     }
     let was_opted_in = request
@@ -201,10 +201,10 @@ fn admit_write(request: &Request) -> Decision {
     {
         return Decision {
             patch: Some(patch),
-            ..Decision::allow(Reason::Disarm)
+            ..Decision::allow(Case::Disarm)
         };
     }
-    Decision::allow(Reason::Untouched)
+    Decision::allow(Case::Untouched)
 }
 
 fn admit_delete(request: &Request, policy: &Policy) -> Decision {
@@ -213,13 +213,13 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
         .as_ref()
         .and_then(|o| o.metadata.as_ref())
     else {
-        return Decision::allow(Reason::Ignored);
+        return Decision::allow(Case::Ignored);
     };
     if !opted_in(meta) {
-        return Decision::allow(Reason::Untouched);
+        return Decision::allow(Case::Untouched);
     }
     if meta.deletion_timestamp.is_some() {
-        return Decision::allow(Reason::Terminating);
+        return Decision::allow(Case::Terminating);
     }
     let dry_run = dry_run(request);
     let uid = meta.uid.clone().unwrap_or_default();
@@ -231,7 +231,7 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
                     "{} was not armed with {SYNCHRONOUS_FINALIZER}: its deletion is not synchronous",
                     describe(request)
                 )],
-                ..Decision::allow(Reason::DeleteUnarmedAllowed)
+                ..Decision::allow(Case::DeleteUnarmedAllowed)
             },
             UnarmedDelete::Deny => Decision {
                 denial: Some(format!(
@@ -248,7 +248,7 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
                     finalizer: SYNCHRONOUS_FINALIZER,
                     uid: uid.clone(),
                 }),
-                ..Decision::allow(Reason::DeleteUnarmedDenied)
+                ..Decision::allow(Case::DeleteUnarmedDenied)
             },
         };
     }
@@ -261,26 +261,26 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
     });
     let default = meta.annotation(PROPAGATION_ANNOTATION);
     if named_policy || default.is_none() {
-        return Decision::allow(Reason::DeleteArmed);
+        return Decision::allow(Case::DeleteArmed);
     }
     let default = default.unwrap_or_default();
     let finalizer = match Propagation::from_annotation(default) {
         Some(Propagation::Foreground) => FOREGROUND_FINALIZER,
         Some(Propagation::Orphan) => ORPHAN_FINALIZER,
-        Some(Propagation::Background) => return Decision::allow(Reason::DeleteArmed),
+        Some(Propagation::Background) => return Decision::allow(Case::DeleteArmed),
         None => {
             return Decision {
                 warnings: annotation_problems([(PROPAGATION_ANNOTATION, default)], None),
-                ..Decision::allow(Reason::DeleteArmed)
+                ..Decision::allow(Case::DeleteArmed)
             };
         }
     };
     if meta.has_finalizer(finalizer) || dry_run || uid.is_empty() {
-        return Decision::allow(Reason::DeleteArmed);
+        return Decision::allow(Case::DeleteArmed);
     }
     Decision {
         side_effect: Some(AddFinalizer { finalizer, uid }),
-        ..Decision::allow(Reason::DeleteDefaultPropagation)
+        ..Decision::allow(Case::DeleteDefaultPropagation)
     }
 }
 
@@ -444,13 +444,13 @@ fn labels_pointer() -> PointerBuf {
 }
 
 /// Whether `meta` carries [`ARMED_LABEL`].
-pub fn labelled(meta: &Meta) -> bool {
+pub fn labelled(meta: &Metadata) -> bool {
     meta.label(ARMED_LABEL) == Some("true")
 }
 
 /// A JSON patch that arms `meta`: adds the synchronous finalizer (leaving other finalizers
 /// alone) and [`ARMED_LABEL`], whichever it lacks; `None` when it has both.
-pub fn arm_patch(meta: &Meta) -> Option<Patch> {
+pub fn arm_patch(meta: &Metadata) -> Option<Patch> {
     let mut ops = Vec::new();
     if !meta.has_finalizer(SYNCHRONOUS_FINALIZER) {
         ops.push(if meta.finalizers.is_some() {
@@ -481,7 +481,7 @@ pub fn arm_patch(meta: &Meta) -> Option<Patch> {
 /// A JSON patch that disarms `meta`: removes the synchronous finalizer, guarded by a `test`
 /// that it is still at the index it was seen at, and [`ARMED_LABEL`]; `None` when it has
 /// neither.
-pub fn disarm_patch(meta: &Meta) -> Option<Patch> {
+pub fn disarm_patch(meta: &Metadata) -> Option<Patch> {
     let mut ops = Vec::new();
     if let Some(index) = meta
         .finalizers()
@@ -529,8 +529,8 @@ mod tests {
         }),
     };
 
-    fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Meta {
-        Meta {
+    fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Metadata {
+        Metadata {
             name: Some("cm".into()),
             uid: Some("uid-1".into()),
             annotations: Some(
@@ -544,8 +544,8 @@ mod tests {
         }
     }
 
-    fn request(operation: Operation, object: Option<Meta>, old: Option<Meta>) -> Request {
-        let wrap = |m: Option<Meta>| m.map(|m| Object { metadata: Some(m) });
+    fn request(operation: Operation, object: Option<Metadata>, old: Option<Metadata>) -> Request {
+        let wrap = |m: Option<Metadata>| m.map(|m| Object { metadata: Some(m) });
         Request {
             uid: "r".into(),
             name: "cm".into(),
@@ -557,7 +557,7 @@ mod tests {
         }
     }
 
-    fn delete(old: Meta, options: Options) -> Request {
+    fn delete(old: Metadata, options: Options) -> Request {
         Request {
             options: Some(options),
             ..request(Operation::Delete, None, Some(old))
@@ -565,7 +565,7 @@ mod tests {
     }
 
     /// Applies the decision's patch to a document holding `meta`'s finalizers and labels.
-    fn patched(meta: &Meta, decision: &Decision) -> Value {
+    fn patched(meta: &Metadata, decision: &Decision) -> Value {
         let mut doc = json!({ "metadata": { "name": "cm" } });
         if let Some(f) = &meta.finalizers {
             doc["metadata"]["finalizers"] = json!(f);
@@ -577,12 +577,12 @@ mod tests {
         doc
     }
 
-    fn patched_finalizers(meta: &Meta, decision: &Decision) -> Option<Vec<String>> {
+    fn patched_finalizers(meta: &Metadata, decision: &Decision) -> Option<Vec<String>> {
         serde_json::from_value(patched(meta, decision)["metadata"]["finalizers"].clone()).ok()
     }
 
-    fn with_labels(meta: Meta, labels: &[(&str, &str)]) -> Meta {
-        Meta {
+    fn with_labels(meta: Metadata, labels: &[(&str, &str)]) -> Metadata {
+        Metadata {
             labels: Some(
                 labels
                     .iter()
@@ -602,7 +602,7 @@ mod tests {
         for finalizers in [None, Some(&[][..]), Some(&["other"][..])] {
             let m = meta(&[OPT_IN], finalizers);
             let d = admit(&request(Operation::Create, Some(m.clone()), None), &DENY, 0);
-            assert_eq!(d.reason, Reason::Arm);
+            assert_eq!(d.reason, Case::Arm);
             let mut expected: Vec<String> = finalizers
                 .unwrap_or_default()
                 .iter()
@@ -628,14 +628,14 @@ mod tests {
         for value in ["false", "True", "yes", ""] {
             let m = meta(&[(SYNCHRONOUS_ANNOTATION, value)], None);
             let d = admit(&request(Operation::Create, Some(m), None), &DENY, 0);
-            assert_eq!((d.reason, d.patch), (Reason::Untouched, None), "{value:?}");
+            assert_eq!((d.reason, d.patch), (Case::Untouched, None), "{value:?}");
         }
         let d = admit(
             &request(Operation::Create, Some(meta(&[], None)), None),
             &DENY,
             0,
         );
-        assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
+        assert_eq!((d.reason, d.patch), (Case::Untouched, None));
     }
 
     #[test]
@@ -646,7 +646,7 @@ mod tests {
             &DENY,
             0,
         );
-        assert_eq!((d.reason, d.patch), (Reason::Untouched, None));
+        assert_eq!((d.reason, d.patch), (Case::Untouched, None));
     }
 
     #[test]
@@ -657,7 +657,7 @@ mod tests {
             &DENY,
             0,
         );
-        assert_eq!(d.reason, Reason::Arm);
+        assert_eq!(d.reason, Case::Arm);
         let doc = patched(&m, &d);
         assert_eq!(
             doc["metadata"]["finalizers"],
@@ -671,7 +671,7 @@ mod tests {
         let old = meta(&[], None);
         let new = meta(&[OPT_IN], None);
         let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY, 0);
-        assert_eq!(d.reason, Reason::Arm);
+        assert_eq!(d.reason, Case::Arm);
     }
 
     #[test]
@@ -686,7 +686,7 @@ mod tests {
             &DENY,
             0,
         );
-        assert_eq!(d.reason, Reason::Disarm);
+        assert_eq!(d.reason, Case::Disarm);
         assert_eq!(
             patched_finalizers(&new, &d),
             Some(vec!["a".to_owned(), "b".to_owned()])
@@ -706,27 +706,27 @@ mod tests {
             &DENY,
             0,
         );
-        assert_eq!((d.reason, d.patch), (Reason::Terminating, None));
+        assert_eq!((d.reason, d.patch), (Case::Terminating, None));
         let mut old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
         old.deletion_timestamp = m.deletion_timestamp.clone();
         let mut new = meta(&[], Some(&[SYNCHRONOUS_FINALIZER]));
         new.deletion_timestamp = m.deletion_timestamp.clone();
         let d = admit(&request(Operation::Update, Some(new), Some(old)), &DENY, 0);
-        assert_eq!((d.reason, d.patch), (Reason::Terminating, None));
+        assert_eq!((d.reason, d.patch), (Case::Terminating, None));
     }
 
     #[test]
     fn subresources_connect_and_objects_without_metadata_are_ignored() {
         let mut r = request(Operation::Update, Some(meta(&[OPT_IN], None)), None);
         r.sub_resource = Some("status".into());
-        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);
         let r = request(Operation::Connect, None, None);
-        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);
         let mut r = request(Operation::Create, None, None);
         r.object = Some(Object { metadata: None });
-        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);
         let r = request(Operation::Delete, None, None);
-        assert_eq!(admit(&r, &DENY, 0).reason, Reason::Ignored);
+        assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);
     }
 
     #[test]
@@ -740,7 +740,7 @@ mod tests {
                 Some(&[SYNCHRONOUS_FINALIZER]),
             );
             let d = admit(&delete(old, Options::default()), &DENY, 0);
-            assert_eq!(d.reason, Reason::DeleteDefaultPropagation);
+            assert_eq!(d.reason, Case::DeleteDefaultPropagation);
             assert_eq!(d.patch, None);
             assert_eq!(
                 d.side_effect,
@@ -776,7 +776,7 @@ mod tests {
             let d = admit(&delete(old.clone(), options.clone()), &DENY, 0);
             assert_eq!(
                 (d.reason, d.side_effect),
-                (Reason::DeleteArmed, None),
+                (Case::DeleteArmed, None),
                 "{options:?}"
             );
         }
@@ -795,7 +795,7 @@ mod tests {
             let d = admit(&delete(old, Options::default()), &DENY, 0);
             assert_eq!(
                 (d.reason, d.side_effect.is_none()),
-                (Reason::DeleteArmed, true)
+                (Case::DeleteArmed, true)
             );
             assert_eq!(!d.warnings.is_empty(), warns, "{default}");
         }
@@ -814,11 +814,11 @@ mod tests {
         let old = meta(&[OPT_IN], None);
         let allow = Policy::default();
         let d = admit(&delete(old.clone(), Options::default()), &allow, 0);
-        assert_eq!(d.reason, Reason::DeleteUnarmedAllowed);
+        assert_eq!(d.reason, Case::DeleteUnarmedAllowed);
         assert_eq!((d.denial, d.side_effect), (None, None));
 
         let d = admit(&delete(old.clone(), Options::default()), &DENY, 0);
-        assert_eq!(d.reason, Reason::DeleteUnarmedDenied);
+        assert_eq!(d.reason, Case::DeleteUnarmedDenied);
         assert!(d.denial.unwrap().contains("armed now"));
         assert_eq!(
             d.side_effect,
@@ -839,7 +839,7 @@ mod tests {
     fn delete_of_an_armed_owner_says_how_many_dependents_it_waits_for() {
         let old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
         let d = admit(&delete(old.clone(), Options::default()), &DENY, 3);
-        assert_eq!(d.reason, Reason::DeleteArmed);
+        assert_eq!(d.reason, Case::DeleteArmed);
         assert!(
             d.warnings[0].contains("its 3 dependent(s)"),
             "{:?}",
@@ -953,11 +953,11 @@ mod tests {
     #[test]
     fn delete_of_an_object_not_opted_in_or_terminating_is_untouched() {
         let d = admit(&delete(meta(&[], None), Options::default()), &DENY, 0);
-        assert_eq!((d.reason, d.denial), (Reason::Untouched, None));
+        assert_eq!((d.reason, d.denial), (Case::Untouched, None));
         let mut m = meta(&[OPT_IN], None);
         m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
         let d = admit(&delete(m, Options::default()), &DENY, 0);
-        assert_eq!((d.reason, d.denial), (Reason::Terminating, None));
+        assert_eq!((d.reason, d.denial), (Case::Terminating, None));
     }
 
     #[test]
@@ -972,7 +972,7 @@ mod tests {
         );
         for operation in [Operation::Create, Operation::Update] {
             let decision = admit(&request(operation, Some(typo.clone()), None), &policy, 0);
-            assert_eq!(decision.reason, Reason::Untouched);
+            assert_eq!(decision.reason, Case::Untouched);
             assert!(decision.patch.is_none());
             assert_eq!(decision.warnings.len(), 2, "{:?}", decision.warnings);
             assert!(
@@ -992,7 +992,7 @@ mod tests {
             None,
         );
         let decision = admit(&request(Operation::Create, Some(long), None), &policy, 0);
-        assert_eq!(decision.reason, Reason::Arm);
+        assert_eq!(decision.reason, Case::Arm);
         assert_eq!(decision.warnings.len(), 1);
         assert!(
             decision.warnings[0].contains("capped"),

@@ -244,7 +244,7 @@ impl Keeper {
 
     /// Brings the Secret to what [`next`] says and returns what it holds then, with the
     /// changes written (by this replica).
-    pub async fn round(
+    pub async fn reconcile(
         &self,
         cluster: &Cluster,
         published: &[u8],
@@ -334,7 +334,7 @@ mod tests {
         Certificate::parse_all(pem.as_bytes()).unwrap()
     }
 
-    /// Runs [`next`] as the loop does, publishing the bundle after each round.
+    /// Runs [`next`] as the loop does, publishing the bundle after each pass.
     fn settle(stored: &mut Contents, published: &mut String, now: OffsetDateTime) -> Vec<Change> {
         let mut all = Vec::new();
         for _ in 0..4 {

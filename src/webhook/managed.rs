@@ -1,13 +1,13 @@
 //! `--manage-webhook`: syncgc keeps its own MutatingWebhookConfiguration, and with
 //! `--tls-secret` its own CA and serving certificate.
 //!
-//! Every replica runs the same round, every few seconds and whenever discovery changes what is
+//! Every replica runs the same pass, every few seconds and whenever discovery changes what is
 //! served: it reads the server's version and the configuration; with `--tls-secret` it brings
 //! the Secret up to date (see [`super::certificate`]) and serves the certificate it holds;
 //! then it writes the configuration if what it should say (the rules and fields for the
 //! oldest version the apiservers answered lately, see [`super::served`], the CA bundle)
 //! differs from what it says. Replicas that agree write nothing; a
-//! configuration edited by hand is put back at the next round.
+//! configuration edited by hand is put back at the next pass.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::certificate::{self, Keeper, SecretError};
-use super::registration::{ARM_WEBHOOK, Registration, Scope, ServerVersion};
+use super::registration::{ARM_WEBHOOK, Coverage, Registration, ServerVersion};
 use super::served::{SERVED_VERSIONS_ANNOTATION, Served};
 use super::tls::ReloadingCert;
 use crate::api::{ApiError, Cluster, clock};
@@ -36,11 +36,11 @@ pub enum CaSource {
     File(PathBuf),
 }
 
-/// How often a round runs when nothing asks sooner.
+/// How often a pass runs when nothing asks sooner.
 pub const ROUND_INTERVAL: Duration = Duration::from_secs(10);
-/// The shortest time between rounds.
+/// The shortest time between passes.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
-/// The longest wait after failed rounds.
+/// The longest wait after failed passes.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct Managed {
@@ -83,7 +83,7 @@ impl ManageError {
     }
 }
 
-/// What a round did to the configuration.
+/// What a pass did to the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Written {
     Nothing,
@@ -94,7 +94,7 @@ enum Written {
 }
 
 impl Managed {
-    /// The interval between rounds: short enough to renew within the renewal margin.
+    /// The interval between passes: short enough to renew within the renewal margin.
     fn interval(&self) -> Duration {
         match &self.ca {
             CaSource::Secret(keeper) => {
@@ -104,10 +104,10 @@ impl Managed {
         }
     }
 
-    /// Runs rounds until `shutdown`. Condition `webhook` fails until there is a certificate to
+    /// Runs passes until `shutdown`. Condition `webhook` fails until there is a certificate to
     /// serve (with `--tls-secret`, from the Secret) and only then: admission needs nothing more,
-    /// whatever later rounds meet. Condition `registration` fails until a round has written
-    /// the configuration, and while rounds fail (a refused write among them).
+    /// whatever later passes meet. Condition `registration` fails until a pass has written
+    /// the configuration, and while passes fail (a refused write among them).
     pub async fn run(self, shutdown: CancellationToken) {
         self.readiness
             .fail(Condition::Registration, "the webhook is not registered yet");
@@ -118,13 +118,13 @@ impl Managed {
         let mut discoveries = self.resources.discoveries();
         let mut backoff = Backoff::new(MIN_INTERVAL, MAX_BACKOFF);
         loop {
-            let round = self.round().await;
-            let result = if round.is_ok() { "ok" } else { "error" };
+            let pass = self.reconcile().await;
+            let result = if pass.is_ok() { "ok" } else { "error" };
             self.metrics
                 .managed_rounds
                 .with_label_values(&[result])
                 .inc();
-            let wait = match &round {
+            let wait = match &pass {
                 Ok(Written::Waiting) => {
                     backoff.reset();
                     self.readiness.fail(
@@ -152,7 +152,7 @@ impl Managed {
             };
             if self.cert.is_loaded() {
                 self.readiness.clear(Condition::Webhook);
-            } else if let Err(err) = &round {
+            } else if let Err(err) = &pass {
                 self.readiness.fail(
                     Condition::Webhook,
                     format!("no certificate to serve: {err}"),
@@ -166,7 +166,7 @@ impl Managed {
         }
     }
 
-    async fn round(&self) -> Result<Written, ManageError> {
+    async fn reconcile(&self) -> Result<Written, ManageError> {
         let answered: ServerVersion = self
             .cluster
             .server_version()
@@ -187,7 +187,7 @@ impl Managed {
         let ca_bundle = match &self.ca {
             CaSource::Secret(keeper) => {
                 let (contents, changes) = keeper
-                    .round(&self.cluster, &published(existing.as_ref()))
+                    .reconcile(&self.cluster, &published(existing.as_ref()))
                     .await?;
                 for change in &changes {
                     tracing::info!(secret = %keeper.secret(), change = change.as_str(), "certificate Secret written");
@@ -220,12 +220,12 @@ impl Managed {
             })?,
         };
         let scope = if server.match_conditions() {
-            Scope::Every
+            Coverage::Every
         } else if *self.resources.discoveries().borrow() == 0 {
             return Ok(Written::Waiting);
         } else {
             let resources = self.resources.read();
-            let discovered = Scope::of_discovery(
+            let discovered = Coverage::of_discovery(
                 resources.served().map(|(_, r)| r),
                 resources.failed_groups(),
             );

@@ -42,7 +42,7 @@ pub struct Registration {
     /// The apiserver's version: from 1.28 on, `matchConditions` filter what reaches syncgc.
     pub server: ServerVersion,
     /// Before 1.28, the resources whose CREATE and UPDATE reach syncgc.
-    pub scope: Scope,
+    pub scope: Coverage,
 }
 
 /// The path the webhook serves admission reviews on.
@@ -143,7 +143,7 @@ pub const NOT_OPTING_IN: [(&str, &str); 3] = [
 
 /// Which resources' CREATE and UPDATE reach syncgc on a server without `matchConditions`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
+pub enum Coverage {
     /// Every resource (`*`): what a configuration applied by hand must say, since it does
     /// not follow the resources the cluster comes to serve.
     Every,
@@ -152,7 +152,7 @@ pub enum Scope {
     Discovered(BTreeMap<String, Option<BTreeSet<String>>>),
 }
 
-impl Scope {
+impl Coverage {
     /// The scope of `served` resources, as (group, plural): every group whole but those
     /// holding a resource of [`NOT_OPTING_IN`]; and every group of `failed` (whose discovery
     /// failed: its resources may be unknown) whole.
@@ -338,7 +338,7 @@ impl Registration {
         };
         // Before 1.28 nothing filters CREATE and UPDATE but the rules.
         let arm_scope = if self.server.match_conditions() {
-            &Scope::Every
+            &Coverage::Every
         } else {
             &self.scope
         };
@@ -357,7 +357,7 @@ impl Registration {
                 ),
                 self.webhook(
                     DELETE_WEBHOOK,
-                    Scope::Every.rules(&["DELETE"]),
+                    Coverage::Every.rules(&["DELETE"]),
                     "Never",
                     object_selector,
                     delete_condition,
@@ -445,7 +445,7 @@ mod tests {
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
             server,
-            scope: Scope::Every,
+            scope: Coverage::Every,
         }
     }
 
@@ -481,7 +481,7 @@ mod tests {
     /// agree on the union of their scopes: each widens its own by the rules written.
     #[test]
     fn a_scope_widened_by_another_scope_s_rules_is_their_union() {
-        let one = Scope::discovered(
+        let one = Coverage::discovered(
             [
                 ("", "configmaps"),
                 ("", "events"),
@@ -490,11 +490,11 @@ mod tests {
             ],
             [],
         );
-        let other = Scope::discovered(
+        let other = Coverage::discovered(
             [("", "configmaps"), ("", "pods"), ("batch", "jobs")],
             ["metrics.k8s.io"],
         );
-        let union = Scope::discovered(
+        let union = Coverage::discovered(
             [
                 ("", "configmaps"),
                 ("", "pods"),
@@ -512,7 +512,10 @@ mod tests {
             "the other replica writes nothing new"
         );
         assert_eq!(one.clone().widened(&one.rules(&["CREATE"])), one);
-        assert_eq!(one.widened(&Scope::Every.rules(&["CREATE"])), Scope::Every);
+        assert_eq!(
+            one.widened(&Coverage::Every.rules(&["CREATE"])),
+            Coverage::Every
+        );
     }
 
     #[test]
@@ -698,7 +701,7 @@ mod tests {
             ("x.io", "widgets"),
         ];
         let mut old = registration(UnarmedDelete::Allow);
-        old.scope = Scope::discovered(served, ["metrics.k8s.io"]);
+        old.scope = Coverage::discovered(served, ["metrics.k8s.io"]);
         let value = serde_json::to_value(old.configuration()).unwrap();
         assert_eq!(
             value["webhooks"][0]["rules"],

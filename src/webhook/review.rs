@@ -112,12 +112,12 @@ impl Operation {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Object {
     #[serde(default)]
-    pub metadata: Option<Meta>,
+    pub metadata: Option<Metadata>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Meta {
+pub struct Metadata {
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]
@@ -136,7 +136,7 @@ pub struct Meta {
     pub deletion_timestamp: Option<String>,
 }
 
-impl Meta {
+impl Metadata {
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.as_ref()?.get(key).map(String::as_str)
     }

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{Registration, Scope, WebhookClient};
+use syncgc::webhook::registration::{Coverage, Registration, WebhookClient};
 
 use super::kubeconfig_path;
 
@@ -128,7 +128,7 @@ impl Syncgc {
                 excluded_namespaces: vec![],
                 unarmed_delete: unarmed_delete(args),
                 server: super::server(),
-                scope: Scope::Every,
+                scope: Coverage::Every,
             }
             .configuration();
             for hook in registration.webhooks.iter_mut().flatten() {

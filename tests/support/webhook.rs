@@ -16,7 +16,7 @@ use syncgc::metrics::Metrics;
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::Policy;
 use syncgc::webhook::handler::{self, Webhook};
-use syncgc::webhook::registration::{NAMESPACE_NAME_LABEL, Registration, Scope, WebhookClient};
+use syncgc::webhook::registration::{Coverage, NAMESPACE_NAME_LABEL, Registration, WebhookClient};
 use syncgc::webhook::server::{self, Limits};
 use syncgc::webhook::tls::ReloadingCert;
 use tokio_util::sync::CancellationToken;
@@ -109,7 +109,7 @@ impl RegisteredWebhook {
             excluded_namespaces: vec![],
             unarmed_delete: policy.unarmed_delete,
             server: super::server(),
-            scope: Scope::Every,
+            scope: Coverage::Every,
         }
         .configuration();
         for webhook in configuration.webhooks.iter_mut().flatten() {

@@ -147,7 +147,7 @@ struct Held {
 
 /// The barrier's bookkeeping, under one lock (taken after the graph's, never before).
 #[derive(Debug, Default)]
-struct State {
+struct Ledger {
     rounds: HashMap<Scope, Rounds>,
     /// When each owner at the barrier arrived, by whether only blocking references keep it
     /// (foreground deletion) or any does (syncgc's finalizer): since then, every look at it
@@ -161,7 +161,7 @@ struct State {
     leading_since: Option<i64>,
 }
 
-impl State {
+impl Ledger {
     /// `owner` and every member of its tree, transitively.
     fn tree(&self, owner: Uid) -> HashSet<Uid> {
         let mut all = HashSet::from([owner]);
@@ -242,7 +242,7 @@ impl State {
 /// The release barrier: its bookkeeping, and the task that reads its rounds ([`Reads`]).
 pub struct Barrier {
     enabled: bool,
-    state: Mutex<State>,
+    state: Mutex<Ledger>,
     /// Wakes the task that reads rounds.
     wake: Notify,
     reads: Reads,
@@ -262,7 +262,7 @@ impl Barrier {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, Ledger> {
         self.state.lock()
     }
 
@@ -400,7 +400,7 @@ impl Barrier {
         state
             .trees
             .retain(|uid, tree| waiting(uid) || tree.since.elapsed() < keep);
-        let State {
+        let Ledger {
             trees, deleted_for, ..
         } = &mut *state;
         deleted_for.retain(|_, owner| trees.contains_key(owner));
@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn trees_are_followed_transitively() {
-        let mut state = State::default();
+        let mut state = Ledger::default();
         for (owner, member) in [(1, 2), (2, 3), (7, 8)] {
             state.trees.entry(uid(owner)).or_insert_with(|| Tree {
                 members: HashSet::new(),
@@ -664,7 +664,7 @@ mod tests {
     #[test]
     fn a_round_serves_the_owners_that_arrived_before_it_began() {
         let scope = Scope::Namespace("ns".into());
-        let mut state = State::default();
+        let mut state = Ledger::default();
         let before = Instant::now();
         let round = Arc::new(round(Vec::new()));
         let after = Instant::now() + Duration::from_millis(1);
@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn a_round_of_the_cluster_serves_every_namespace_when_many_wait() {
-        let mut state = State::default();
+        let mut state = Ledger::default();
         let namespaces: Vec<Scope> = (0..SCOPES_AT_ONCE + 1)
             .map(|i| Scope::Namespace(format!("ns-{i}")))
             .collect();

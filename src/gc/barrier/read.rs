@@ -53,7 +53,7 @@ impl Reads {
             };
             (reads, known)
         };
-        let results: Vec<Result<Found, Hold>> = futures::stream::iter(reads)
+        let results: Vec<Result<Findings, Hold>> = futures::stream::iter(reads)
             .map(|(resource, referrers, source)| {
                 self.read_one(scope, resource, referrers, source, &known)
             })
@@ -94,14 +94,14 @@ impl Reads {
         referrers: bool,
         source: Option<Source>,
         known: &Known,
-    ) -> Result<Found, Hold> {
+    ) -> Result<Findings, Hold> {
         let name = discovery::resource_name(&resource.api);
         let collection = Target::collection(
             &resource.api,
             if referrers { scope.namespace() } else { None },
         );
         let aliases = self.resources.read().aliases().clone();
-        let mut found = Found::default();
+        let mut found = Findings::default();
         let result = self
             .cluster
             .list_metadata(&collection, |page: Vec<meta::Meta>| {
@@ -222,7 +222,7 @@ impl Known {
 
 /// What the read of one resource found.
 #[derive(Debug, Default)]
-struct Found {
+struct Findings {
     references: Vec<(Uid, Referrer)>,
     /// Objects of a discovery source that discovery does not know, with the source.
     unknown: Vec<(Resource, Source, String)>,
