@@ -3,7 +3,8 @@
 # hold: syncgc::webhook::review::check_skim) for SECONDS (default 60) with cargo fuzz (libFuzzer,
 # AddressSanitizer) on the nightly toolchain. Installs cargo-fuzz when it is missing. The build,
 # the corpus the fuzzer grows and any failing input live in the cache, outside the checkout
-# (${XDG_CACHE_HOME:-~/.cache}/syncgc/fuzz); fuzz/seeds/skim seeds it.
+# (${XDG_CACHE_HOME:-~/.cache}/syncgc/fuzz); the AdmissionReview fixtures in
+# tests/fixtures/admission seed it.
 #   hack/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +18,5 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version 0.13.2 --locked
 cargo +nightly fuzz run --fuzz-dir fuzz --target-dir "$cache/target" skim \
-  "$cache/corpus" fuzz/seeds/skim -- \
+  "$cache/corpus" tests/fixtures/admission -- \
   -max_total_time="$seconds" -artifact_prefix="$cache/artifacts/" -print_final_stats=1

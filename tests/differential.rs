@@ -109,17 +109,7 @@ async fn run(scenario: Scenario, ns: &TestNamespace) {
         }
         Scenario::ForegroundTree | Scenario::BackgroundTree => {
             let root = create(&maps, &cm("root", vec![])).await;
-            for i in 0..2 {
-                let mid =
-                    create(&maps, &cm(&format!("mid{i}"), vec![owner_ref(&root, true)])).await;
-                for j in 0..2 {
-                    create(
-                        &maps,
-                        &cm(&format!("leaf{i}{j}"), vec![owner_ref(&mid, true)]),
-                    )
-                    .await;
-                }
-            }
+            support::tree(&maps, &root, &[("mid", 2), ("leaf", 2)], true).await;
             let policy = if scenario == Scenario::ForegroundTree {
                 DeleteParams::foreground()
             } else {

@@ -21,7 +21,7 @@ use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::surface::seen;
 use support::{
     Kcm, TestNamespace, being_deleted, clear_finalizers, cluster_sh, config_map, create, delete,
-    eventually, exists, gone, held, opted_in, owner_ref, try_cluster_sh,
+    eventually, exists, gone, held, opted_in, owner_ref, tree, try_cluster_sh,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -126,13 +126,7 @@ async fn an_apiserver_at_its_inflight_limit_loses_nothing() {
     let api = ns.api::<ConfigMap>();
     let owner = armed_owner(&api).await;
     const DEPENDENTS: usize = 40;
-    for i in 0..DEPENDENTS {
-        create(
-            &api,
-            &config_map(&format!("dependent-{i}"), vec![owner_ref(&owner, true)]),
-        )
-        .await;
-    }
+    tree(&api, &owner, &[("dependent-", DEPENDENTS)], true).await;
     let last = create(&api, &held("last", vec![owner_ref(&owner, true)])).await;
     seen(&syncgc, &last.uid().unwrap()).await;
 

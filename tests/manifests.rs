@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use support::process::{Syncgc, WEBHOOK_LABEL};
 use support::{
-    TestNamespace, config_map, create, delete, eventually, gone, held, kubectl, opted_in, owner_ref,
+    TestNamespace, config_map, create, delete, eventually, gone, held, kubectl, opted_in,
+    owner_ref, tree,
 };
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
@@ -315,13 +316,7 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     assert_eq!(owner.finalizers(), [syncgc::names::SYNCHRONOUS_FINALIZER]);
     create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
-    for i in 0..3 {
-        create(
-            &api,
-            &config_map(&format!("d{i}"), vec![owner_ref(&owner, true)]),
-        )
-        .await;
-    }
+    tree(&api, &owner, &[("d", 3)], true).await;
     delete(&api, "owner", &DeleteParams::background()).await;
     for i in 0..3 {
         let name = format!("d{i}");

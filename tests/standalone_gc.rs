@@ -24,7 +24,7 @@ use support::surface::{
 };
 use support::{
     TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
-    delete_crd, eventually, exists, gone, in_wave, owner_ref, with_finalizer,
+    delete_crd, eventually, exists, gone, in_wave, owner_ref, tree, with_finalizer,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -705,20 +705,7 @@ async fn foreground_tree_goes_leaf_first_and_is_counted() {
     let maps = ns.api::<ConfigMap>();
     let before = syncgc().metric("syncgc_gc_finalizers_removed_total");
     let root = create(&maps, &config_map("root", vec![])).await;
-    for i in 0..3 {
-        let mid = create(
-            &maps,
-            &config_map(&format!("mid{i}"), vec![owner_ref(&root, true)]),
-        )
-        .await;
-        for j in 0..3 {
-            create(
-                &maps,
-                &config_map(&format!("leaf{i}{j}"), vec![owner_ref(&mid, true)]),
-            )
-            .await;
-        }
-    }
+    tree(&maps, &root, &[("mid", 3), ("leaf", 3)], true).await;
     delete(&maps, "root", &DeleteParams::foreground()).await;
     eventually("the root is gone", WAIT, || gone(&maps, "root")).await;
     let left = maps

@@ -18,7 +18,7 @@ use syncgc::names::{
 use support::process::{WEBHOOK_LABEL, shared};
 use support::{
     HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
-    delete_crd, eventually, exists, gone, held, opted_in, owner_and_held, owner_ref,
+    delete_crd, eventually, exists, gone, held, opted_in, owner_and_held, owner_ref, tree,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -52,13 +52,7 @@ async fn sg01_owner_waits_for_all_its_dependents() {
     let owner = create(&api, &opted_in("owner", vec![], &[])).await;
     assert_eq!(owner.finalizers(), [SYNCHRONOUS_FINALIZER]);
     create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
-    for i in 0..49 {
-        create(
-            &api,
-            &config_map(&format!("d{i}"), vec![owner_ref(&owner, false)]),
-        )
-        .await;
-    }
+    tree(&api, &owner, &[("d", 49)], false).await;
 
     delete(&api, "owner", &DeleteParams::default()).await;
     eventually("the 49 free dependents are gone", WAIT, || async {
@@ -95,13 +89,7 @@ async fn kubectl_delete_returns_when_the_tree_is_gone() {
     let ns = namespace("kubectl_delete_returns").await;
     let api = ns.api::<ConfigMap>();
     let owner = create(&api, &opted_in("owner", vec![], &[])).await;
-    for i in 0..20 {
-        create(
-            &api,
-            &config_map(&format!("d{i}"), vec![owner_ref(&owner, true)]),
-        )
-        .await;
-    }
+    tree(&api, &owner, &[("d", 20)], true).await;
     let namespace = ns.name.clone();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("kubectl")
@@ -215,13 +203,7 @@ async fn sg13_orphan_keeps_the_dependents() {
     let ns = namespace("sg13_orphan_keeps_the_dependents").await;
     let api = ns.api::<ConfigMap>();
     let owner = create(&api, &opted_in("owner", vec![], &[])).await;
-    for i in 0..3 {
-        create(
-            &api,
-            &config_map(&format!("d{i}"), vec![owner_ref(&owner, true)]),
-        )
-        .await;
-    }
+    tree(&api, &owner, &[("d", 3)], true).await;
     let orphan = DeleteParams {
         propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
         ..Default::default()

@@ -11,9 +11,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::{Value, json};
+use serde_json::Value;
 use syncgc::certs::{DevCerts, SubjectAltNames};
-use syncgc::names::{PROPAGATION_ANNOTATION, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::Policy;
 use syncgc::webhook::server::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -115,48 +114,26 @@ async fn review(served: &Served, body: &Value) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn create_review(version: &str, uid: &str) -> Value {
-    json!({
-        "apiVersion": version,
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-            "name": "cm", "namespace": "ns", "operation": "CREATE",
-            "userInfo": {"username": "admin"},
-            "object": {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "cm", "namespace": "ns",
-                             "annotations": {SYNCHRONOUS_ANNOTATION: "true"}}
-            },
-            "oldObject": null, "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-        }
-    })
+/// An AdmissionReview from `tests/fixtures/admission`.
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/admission/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
+/// The CREATE of an opted-in ConfigMap, in review version `version` with request `uid`.
+fn create_review(version: &str, uid: &str) -> Value {
+    let mut review = fixture("create-opted-in.json");
+    review["apiVersion"] = version.into();
+    review["request"]["uid"] = uid.into();
+    review
+}
+
+/// The DELETE of an armed ConfigMap whose annotation asks for foreground propagation.
 fn armed_delete_review() -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "del-1",
-            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-            "name": "cm", "namespace": "ns", "operation": "DELETE",
-            "userInfo": {"username": "admin"},
-            "oldObject": {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "cm", "namespace": "ns", "uid": "u-1",
-                             "finalizers": [SYNCHRONOUS_FINALIZER],
-                             "annotations": {SYNCHRONOUS_ANNOTATION: "true",
-                                             PROPAGATION_ANNOTATION: "Foreground"}}
-            },
-            "dryRun": false,
-            "options": {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
-        }
-    })
+    fixture("delete-armed.json")
 }
 
 fn assert_arms(answer: &Value, version: &str, uid: &str) {

@@ -519,10 +519,10 @@ mod tests {
         }
     }
 
-    /// The seeds of the fuzz target are reviews, and pass its check.
+    /// The AdmissionReview fixtures (the fuzz target's seeds) are reviews, and pass its check.
     #[test]
-    fn the_fuzz_seeds_pass_the_check() {
-        let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/skim");
+    fn the_fixtures_pass_the_fuzz_check() {
+        let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
         let mut count = 0;
         for entry in std::fs::read_dir(seeds).unwrap() {
             let body = std::fs::read(entry.unwrap().path()).unwrap();

@@ -417,6 +417,36 @@ where
         })
 }
 
+/// The owner-with-dependents shape most scenarios delete: under `owner`, a level of
+/// ConfigMaps for each of `levels` — `(name, count)`: `count` children of every object of the
+/// level above, named `name` followed by the indices of their line (`d0`, `d1`; `leaf00`,
+/// `leaf01`) — each referring to its parent, blocking or not. Every level, top first, as
+/// read back.
+pub async fn tree(
+    api: &Api<ConfigMap>,
+    owner: &ConfigMap,
+    levels: &[(&str, usize)],
+    blocking: bool,
+) -> Vec<Vec<ConfigMap>> {
+    let mut parents = vec![(String::new(), owner.clone())];
+    let mut tree = Vec::new();
+    for (name, count) in levels {
+        let mut level = Vec::new();
+        for (line, parent) in &parents {
+            for i in 0..*count {
+                let child = config_map(
+                    &format!("{name}{line}{i}"),
+                    vec![owner_ref(parent, blocking)],
+                );
+                level.push((format!("{line}{i}"), create(api, &child).await));
+            }
+        }
+        tree.push(level.iter().map(|(_, cm)| cm.clone()).collect());
+        parents = level;
+    }
+    tree
+}
+
 /// Creates a namespaced custom resource kind `kind` (plural `plural`, version v1, any fields) in
 /// a group named after `ns`, and returns its resource.
 pub async fn create_crd(ns: &TestNamespace, kind: &str, plural: &str) -> kube::api::ApiResource {
