@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::DeleteParams;
 
-use support::process::{WEBHOOK_LABEL, shared};
+use support::process::{Following, WEBHOOK_LABEL, shared};
 use support::{
     TestNamespace, being_deleted, clear_finalizers, create, eventually, held, opted_in, owner_ref,
 };
@@ -104,16 +104,11 @@ async fn a_terminating_namespace_says_what_holds_it() {
     assert_eq!(report["remaining"][0]["count"], 2, "{report:#}");
     assert_eq!(report["syncgc"][0]["name"], "owner", "{report:#}");
 
-    let follow = explain(&[&object, "--watch"]).spawn().unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut follow = Following::new(explain(&[&object, "--watch"]).spawn().unwrap());
+    follow.started().await;
     clear_finalizers(&api, "held").await;
-    let done = tokio::task::spawn_blocking(move || follow.wait_with_output().unwrap());
-    let out = tokio::time::timeout(WAIT, done)
-        .await
-        .expect("--watch ends once the namespace is gone")
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{said}");
+    let (status, said) = follow.ended(WAIT).await;
+    assert_eq!(status.code(), Some(0), "{said}");
     let lines: Vec<&str> = said.lines().collect();
     assert!(lines[0].contains("object(s) left in 1 kind(s)"), "{said}");
     assert!(

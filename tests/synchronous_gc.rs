@@ -15,7 +15,7 @@ use syncgc::names::{
     TIMEOUT_ANNOTATION,
 };
 
-use support::process::{WEBHOOK_LABEL, shared};
+use support::process::{Following, WEBHOOK_LABEL, shared};
 use support::{
     HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
     delete_crd, eventually, exists, gone, held, opted_in, owner_and_held, owner_ref, tree,
@@ -578,27 +578,20 @@ async fn explain_follows_a_deletion_until_the_owner_is_gone() {
         "{report}"
     );
 
-    let watch = syncgc(&["cm/owner", "--watch"]);
-    let timed_out = syncgc(&["configmap/late", "-w"]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut watch = Following::new(syncgc(&["cm/owner", "--watch"]));
+    let mut timed_out = Following::new(syncgc(&["configmap/late", "-w"]));
+    watch.started().await;
+    timed_out.started().await;
     clear_finalizers(&api, "held").await;
-    let (watched, timed_out) = tokio::task::spawn_blocking(move || {
-        (
-            watch.wait_with_output().unwrap(),
-            timed_out.wait_with_output().unwrap(),
-        )
-    })
-    .await
-    .unwrap();
-    let lines = String::from_utf8_lossy(&watched.stdout).into_owned();
-    assert_eq!(watched.status.code(), Some(0), "{lines}");
+    let (status, lines) = watch.ended(WAIT).await;
+    assert_eq!(status.code(), Some(0), "{lines}");
     let lines: Vec<&str> = lines.lines().collect();
     assert!(
         lines[0].contains("being deleted; 1 dependent(s) left, 1 blocking"),
         "{lines:?}"
     );
     assert!(lines.last().unwrap().ends_with("owner: gone"), "{lines:?}");
-    let lines = String::from_utf8_lossy(&timed_out.stdout).into_owned();
-    assert_eq!(timed_out.status.code(), Some(3), "{lines}");
+    let (status, lines) = timed_out.ended(WAIT).await;
+    assert_eq!(status.code(), Some(3), "{lines}");
     assert!(lines.contains("released by its timeout"), "{lines}");
 }

@@ -31,18 +31,25 @@ fn unreachable_client() -> kube::Client {
 
 /// A client for a server that accepts connections and never answers: side effects hang.
 async fn hanging_client() -> kube::Client {
+    hanging_client_reached().await.0
+}
+
+/// [`hanging_client`], and how many connections its apiserver has accepted.
+async fn hanging_client_reached() -> (kube::Client, tokio::sync::watch::Receiver<usize>) {
     syncgc::api::install_crypto_provider();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let (accepted, reached) = tokio::sync::watch::channel(0);
     tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((socket, _)) = listener.accept().await {
             held.push(socket);
+            accepted.send_replace(held.len());
         }
     });
     let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     config.read_timeout = None;
-    kube::Client::try_from(config).unwrap()
+    (kube::Client::try_from(config).unwrap(), reached)
 }
 
 async fn serve_default() -> Served {
@@ -438,12 +445,14 @@ async fn a_rotated_certificate_is_served_to_new_connections() {
 
 #[tokio::test]
 async fn shutdown_finishes_in_flight_reviews_and_stops_accepting() {
-    let served = serve(hanging_client().await, Policy::default(), Limits::default()).await;
+    let (client, mut reached) = hanging_client_reached().await;
+    let served = serve(client, Policy::default(), Limits::default()).await;
     let body = serde_json::to_vec(&armed_delete_review()).unwrap();
     let request = post("/mutate?timeout=2s", "application/json", &body);
     let mut tls = connect(&served, &[b"http/1.1"]).await;
     tls.write_all(&request).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In flight: the review's call has reached the apiserver.
+    reached.wait_for(|n| *n > 0).await.unwrap();
     served.shutdown.cancel();
 
     let mut response = Vec::new();

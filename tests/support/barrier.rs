@@ -437,6 +437,7 @@ pub async fn a_crd_rewritten_in_a_loop_holds_nothing(ns: &TestNamespace, wait: W
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(ns.client.clone());
     let stop = tokio_util::sync::CancellationToken::new();
+    let (wrote, mut written) = tokio::sync::watch::channel(0u64);
     let writer = {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -451,12 +452,14 @@ pub async fn a_crd_rewritten_in_a_loop_holds_nothing(ns: &TestNamespace, wait: W
                 .await
                 .unwrap();
                 writes += 1;
+                wrote.send_replace(writes);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             writes
         })
     };
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The CRD is being rewritten before the owners are deleted.
+    written.wait_for(|writes| *writes >= 10).await.unwrap();
     releases_go_at_once(ns, wait, "owner", 5).await;
     stop.cancel();
     assert!(

@@ -356,3 +356,54 @@ fn unarmed_delete(args: &[&str]) -> UnarmedDelete {
         UnarmedDelete::Allow
     }
 }
+
+/// A command that follows something until it ends (`explain --watch`), its output read as it
+/// comes, so that a test can wait for it to have started instead of sleeping.
+pub struct Following {
+    started: Option<tokio::sync::oneshot::Receiver<()>>,
+    ended: tokio::task::JoinHandle<(std::process::ExitStatus, String)>,
+}
+
+impl Following {
+    /// Follows `child`, spawned with its standard output piped.
+    pub fn new(mut child: std::process::Child) -> Self {
+        use std::io::BufRead as _;
+        let stdout = child.stdout.take().expect("stdout piped");
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let ended = tokio::task::spawn_blocking(move || {
+            let mut started_tx = Some(started_tx);
+            let mut out = String::new();
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                out.push_str(&line);
+                out.push('\n');
+                if let Some(tx) = started_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            (child.wait().expect("the command ends"), out)
+        });
+        Self {
+            started: Some(started),
+            ended,
+        }
+    }
+
+    /// Waits until it has printed its first line: it has read what it follows.
+    pub async fn started(&mut self) {
+        if let Some(started) = self.started.take() {
+            tokio::time::timeout(Duration::from_secs(60), started)
+                .await
+                .expect("it prints within a minute")
+                .expect("it prints before it ends");
+        }
+    }
+
+    /// Its exit status and everything it printed, once it ends (within `within`).
+    pub async fn ended(self, within: Duration) -> (std::process::ExitStatus, String) {
+        tokio::time::timeout(within, self.ended)
+            .await
+            .expect("it ends in time")
+            .unwrap()
+    }
+}
