@@ -318,3 +318,55 @@ fn list(objects: &[Value]) -> Value {
             "metadata": { "resourceVersion": "10" },
             "items": objects.iter().map(|o| json!({ "metadata": o["metadata"] })).collect::<Vec<_>>() })
 }
+
+/// One step of a scenario, as the upstream garbage collector's tests write them: events fed
+/// in, answers scripted, an item processed, the state asserted.
+enum Step {
+    /// The watches deliver these objects (the work they bring up is forgotten).
+    Watch(Vec<Observed>),
+    /// The apiserver answers `METHOD path` with these, in turn (the last one for good).
+    Answer(&'static str, String, Vec<(u16, Value)>),
+    /// A worker processes this item, which succeeds.
+    Process(Work),
+    /// What the workers did since the last [`Step::Expect`] (or the start).
+    Expect(Expected),
+}
+
+/// What the workers did: the requests sent (`METHOD path`, Events aside), the reasons of the
+/// Events said, the work queued and ready.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Expected {
+    sent: Vec<String>,
+    events: Vec<String>,
+    queued: BTreeSet<Work>,
+}
+
+impl Harness {
+    /// Runs `steps` in order, as a worker would meet them; the harness, for what a scenario
+    /// asserts beyond them.
+    async fn run(mode: Mode, steps: Vec<Step>) -> Self {
+        let h = Self::new(mode);
+        let (mut sent, mut events) = (0, 0);
+        for (n, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Watch(objects) => h.watched(objects),
+                Step::Answer(method, path, answers) => h.script(method, &path, answers),
+                Step::Process(work) => h
+                    .step(work)
+                    .await
+                    .unwrap_or_else(|err| panic!("step {n}: processing {work:?} failed: {err}")),
+                Step::Expect(expected) => {
+                    let (all_sent, all_events) = (h.sent(), h.events());
+                    let actual = Expected {
+                        sent: all_sent[sent..].to_vec(),
+                        events: all_events[events..].to_vec(),
+                        queued: h.queued(),
+                    };
+                    assert_eq!(actual, expected, "step {n}");
+                    (sent, events) = (all_sent.len(), all_events.len());
+                }
+            }
+        }
+        h
+    }
+}

@@ -60,44 +60,36 @@ async fn a_dependent_with_dependents_is_armed_under_the_deadline_of_the_owner_th
 
 #[tokio::test(start_paused = true)]
 async fn at_the_deadline_an_ordered_owner_abandons_its_order_and_every_wave_is_queued() {
-    let h = Harness::new(Mode::Cooperative);
     let ordered = |n, order: Option<&str>| Observed {
         order: Order::of(order),
         ..Observed::config_map(n, &[1], Flags::empty())
     };
-    h.watched([
-        observed(1, &[], WAITING, &[Flags::ARMED]),
-        ordered(2, Some("2")),
-        ordered(3, Some("1")),
-        ordered(4, None),
-    ]);
-    h.script(
-        "GET",
-        &path(1),
-        [(
-            200,
-            waiting_owner(at("2026-01-01T00:00:00Z"), Some(at("2026-01-01T00:00:10Z"))),
-        )],
-    );
-
-    h.step(Work::SyncOwner(uid(1))).await.unwrap();
-
-    assert_eq!(
-        h.sent(),
-        [format!("GET {}", path(1))],
-        "the stored deadline is kept"
-    );
-    assert_eq!(h.events(), [Reason::OrderAbandoned.as_str()]);
-    assert_eq!(
-        h.queued(),
-        BTreeSet::from([
-            Work::SyncOwner(uid(1)),
-            Work::AttemptToDelete(uid(2)),
-            Work::AttemptToDelete(uid(3)),
-            Work::AttemptToDelete(uid(4)),
-        ]),
-        "every wave at once, and the owner behind them"
-    );
+    let past = waiting_owner(at("2026-01-01T00:00:00Z"), Some(at("2026-01-01T00:00:10Z")));
+    Harness::run(
+        Mode::Cooperative,
+        vec![
+            Step::Watch(vec![
+                observed(1, &[], WAITING, &[Flags::ARMED]),
+                ordered(2, Some("2")),
+                ordered(3, Some("1")),
+                ordered(4, None),
+            ]),
+            Step::Answer("GET", path(1), vec![(200, past)]),
+            Step::Process(Work::SyncOwner(uid(1))),
+            // The stored deadline is kept; every wave goes at once, the owner behind them.
+            Step::Expect(Expected {
+                sent: vec![format!("GET {}", path(1))],
+                events: vec![Reason::OrderAbandoned.as_str().into()],
+                queued: BTreeSet::from([
+                    Work::SyncOwner(uid(1)),
+                    Work::AttemptToDelete(uid(2)),
+                    Work::AttemptToDelete(uid(3)),
+                    Work::AttemptToDelete(uid(4)),
+                ]),
+            }),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -149,40 +141,43 @@ async fn orphaning_a_fan_out_drops_each_reference_then_the_finalizer() {
 
 #[tokio::test(start_paused = true)]
 async fn a_release_meeting_a_conflict_reads_again_and_an_owner_gone_meanwhile_is_released() {
-    let h = Harness::new(Mode::Cooperative);
-    h.watched([observed(1, &[], WAITING, &[Flags::ARMED])]);
-    h.script(
-        "GET",
-        &path(1),
-        [(200, waiting_owner(crate::api::clock::now(), None))],
-    );
-    h.script(
-        "PATCH",
-        &path(1),
-        [(200, json!({})), (409, json!({})), (404, json!({}))],
-    );
-
-    h.step(Work::SyncOwner(uid(1))).await.unwrap();
-
-    assert_eq!(
-        h.sent(),
-        [
-            format!("GET {}", path(1)),
-            format!("PATCH {}", path(1)),
-            format!("PATCH {}", path(1)),
-            format!("GET {}", path(1)),
-            format!("PATCH {}", path(1)),
+    let h = Harness::run(
+        Mode::Cooperative,
+        vec![
+            Step::Watch(vec![observed(1, &[], WAITING, &[Flags::ARMED])]),
+            Step::Answer(
+                "GET",
+                path(1),
+                vec![(200, waiting_owner(crate::api::clock::now(), None))],
+            ),
+            Step::Answer(
+                "PATCH",
+                path(1),
+                vec![(200, json!({})), (409, json!({})), (404, json!({}))],
+            ),
+            Step::Process(Work::SyncOwner(uid(1))),
+            // The deadline stored; the finalizer removed where the watch saw it: 409; read
+            // where it is now: 404, gone meanwhile.
+            Step::Expect(Expected {
+                sent: vec![
+                    format!("GET {}", path(1)),
+                    format!("PATCH {}", path(1)),
+                    format!("PATCH {}", path(1)),
+                    format!("GET {}", path(1)),
+                    format!("PATCH {}", path(1)),
+                ],
+                events: vec!["SyncGCWaiting".into(), "SyncGCReleased".into()],
+                queued: BTreeSet::new(),
+            }),
         ],
-        "the deadline stored; the finalizer removed where the watch saw it: 409; read where it is now: 404"
-    );
+    )
+    .await;
     let removals = h.bodies("PATCH", &path(1));
     assert!(removals[0]["metadata"]["annotations"][DEADLINE_ANNOTATION].is_string());
     assert_eq!(
         removals[1][2],
         json!({ "op": "remove", "path": "/metadata/finalizers/0" })
     );
-    assert_eq!(h.events(), ["SyncGCWaiting", "SyncGCReleased"]);
-    assert!(h.queued().is_empty(), "done with it");
 }
 
 #[tokio::test(start_paused = true)]
@@ -297,31 +292,34 @@ async fn the_release_barrier_holds_an_owner_it_cannot_prove_free_until_its_deadl
 
 #[tokio::test(start_paused = true)]
 async fn a_reference_to_an_owner_living_in_another_namespace_is_reported_and_not_followed() {
-    let h = Harness::new(Mode::Standalone);
     let elsewhere = Observed {
         namespace: Some("other".into()),
         ..Observed::config_map(1, &[], Flags::empty())
     };
-    h.watched([elsewhere, observed(2, &[1], Flags::empty(), &[])]);
-    h.script("GET", &path(2), [(200, object(2, &[1], json!({})))]);
-    // The owner as named from the dependent's namespace: not there.
     let not_found = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
                             "reason": "NotFound", "code": 404 });
-    h.script("GET", &path(1), [(404, not_found)]);
-    h.script("DELETE", &path(2), [(200, json!({}))]);
-
-    h.step(Work::AttemptToDelete(uid(2))).await.unwrap();
-
-    assert_eq!(
-        h.sent(),
-        [
-            format!("GET {}", path(2)),
-            format!("GET {}", path(1)),
-            format!("DELETE {}", path(2)),
+    Harness::run(
+        Mode::Standalone,
+        vec![
+            Step::Watch(vec![elsewhere, observed(2, &[1], Flags::empty(), &[])]),
+            Step::Answer("GET", path(2), vec![(200, object(2, &[1], json!({})))]),
+            // The owner as named from the dependent's namespace: not there.
+            Step::Answer("GET", path(1), vec![(404, not_found)]),
+            Step::Answer("DELETE", path(2), vec![(200, json!({}))]),
+            Step::Process(Work::AttemptToDelete(uid(2))),
+            // Looked up in the dependent's namespace, found absent: the dependent goes.
+            Step::Expect(Expected {
+                sent: vec![
+                    format!("GET {}", path(2)),
+                    format!("GET {}", path(1)),
+                    format!("DELETE {}", path(2)),
+                ],
+                events: vec![Reason::OwnerRefInvalidNamespace.as_str().into()],
+                queued: BTreeSet::new(),
+            }),
         ],
-        "the owner is looked up in the dependent's namespace, found absent, and the dependent goes"
-    );
-    assert_eq!(h.events(), [Reason::OwnerRefInvalidNamespace.as_str()]);
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
