@@ -382,8 +382,16 @@ impl RunArgs {
         let gc::CollectorArgs { qps, burst, .. } = collector_args;
         let limiter = Arc::new(RateLimiter::new(qps, burst));
         let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone());
+        // With an election, what the collector writes leaves only while this replica's lease
+        // holds by its own clock.
+        let fence = api::Fence::default();
+        let gc_cluster = if election_timing.is_some() {
+            gc_cluster.with_fence(fence.clone())
+        } else {
+            gc_cluster
+        };
 
-        // From the Secret syncgc keeps (set by the managing rounds), or from files.
+        // From the Secret syncgc keeps (set by the managing passes), or from files.
         let cert = if tls_secret.is_some() {
             Arc::new(ReloadingCert::empty())
         } else {
@@ -476,10 +484,7 @@ impl RunArgs {
         let (leading_tx, leading) = tokio::sync::watch::channel(election_timing.is_none());
         // Without an election this replica always leads: the sender lives as long as `run`.
         let (election, _always_leading) = if let Some(timing) = election_timing {
-            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-                let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "syncgc".to_owned());
-                format!("{host}-{}", std::process::id())
-            });
+            let identity = crate::api::client::replica();
             let (namespace, from) = leader::lease_namespace_here(leader_election_namespace);
             tracing::info!(%identity, lease = %leader_election_lease, %namespace, namespace_from = from, "electing a leader");
             let election = Election {
@@ -494,6 +499,7 @@ impl RunArgs {
             let task = tokio::spawn(election.run(
                 cluster,
                 leading_tx,
+                fence,
                 readiness.clone(),
                 metrics.clone(),
                 shutdown.clone(),

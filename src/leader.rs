@@ -25,7 +25,7 @@ use kube::api::ObjectMeta;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{ApiError, Cluster, Verb};
+use crate::api::{ApiError, Cluster, Fence, Verb};
 use crate::metrics::{Condition, Metrics, Readiness};
 
 /// Where the Lease lives when neither the flag nor the pod's own namespace says.
@@ -388,17 +388,25 @@ pub struct Election {
 
 impl Election {
     /// Tries for the lease every retry period until `shutdown`, publishing whether this
-    /// replica leads and keeping the readiness condition `leader-election` true to whether the
+    /// replica leads (and moving `fence` on to each renewal's start plus the renew deadline)
+    /// and keeping the readiness condition `leader-election` true to whether the
     /// Lease can be read and written; on shutdown a leader releases the lease so that another
     /// can take over at once. `cluster` should not be rate-limited with the collector's calls.
     pub async fn run(
         self,
         cluster: Cluster,
         leading: watch::Sender<bool>,
+        fence: Fence,
         readiness: Readiness,
         metrics: Metrics,
         shutdown: CancellationToken,
     ) {
+        let deadline = self.timing.renew_deadline;
+        // Whether this replica leads, to the workers and the seam's fence.
+        let lead = |renewed: Option<Instant>| {
+            fence.hold_until(renewed.map(|at| at + deadline));
+            publish(renewed.is_some(), &self.identity, &leading, &metrics);
+        };
         for reason in Failure::ALL {
             metrics
                 .leader_election_errors
@@ -411,7 +419,7 @@ impl Election {
         let mut reported = Reported::default();
         loop {
             self.expire(&mut renewed);
-            publish(renewed.is_some(), &self.identity, &leading, &metrics);
+            lead(renewed);
             let started = Instant::now();
             // A leader must notice within its renew deadline that it cannot renew.
             let budget = renewed.map_or(self.timing.renew_deadline, |at| {
@@ -432,7 +440,7 @@ impl Election {
                 Err(err) => self.failed(&err, &mut reported, &readiness, &metrics),
             }
             self.expire(&mut renewed);
-            publish(renewed.is_some(), &self.identity, &leading, &metrics);
+            lead(renewed);
             // The next try after the retry period; a leader wakes at its renew deadline.
             let mut wake = Instant::now() + self.timing.retry_period;
             if let Some(at) = renewed {
@@ -443,6 +451,7 @@ impl Election {
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
         }
+        fence.hold_until(None);
         if *leading.borrow() {
             leading.send_replace(false);
             metrics.leader.set(0);

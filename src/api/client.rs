@@ -114,13 +114,37 @@ pub fn client(config: Config) -> Result<Client, ApiError> {
         response
     });
     // As kube's own client, but for the read buffer, and without retries: every caller
-    // retries with its own backoff.
+    // retries with its own backoff. syncgc names itself, so that an apiserver's audit log
+    // tells its replicas apart.
+    let agent = http::HeaderValue::from_str(&user_agent())
+        .map_err(|err| ApiError::Client(kube::Error::HttpError(http::Error::from(err))))?;
     let service = tower::ServiceBuilder::new()
+        .map_request(move |mut request: http::Request<kube::client::Body>| {
+            request
+                .headers_mut()
+                .entry(http::header::USER_AGENT)
+                .or_insert_with(|| agent.clone());
+            request
+        })
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer().map_err(ApiError::Client)?)
         .layer(config.extra_headers_layer().map_err(ApiError::Client)?)
         .service(http);
     Ok(Client::new(service, config.default_namespace))
+}
+
+/// Which replica this process is: the pod's name in a cluster (`POD_NAME`), else the host's
+/// name and the process id. The leader election's identity, and part of the User-Agent.
+pub fn replica() -> String {
+    std::env::var("POD_NAME").unwrap_or_else(|_| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "syncgc".to_owned());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+/// What syncgc sends as its User-Agent: `syncgc/VERSION (REPLICA)`.
+pub fn user_agent() -> String {
+    format!("syncgc/{} ({})", env!("CARGO_PKG_VERSION"), replica())
 }
 
 /// The most a connection's read buffer grows to. Each watch holds a connection of its own

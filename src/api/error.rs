@@ -33,6 +33,8 @@ pub enum ApiError {
     Terminating(String),
     #[error("{0} kept changing under every attempt to patch it")]
     Conflict(String),
+    #[error("{verb} {target}: not sent, this replica's leader lease may have passed")]
+    NotLeading { verb: Verb, target: String },
     #[error(
         "an ownerReference names kind {kind} of {api_version}, which the apiserver does not serve"
     )]
@@ -46,6 +48,7 @@ impl ApiError {
             Self::Version(_)
             | Self::Conflict(_)
             | Self::Timeout { .. }
+            | Self::NotLeading { .. }
             | Self::UnknownKind { .. } => true,
             Self::Call { source, .. } => match source {
                 kube::Error::Api(status) => matches!(status.code, 409 | 422 | 429 | 500..=599),
@@ -64,6 +67,7 @@ impl ApiError {
         match self {
             Self::Timeout { .. } => "timeout",
             Self::Conflict(_) => "conflict",
+            Self::NotLeading { .. } => "not_leading",
             Self::UnknownKind { .. } => "unknown_kind",
             Self::Replaced(..) => "replaced",
             Self::Terminating(_) => "terminating",
@@ -111,6 +115,14 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// Whether a call of this kind changes something.
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            Self::Patch | Self::Delete | Self::Create | Self::Update
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Get => "get",

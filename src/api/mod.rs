@@ -8,6 +8,7 @@
 //! - [`list`]: paged metadata lists, decoded as they arrive ([`proto`] reads protobuf,
 //!   [`meta`] is the metadata the collector keeps);
 //! - [`patch`]: guarded writes of finalizers and ownerReferences, with one retry on conflict;
+//! - [`fence`]: no write that depends on leading once the lease may have passed;
 //! - [`event`]: Events; [`whole`]: objects read and written whole (the Lease, the webhook
 //!   configuration, the certificate's Secret); [`clock`]: the apiserver's time.
 
@@ -15,6 +16,7 @@ pub mod client;
 pub mod clock;
 pub mod error;
 pub mod event;
+pub mod fence;
 pub mod limiter;
 pub mod list;
 pub mod meta;
@@ -36,6 +38,7 @@ pub use self::client::{
 };
 pub use self::error::{ApiError, Verb};
 pub use self::event::EVENT_REPORTER;
+pub use self::fence::Fence;
 pub use self::limiter::RateLimiter;
 pub use self::list::{LIST_PAGE, MetaList, null_is_empty};
 pub use self::patch::{Changed, Marks};
@@ -51,6 +54,8 @@ pub struct Cluster {
     timeout: Duration,
     metrics: Metrics,
     recorder: Recorder,
+    /// When set, a write is refused once the fence has passed.
+    fence: Option<Fence>,
 }
 
 impl Cluster {
@@ -73,6 +78,16 @@ impl Cluster {
             timeout,
             metrics,
             recorder,
+            fence: None,
+        }
+    }
+
+    /// The same client whose writes leave only while `fence` holds: for what only the leader
+    /// may write (see [`fence`]).
+    pub fn with_fence(&self, fence: Fence) -> Self {
+        Self {
+            fence: Some(fence),
+            ..self.clone()
         }
     }
 
@@ -132,6 +147,13 @@ impl Cluster {
     ) -> Result<T, ApiError> {
         if let Some(limiter) = &self.limiter {
             limiter.acquire().await;
+        }
+        // Checked after the wait for the rate limit, right before the request.
+        if verb.writes() && self.fence.as_ref().is_some_and(|fence| !fence.holds()) {
+            return Err(ApiError::NotLeading {
+                verb,
+                target: target.to_string(),
+            });
         }
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => return Ok(value),
