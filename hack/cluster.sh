@@ -35,6 +35,9 @@
 #                        in-flight limits answer 429 at once instead of queueing)
 #   SYNCGC_APISERVER_WATCH_CACHE [true]   its --watch-cache (false: watches read etcd, so a
 #                        compaction is what expires them)
+# kube-apiserver keeps an audit log ($SYNCGC_CLUSTER_DIR/logs/audit.log, JSON lines) of the
+# writes of the user syncgc-controller (controller.kubeconfig), with each request's User-Agent:
+# which replica wrote what, and when the apiserver received it.
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -275,6 +278,16 @@ compact_etcd() {
 
 start_apiserver() {
   running kube-apiserver && return 0
+  cat >"$DIR/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["syncgc-controller"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+POLICY
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
@@ -292,6 +305,8 @@ start_apiserver() {
     --max-mutating-requests-inflight "${SYNCGC_APISERVER_MUTATING_INFLIGHT:-1000}" \
     --enable-priority-and-fairness="${SYNCGC_APISERVER_FLOW_CONTROL:-true}" \
     --watch-cache="${SYNCGC_APISERVER_WATCH_CACHE:-true}" \
+    --audit-policy-file "$DIR/audit-policy.yaml" \
+    --audit-log-path "$LOGS/audit.log" --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --profiling=false \
     --v 1
   wait_for kube-apiserver 120 apiserver_ready ||

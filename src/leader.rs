@@ -74,6 +74,8 @@ pub enum ElectionError {
     Call(ApiError),
     #[error("the apiserver did not answer leader election within {0:?}")]
     Timeout(Duration),
+    #[error("the Lease was read {0:?} ago, longer than a try may take: not written")]
+    Stale(Duration),
 }
 
 impl ElectionError {
@@ -86,7 +88,8 @@ impl ElectionError {
             Self::RenewDeadlineNotBelowLeaseDuration { .. }
             | Self::RetryPeriodNotBelowRenewDeadline { .. }
             | Self::Call(_)
-            | Self::Timeout(_) => Failure::Other,
+            | Self::Timeout(_)
+            | Self::Stale(_) => Failure::Other,
         }
     }
 
@@ -94,7 +97,7 @@ impl ElectionError {
     /// cluster (the election tries again anyway: people fix clusters).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Conflict { .. } | Self::Timeout(_) => true,
+            Self::Conflict { .. } | Self::Timeout(_) | Self::Stale(_) => true,
             Self::Call(err) => err.is_retryable(),
             Self::RenewDeadlineNotBelowLeaseDuration { .. }
             | Self::RetryPeriodNotBelowRenewDeadline { .. }
@@ -425,10 +428,12 @@ impl Election {
             let budget = renewed.map_or(self.timing.renew_deadline, |at| {
                 (at + self.timing.renew_deadline).saturating_duration_since(started)
             });
-            let outcome =
-                tokio::time::timeout(budget, self.try_acquire_or_renew(&cluster, &mut observed))
-                    .await
-                    .unwrap_or(Err(ElectionError::Timeout(budget)));
+            let outcome = tokio::time::timeout(
+                budget,
+                self.try_acquire_or_renew(&cluster, &mut observed, started + budget),
+            )
+            .await
+            .unwrap_or(Err(ElectionError::Timeout(budget)));
             match outcome {
                 Ok(holds) => {
                     renewed = holds.then_some(started);
@@ -513,11 +518,15 @@ impl Election {
         readiness.fail(Condition::LeaderElection, text);
     }
 
-    /// One try: `Ok(true)` when this replica holds the lease now, having written it.
+    /// One try: `Ok(true)` when this replica holds the lease now, having written it. The
+    /// write leaves only before `until` (the try's budget) by this replica's monotonic clock,
+    /// checked right before it: a replica frozen between the read and the write writes nothing
+    /// decided from a read that old.
     async fn try_acquire_or_renew(
         &self,
         cluster: &Cluster,
         observed: &mut Option<Observed>,
+        until: Instant,
     ) -> Result<bool, ElectionError> {
         let existing = cluster
             .get_whole(&self.api(cluster), &self.name)
@@ -550,6 +559,9 @@ impl Election {
             &self.timing,
             Timestamp::now(),
         );
+        if Instant::now() >= until {
+            return Err(ElectionError::Stale(now.elapsed()));
+        }
         let stored = match existing {
             None => {
                 let lease = Lease {

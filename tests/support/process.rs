@@ -211,6 +211,11 @@ impl Syncgc {
         }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> &str {
+        &self.pid
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&self, timeout: Duration) {
         self.wait_readyz("become ready", timeout, |status| status == 200);
