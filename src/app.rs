@@ -496,15 +496,18 @@ impl RunArgs {
             // Not rate-limited with the collector's calls, and answered within the renew deadline.
             let cluster =
                 Cluster::new(client.clone(), None, timing.renew_deadline, metrics.clone());
+            // Stopped only once the collector has stopped: a leader keeps renewing while its
+            // workers finish their items, and releases the Lease after their last write.
+            let stop = CancellationToken::new();
             let task = tokio::spawn(election.run(
                 cluster,
                 leading_tx,
                 fence,
                 readiness.clone(),
                 metrics.clone(),
-                shutdown.clone(),
+                stop.clone(),
             ));
-            (Some(task), None)
+            (Some((task, stop)), None)
         } else {
             metrics.leader.set(1);
             (None, Some(leading_tx))
@@ -555,7 +558,8 @@ impl RunArgs {
             .await
             .context("garbage collector thread")?
             .map_err(|_| anyhow::anyhow!("the garbage collector panicked"))?;
-        if let Some(election) = election {
+        if let Some((election, stop)) = election {
+            stop.cancel();
             election.await.context("leader election task")?;
         }
         if let Some(managed) = managed {

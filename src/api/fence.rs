@@ -3,10 +3,11 @@
 //! the renewal's start plus the renew deadline (a replica whose lease is not renewed by then
 //! stops leading, and another replica takes it only after the longer lease duration); the
 //! seam checks it right before each write of a fenced [`super::Cluster`]. A replica frozen
-//! past its lease (SIGSTOP, a node that freezes, a live migration) wakes up to a fence that has
+//! past its lease (SIGSTOP, a frozen cgroup, a stalled process) wakes up to a fence that has
 //! passed: its writes fail with [`super::ApiError::NotLeading`], and the items they were for go
 //! back to the queue. What no fence can stop is a request already on the wire when the replica
-//! froze.
+//! froze; and the monotonic clock may not advance while a whole (virtual) machine is
+//! suspended, so such a replica wakes up believing its lease holds for what was left of it.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -257,14 +257,20 @@ impl Synchronous<'_> {
         let patch = serde_json::json!({
             "metadata": { "annotations": { DEADLINE_ANNOTATION: at.to_string() } }
         });
-        if let Err(err) = self
+        let stored = self
             .cx
             .act(
                 Action::StoreDeadline,
                 self.cx.cluster.merge_metadata(target, &patch),
             )
-            .await
-        {
+            .await;
+        if let Err(ApiError::NotLeading { .. }) = stored {
+            // Not stored because this replica may no longer lead: whoever leads next fixes it
+            // and stores it; so does this one, should it lead again.
+            self.deadlines.forget(uid);
+            return at;
+        }
+        if let Err(err) = stored {
             tracing::warn!(owner = %target, %err, "could not store the deadline; it is kept in memory");
             let note = format!(
                 "could not store the deadline {at} ({}, HTTP {}); it is kept in memory, and a restart of syncgc fixes it again from the deletionTimestamp",

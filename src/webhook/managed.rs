@@ -161,7 +161,8 @@ impl Managed {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
-                _ = discoveries.changed() => {}
+                // Once nothing writes the table any more, only the interval.
+                Ok(()) = discoveries.changed() => {}
             }
         }
     }
