@@ -34,16 +34,36 @@ struct Write {
     agent: String,
 }
 
-/// The writes the audit log holds from the replica whose process id is `pid` (its
-/// User-Agent ends with `-PID)`).
-fn writes_of(pid: &str) -> Vec<Write> {
+/// kube-apiserver's audit log of syncgc-controller's writes (`hack/cluster.sh`).
+fn audit_log() -> String {
     let log = std::path::Path::new(&support::kubeconfig_path()).with_file_name("logs/audit.log");
-    let text = std::fs::read_to_string(&log).unwrap_or_else(|err| {
+    std::fs::read_to_string(&log).unwrap_or_else(|err| {
         panic!(
             "{}: {err}: kube-apiserver runs without its audit log; start the control plane again (hack/cluster.sh down; hack/cluster.sh up)",
             log.display()
         )
-    });
+    })
+}
+
+/// A write of syncgc-controller's made now, which the audit log records: the name of the
+/// ConfigMap it created.
+async fn mark() -> String {
+    let config = syncgc::api::config(Some(support::controller_kubeconfig_path().as_ref()))
+        .await
+        .unwrap();
+    let client = syncgc::api::client(config).unwrap();
+    let name = format!("fencing-mark-{}", std::process::id());
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    let _ = api.delete(&name, &DeleteParams::default()).await;
+    create(&api, &support::config_map(&name, vec![])).await;
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    name
+}
+
+/// The writes the audit log holds from the replica whose process id is `pid` (its
+/// User-Agent ends with `-PID)`).
+fn writes_of(pid: &str) -> Vec<Write> {
+    let text = audit_log();
     let agent = format!("-{pid})");
     text.lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -130,6 +150,13 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_the_next_leader_beg
     )
     .await;
 
+    // The audit log is written in batches, in order: once a write made now is in it, so is
+    // everything before.
+    let marker = mark().await;
+    eventually("the audit log has caught up", WAIT, || async {
+        audit_log().contains(&marker).then_some(())
+    })
+    .await;
     let before = writes_of(leader.pid());
     assert!(
         before
