@@ -249,7 +249,7 @@ wait_for() { # what seconds command...
 }
 
 apiserver_ready() {
-  curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+  curl -sf -m 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$APISERVER_PORT/readyz" | grep -q ok
 }
 
@@ -262,7 +262,7 @@ start_etcd() {
     --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "syncgc=http://127.0.0.1:$ETCD_PEER_PORT" \
     --quota-backend-bytes 4294967296 --unsafe-no-fsync
-  wait_for etcd 60 curl -sf "http://127.0.0.1:$ETCD_PORT/health" ||
+  wait_for etcd 60 curl -sf -m 5 "http://127.0.0.1:$ETCD_PORT/health" ||
     { tail -n 20 "$LOGS/etcd.log" >&2; die "etcd did not become healthy"; }
 }
 
@@ -270,9 +270,9 @@ start_etcd() {
 # 410 Gone and must list again.
 compact_etcd() {
   local rev
-  rev=$(curl -sf -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/range" -d '{"key":"AA=="}' | jq -r .header.revision)
+  rev=$(curl -sf -m 10 -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/range" -d '{"key":"AA=="}' | jq -r .header.revision)
   [ -n "$rev" ] && [ "$rev" != null ] || die "could not read etcd's revision"
-  curl -sf -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/compaction" -d "{\"revision\":\"$rev\"}" >/dev/null ||
+  curl -sf -m 10 -X POST "http://127.0.0.1:$ETCD_PORT/v3/kv/compaction" -d "{\"revision\":\"$rev\"}" >/dev/null ||
     die "compaction at $rev failed"
   log "etcd compacted at revision $rev"
 }
@@ -350,7 +350,7 @@ start_kcm() { # mode
     --kube-api-qps "$qps" --kube-api-burst "$burst" --concurrent-gc-syncs "$gc_syncs" \
     --v 1
   echo "$settings" >"$PIDS/kube-controller-manager.mode"
-  wait_for kube-controller-manager 60 curl -skf "https://127.0.0.1:$KCM_PORT/healthz" ||
+  wait_for kube-controller-manager 60 curl -skf -m 5 "https://127.0.0.1:$KCM_PORT/healthz" ||
     { tail -n 30 "$LOGS/kube-controller-manager.log" >&2; die "kube-controller-manager did not become healthy"; }
 }
 

@@ -1,5 +1,5 @@
 //! Two replicas, one Lease: exactly one leads; when it dies, the other takes over and finishes
-//! the synchronous deletion the first had started. And a Lease that cannot be written (its
+//! the synchronous deletion the first had started; one that does not lead stops at SIGTERM. And a Lease that cannot be written (its
 //! namespace missing) keeps `/readyz` failing with the reason until the namespace exists.
 
 mod support;
@@ -46,6 +46,28 @@ async fn one_replica_leads_and_another_takes_over_when_it_dies() {
         || async { (leads(&first) != leads(&second)).then_some(()) },
     );
     one_leader.await;
+
+    // A replica that does not lead, its workers started and waiting for the lease, stops at
+    // SIGTERM (the election goes on until the collector has stopped).
+    let mut third = tokio::task::spawn_blocking({
+        let lease = lease.clone();
+        move || Syncgc::start(&lease, &[])
+    })
+    .await
+    .unwrap();
+    eventually(
+        "the third replica's collector has listed everything",
+        Duration::from_secs(30),
+        || async {
+            (third.metric_where("syncgc_ready", "condition=\"collector\"") == 1.0).then_some(())
+        },
+    )
+    .await;
+    assert!(!leads(&third));
+    tokio::task::spawn_blocking(move || third.stop())
+        .await
+        .unwrap();
+
     let (leader, follower) = if leads(&first) {
         (first, second)
     } else {

@@ -53,6 +53,8 @@ pub const UNTHROTTLED_BURST: u32 = 2000;
 const MONITORS_SYNCED: &str = "all resource monitors have synced";
 /// A line kube-controller-manager logs each time it starts.
 const STARTED: &str = "FLAG: --enable-garbage-collector";
+/// How long a plain-HTTP GET (metrics, probes) may take.
+const HTTP_GET_WITHIN: Duration = Duration::from_secs(10);
 
 pub struct Plane {
     pub client: Client,
@@ -483,12 +485,18 @@ fn klog_time(line: &str) -> Option<Duration> {
 
 /// A plain-HTTP GET: the status and the body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
+    // A process stopped (SIGSTOP) or stuck still accepts connections in its kernel backlog.
+    let response = tokio::time::timeout(HTTP_GET_WITHIN, async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        anyhow::Ok(response)
+    })
+    .await
+    .with_context(|| format!("GET {addr}{path}: no answer within {HTTP_GET_WITHIN:?}"))??;
     let status = response
         .split_whitespace()
         .nth(1)

@@ -71,6 +71,9 @@ const COLLECTED_WITHIN: Duration = Duration::from_secs(300);
 const HISTORY: usize = 60;
 /// How often the replicas' resident memory is sampled.
 const MEMORY_EVERY: Duration = Duration::from_secs(30);
+/// How long a replica may take to exit after SIGTERM (shutdown delay 0, items in flight, the
+/// Lease's release).
+const STOPS_WITHIN: Duration = Duration::from_secs(30);
 /// The growth of a replica process's resident memory, from its first minute to its end, that
 /// is a leak (and the fraction of the first minute's it must also exceed)...
 const LEAK: (u64, f64) = (16 << 20, 0.5);
@@ -445,11 +448,25 @@ impl Replica {
         }
     }
 
-    fn stop(&mut self, signal: &str) {
+    /// Signals the process and waits for it to exit: a violation when it has not within
+    /// [`STOPS_WITHIN`] (it is killed then).
+    fn stop(&mut self, signal: &str) -> Option<String> {
         self.signal(signal);
-        if let Some(mut child) = self.child.take() {
-            let _ = child.wait();
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + STOPS_WITHIN;
+        while Instant::now() < deadline {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        Some(format!(
+            "{} {} did not exit within {STOPS_WITHIN:?} of {signal}",
+            jiff::Timestamp::now(),
+            self.name
+        ))
     }
 }
 
@@ -514,7 +531,7 @@ fn sample_memory(replicas: &Mutex<Vec<Replica>>, half: &'static str, lives: &mut
 
 impl Drop for Replica {
     fn drop(&mut self) {
-        self.stop("-KILL");
+        let _ = self.stop("-KILL");
     }
 }
 
@@ -764,6 +781,8 @@ struct Struck {
     throttled: u64,
     /// The lists again after 410 Gone of the replica whose watches were compacted away.
     relisted: u64,
+    /// A replica that did not exit when it was told to.
+    unstopped: Option<String>,
 }
 
 impl Struck {
@@ -819,7 +838,7 @@ async fn strike(
     match fault {
         Fault::KillLeader => {
             let started = Instant::now();
-            replicas.lock()[lead].stop("-KILL");
+            let _ = replicas.lock()[lead].stop("-KILL");
             let took = handover(started).await;
             tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(5))).await;
             replicas.lock()[lead].start(plane, standalone, None)?;
@@ -906,10 +925,13 @@ async fn strike(
             // The leader restarted on a clock two minutes off, either way.
             let skew = if rng.chance(50) { "+120s" } else { "-120s" };
             let started = Instant::now();
-            replicas.lock()[lead].stop("-TERM");
+            let unstopped = replicas.lock()[lead].stop("-TERM");
             let took = handover(started).await;
             replicas.lock()[lead].start(plane, standalone, Some(skew))?;
-            Ok(Struck::handover(took))
+            Ok(Struck {
+                unstopped,
+                ..Struck::handover(took)
+            })
         }
     }
 }
@@ -1090,6 +1112,9 @@ async fn main() -> Result<()> {
                         tally.handovers.extend(struck.handover);
                         tally.throttled += struck.throttled;
                         tally.relisted += struck.relisted;
+                        if let Some(unstopped) = struck.unstopped {
+                            observer.lock().violation(unstopped);
+                        }
                     }
                     Err(err) => {
                         eprintln!("fault {fault:?}: {err:#}");
@@ -1114,7 +1139,9 @@ async fn main() -> Result<()> {
         check_collected(&observer, &pending, &counts, true);
         sample_memory(&replicas, mode, &mut tally.memory);
         for replica in replicas.lock().iter_mut() {
-            replica.stop("-TERM");
+            if let Some(unstopped) = replica.stop("-TERM") {
+                observer.lock().violation(unstopped);
+            }
         }
     }
 

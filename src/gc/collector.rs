@@ -14,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::events::EventType;
 use tokio::sync::watch as signal;
+use tokio_util::sync::CancellationToken;
 
 use super::GcConfig;
 use super::absent::{self, AbsentOwners};
@@ -147,11 +148,21 @@ async fn lost(leading: &mut signal::Receiver<bool>) {
     }
 }
 
-/// One worker: while this replica leads, takes items until the queue shuts down. An item that
-/// fails is queued again with capped backoff, whatever the error: none is ever dropped.
-pub async fn work(collector: Arc<Collector>, mut leading: signal::Receiver<bool>) {
+/// One worker: while this replica leads, takes items until the queue shuts down; a worker of a
+/// replica that does not lead stops at `shutdown` (leader election goes on until the collector
+/// has stopped, so its end is no signal). An item that fails is queued again with capped
+/// backoff, whatever the error: none is ever dropped.
+pub async fn work(
+    collector: Arc<Collector>,
+    mut leading: signal::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
     loop {
-        if leading.wait_for(|leader| *leader).await.is_err() {
+        let leads = tokio::select! {
+            led = leading.wait_for(|leader| *leader) => led.is_ok(),
+            () = shutdown.cancelled() => false,
+        };
+        if !leads {
             return;
         }
         let item = tokio::select! {

@@ -186,7 +186,13 @@ pub async fn run(
         Vec::new()
     } else {
         (0..collector.cx.config.workers.max(1))
-            .map(|_| tokio::spawn(collector::work(collector.clone(), leading.clone())))
+            .map(|_| {
+                tokio::spawn(collector::work(
+                    collector.clone(),
+                    leading.clone(),
+                    shutdown.clone(),
+                ))
+            })
             .collect()
     };
     let mut gauges = tokio::time::interval(GAUGES_INTERVAL);

@@ -18,6 +18,10 @@ use super::kubeconfig_path;
 /// registration name.
 pub const WEBHOOK_LABEL: &str = "syncgc.io/test-webhook";
 
+/// How long a syncgc may take to exit after SIGTERM (its shutdown delay, in-flight reviews and
+/// items, the Lease's release).
+const STOPS_WITHIN: Duration = Duration::from_secs(30);
+
 pub struct Syncgc {
     pub name: String,
     pub metrics: SocketAddr,
@@ -277,9 +281,22 @@ impl Syncgc {
     }
 
     /// Stops syncgc as a rollout or an uninstall does (SIGTERM: a leader releases its Lease),
-    /// and waits until it has exited and the watchdog has unregistered its webhook.
+    /// and waits until it has exited and the watchdog has unregistered its webhook. Fails if it
+    /// has not exited, successfully, within [`STOPS_WITHIN`].
     pub fn stop(&mut self) {
         self.terminate();
+        let deadline = Instant::now() + STOPS_WITHIN;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!("syncgc did not stop within {STOPS_WITHIN:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "syncgc stopped with {status}");
         self.wait();
     }
 

@@ -397,3 +397,32 @@ async fn arming_with_a_deadline_the_apiserver_refuses_arms_without_it_and_keeps_
     );
     assert_eq!(h.queued(), BTreeSet::from([Work::AttemptToDelete(uid(2))]));
 }
+
+/// Leader election ends only after the collector has (a leader renews while its workers finish
+/// their items), so a worker of a replica that does not lead must stop at the shutdown itself;
+/// a leading one stops once the queue has shut down.
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_every_worker_stops_whether_or_not_its_replica_leads() {
+    for leads in [false, true] {
+        let h = Harness::new(Mode::Standalone);
+        let (_leading_tx, leading) = tokio::sync::watch::channel(leads);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let worker = tokio::spawn(crate::gc::collector::work(
+            h.collector.clone(),
+            leading,
+            shutdown.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !worker.is_finished(),
+            "leads: {leads}: works until shutdown"
+        );
+
+        shutdown.cancel();
+        h.collector.cx.queue.shut_down();
+        tokio::time::timeout(Duration::from_secs(5), worker)
+            .await
+            .unwrap_or_else(|_| panic!("leads: {leads}: the worker did not stop"))
+            .unwrap();
+    }
+}
