@@ -28,6 +28,12 @@
 //! restarted on a clock two minutes off. The replicas run with a controller's credentials
 //! (`controller.kubeconfig`: the admin's are never refused a 429); the workload and the
 //! observer with the admin's. A violation fails the run and prints the history around it.
+//!
+//! `--steady`: standalone for the whole run, and the first replica is never faulted (it takes
+//! the lease first; the faults aimed at a replica strike the other, the rest the apiserver and
+//! etcd), so one process lives the whole run; its growth per hour after its first ten minutes
+//! is reported and, over a life of [`STEADY_JUDGED`] or more, judged against
+//! [`STEADY_GROWTH`].
 
 #[allow(dead_code)]
 #[path = "../cluster/plane.rs"]
@@ -79,6 +85,12 @@ const STOPS_WITHIN: Duration = Duration::from_secs(30);
 const LEAK: (u64, f64) = (16 << 20, 0.5);
 /// ...over a life at least this long.
 const LEAK_AFTER: Duration = Duration::from_secs(600);
+/// The never-faulted replica's memory is judged from this age on...
+const STEADY_AFTER: Duration = Duration::from_secs(600);
+/// ...over a life at least this long...
+const STEADY_JUDGED: Duration = Duration::from_secs(1800);
+/// ...and may grow by at most this much per hour (the least-squares slope of its samples).
+const STEADY_GROWTH: f64 = 8.0 * 1048576.0;
 /// The shortest life whose memory the results list.
 const MEMORY_REPORTED: Duration = Duration::from_secs(300);
 
@@ -379,9 +391,13 @@ struct Replica {
 }
 
 impl Replica {
+    fn name_of(index: usize) -> String {
+        format!("soak-{index}")
+    }
+
     fn new(index: usize) -> Result<Self> {
         Ok(Self {
-            name: format!("soak-{index}"),
+            name: Replica::name_of(index),
             metrics: plane::free_port()?,
             webhook: plane::free_port()?,
             child: None,
@@ -496,6 +512,28 @@ impl Life {
     fn growth(&self) -> Option<(i64, Duration)> {
         let ((from_age, from), (to_age, to)) = (self.settled()?, self.last()?);
         Some((to as i64 - from as i64, to_age.saturating_sub(from_age)))
+    }
+
+    /// The growth per hour, in bytes, from `after` on: the least-squares slope of the samples
+    /// (one sample's noise does not decide it); `None` with fewer than two samples.
+    fn slope_per_hour(&self, after: Duration) -> Option<f64> {
+        let points: Vec<(f64, f64)> = self
+            .samples
+            .iter()
+            .filter(|(age, _)| *age >= after)
+            .map(|(age, bytes)| (age.as_secs_f64() / 3600.0, *bytes as f64))
+            .collect();
+        let n = points.len() as f64;
+        if points.len() < 2 {
+            return None;
+        }
+        let (mx, my) = points
+            .iter()
+            .fold((0.0, 0.0), |(x, y), (px, py)| (x + px / n, y + py / n));
+        let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(sxy, sxx), (x, y)| {
+            (sxy + (x - mx) * (y - my), sxx + (x - mx) * (x - mx))
+        });
+        (sxx > 0.0).then(|| sxy / sxx)
     }
 
     /// Whether the life is long enough to judge and grew by more than [`LEAK`].
@@ -811,18 +849,30 @@ async fn throttled(replicas: &Mutex<Vec<Replica>>) -> Vec<f64> {
     counts
 }
 
+/// The replica a fault aimed at the leader strikes, and the one a fault aimed at the follower
+/// does: with a never-faulted replica (the first), both are the other.
+fn targets(lead: usize, steady: bool) -> (usize, usize) {
+    if steady { (1, 1) } else { (lead, 1 - lead) }
+}
+
 async fn strike(
     fault: Fault,
     plane: &Plane,
     replicas: &Mutex<Vec<Replica>>,
     standalone: bool,
+    steady: bool,
     rng: &mut Rng,
 ) -> Result<Struck> {
     let Some(lead) = leader(replicas, Duration::from_secs(30)).await else {
         bail!("no replica leads");
     };
-    let other = 1 - lead;
+    let (at_leader, at_follower) = targets(lead, steady);
+    // How long the other replica took to lead, when the one struck led.
     let handover = |started: Instant| async move {
+        if at_leader != lead {
+            return None;
+        }
+        let other = 1 - lead;
         let deadline = started + Duration::from_secs(60);
         loop {
             let metrics = replicas.lock()[other].metrics;
@@ -838,10 +888,10 @@ async fn strike(
     match fault {
         Fault::KillLeader => {
             let started = Instant::now();
-            let _ = replicas.lock()[lead].stop("-KILL");
+            let _ = replicas.lock()[at_leader].stop("-KILL");
             let took = handover(started).await;
             tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(5))).await;
-            replicas.lock()[lead].start(plane, standalone, None)?;
+            replicas.lock()[at_leader].start(plane, standalone, None)?;
             Ok(Struck::handover(took))
         }
         Fault::PauseLeader => {
@@ -849,12 +899,12 @@ async fn strike(
             let pause = rng.between(Duration::from_secs(6), Duration::from_secs(12));
             {
                 let mut replicas = replicas.lock();
-                replicas[lead].quiet_until = Instant::now() + pause + Duration::from_secs(5);
-                replicas[lead].signal("-STOP");
+                replicas[at_leader].quiet_until = Instant::now() + pause + Duration::from_secs(5);
+                replicas[at_leader].signal("-STOP");
             }
             let took = handover(started).await;
             tokio::time::sleep(pause.saturating_sub(started.elapsed())).await;
-            replicas.lock()[lead].signal("-CONT");
+            replicas.lock()[at_leader].signal("-CONT");
             Ok(Struck::handover(took))
         }
         Fault::RestartApiserver => {
@@ -869,7 +919,7 @@ async fn strike(
             // The follower's watches fall behind while it is stopped; the apiserver restarts
             // without its watch cache (the follower's connections close, and watches read etcd
             // from then on), and etcd is compacted past them: they resume into 410 Gone.
-            let metrics = replicas.lock()[other].metrics;
+            let metrics = replicas.lock()[at_follower].metrics;
             let relists = || async move {
                 plane::metric(metrics, "syncgc_watch_relists_total", "")
                     .await
@@ -878,8 +928,8 @@ async fn strike(
             let before = relists().await;
             {
                 let mut replicas = replicas.lock();
-                replicas[other].quiet_until = Instant::now() + Duration::from_secs(40);
-                replicas[other].signal("-STOP");
+                replicas[at_follower].quiet_until = Instant::now() + Duration::from_secs(40);
+                replicas[at_follower].signal("-STOP");
             }
             let restarted = cluster(
                 &["restart-apiserver"],
@@ -887,7 +937,7 @@ async fn strike(
             );
             tokio::time::sleep(Duration::from_secs(8)).await;
             let compacted = cluster(&["compact"], &[]);
-            replicas.lock()[other].signal("-CONT");
+            replicas.lock()[at_follower].signal("-CONT");
             tokio::time::sleep(Duration::from_secs(10)).await;
             let after = relists().await;
             let normal = cluster(&["restart-apiserver"], &[]);
@@ -925,9 +975,9 @@ async fn strike(
             // The leader restarted on a clock two minutes off, either way.
             let skew = if rng.chance(50) { "+120s" } else { "-120s" };
             let started = Instant::now();
-            let unstopped = replicas.lock()[lead].stop("-TERM");
+            let unstopped = replicas.lock()[at_leader].stop("-TERM");
             let took = handover(started).await;
-            replicas.lock()[lead].start(plane, standalone, Some(skew))?;
+            replicas.lock()[at_leader].start(plane, standalone, Some(skew))?;
             Ok(Struck {
                 unstopped,
                 ..Struck::handover(took)
@@ -941,11 +991,20 @@ async fn strike(
 struct Options {
     duration: Duration,
     out: PathBuf,
+    /// One mode (standalone) for the whole run, and the first replica never faulted.
+    steady: bool,
 }
 
 fn options() -> Result<Options> {
-    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
-    let duration = args.next().context("usage: hack/soak.sh DURATION [OUT]")?;
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let steady = args.iter().any(|a| a == "--steady");
+    let mut args = args.into_iter().filter(|a| a != "--steady");
+    let duration = args
+        .next()
+        .context("usage: hack/soak.sh DURATION [OUT] [--steady]")?;
     let duration = syncgc::duration::parse(&duration)?;
     let out = args.next().map_or_else(
         || {
@@ -956,7 +1015,11 @@ fn options() -> Result<Options> {
         },
         PathBuf::from,
     );
-    Ok(Options { duration, out })
+    Ok(Options {
+        duration,
+        out,
+        steady,
+    })
 }
 
 #[derive(Default)]
@@ -998,17 +1061,33 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let mut rng = Rng::new(7);
 
-    for (half, standalone) in [(0, false), (1, true)] {
+    let halves: &[(u32, bool)] = if options.steady {
+        &[(0, true)]
+    } else {
+        &[(0, false), (1, true)]
+    };
+    for &(half, standalone) in halves {
         let mode = mode(standalone);
-        println!("soak: {mode} half, {:?}", options.duration / 2);
+        println!(
+            "soak: {mode} {}, {:?}",
+            if options.steady { "run" } else { "half" },
+            options.duration / halves.len() as u32
+        );
         plane
             .kcm(Kcm {
                 gc: !standalone,
                 ..Kcm::DEFAULT_LIMITS
             })
             .await?;
-        for replica in replicas.lock().iter_mut() {
-            replica.start(&plane, standalone, None)?;
+        for i in 0..2 {
+            replicas.lock()[i].start(&plane, standalone, None)?;
+            if options.steady && i == 0 {
+                // The never-faulted replica leads first, alone, so it does the work while it
+                // keeps the lease.
+                leader(&replicas, Duration::from_secs(60))
+                    .await
+                    .context("the never-faulted replica did not take the lease")?;
+            }
         }
         let webhook = replicas.lock()[0].webhook;
         plane
@@ -1038,7 +1117,7 @@ async fn main() -> Result<()> {
             }
             anchors.push((api, anchor));
         }
-        let half_ends = started + options.duration * (half + 1) / 2;
+        let half_ends = started + options.duration * (half + 1) / halves.len() as u32;
         let workload: Vec<_> = (0..WORKERS)
             .map(|w| {
                 let (api, anchor) = anchors[w % anchors.len()].clone();
@@ -1107,7 +1186,16 @@ async fn main() -> Result<()> {
                 fault_index += 1;
                 println!("soak: {:?} {fault:?}", started.elapsed());
                 observer.lock().note(format!("fault {fault:?}"));
-                match strike(fault, &plane, &replicas, standalone, &mut rng).await {
+                match strike(
+                    fault,
+                    &plane,
+                    &replicas,
+                    standalone,
+                    options.steady,
+                    &mut rng,
+                )
+                .await
+                {
                     Ok(struck) => {
                         tally.handovers.extend(struck.handover);
                         tally.throttled += struck.throttled;
@@ -1186,6 +1274,18 @@ async fn main() -> Result<()> {
             to.0
         ));
     }
+    if let Some((life, per_hour)) = steady_growth(&tally.memory).filter(|_| options.steady) {
+        let age = life.last().map_or(Duration::ZERO, |(age, _)| age);
+        if age >= STEADY_JUDGED && per_hour > STEADY_GROWTH {
+            observer.lock().violation(format!(
+                "the never-faulted {} (pid {}) grew by {:.1} MiB per hour after its first {} minutes",
+                life.replica,
+                life.pid,
+                per_hour / 1048576.0,
+                STEADY_AFTER.as_secs() / 60
+            ));
+        }
+    }
     observing.abort();
     release_leftovers(&client, &[]).await?;
     plane.kcm(Kcm::DEFAULT_LIMITS).await?;
@@ -1211,6 +1311,13 @@ async fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The never-faulted replica's life (the first replica's only one) and its growth per hour
+/// after [`STEADY_AFTER`].
+fn steady_growth(lives: &[Life]) -> Option<(&Life, f64)> {
+    let life = lives.iter().find(|l| l.replica == Replica::name_of(0))?;
+    Some((life, life.slope_per_hour(STEADY_AFTER)?))
 }
 
 /// Clears the finalizers of the soak objects outside `keep` and deletes their namespaces: what
@@ -1317,12 +1424,18 @@ fn report(
     let _ = writeln!(
         out,
         "\n{} on {cpu} ({cores} cores), Kubernetes v1.20.2, syncgc at commit {}; \
-         `hack/soak.sh {}` ran {:.0} minutes: two replicas, cooperative for the first half and \
-         standalone for the second.\n",
+         `hack/soak.sh {}{}` ran {:.0} minutes: two replicas, {}.\n",
         jiff::Timestamp::now().strftime("%Y-%m-%d"),
         env!("SYNCGC_COMMIT"),
         syncgc::duration::format(options.duration),
-        took.as_secs_f64() / 60.0
+        if options.steady { " --steady" } else { "" },
+        took.as_secs_f64() / 60.0,
+        if options.steady {
+            "standalone throughout; the first never faulted (it takes the lease first, and the \
+             faults aimed at a replica strike the other)"
+        } else {
+            "cooperative for the first half and standalone for the second"
+        }
     );
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| trees created and deleted | {} |", counts.trees);
@@ -1432,6 +1545,33 @@ fn report(
             mib(max),
             mib(to)
         );
+    }
+    if options.steady {
+        match steady_growth(lives) {
+            Some((life, per_hour)) => {
+                let _ = writeln!(
+                    out,
+                    "\nThe never-faulted replica ({}, pid {}, {} samples over {:.0} minutes): \
+                     **{:+.2} MiB per hour** after its first {} minutes (least-squares slope; \
+                     target ≤ {:.0} MiB per hour, judged over {} minutes or more).",
+                    life.replica,
+                    life.pid,
+                    life.samples.len(),
+                    life.last().map_or(0.0, |(age, _)| age.as_secs_f64() / 60.0),
+                    per_hour / 1048576.0,
+                    STEADY_AFTER.as_secs() / 60,
+                    STEADY_GROWTH / 1048576.0,
+                    STEADY_JUDGED.as_secs() / 60
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "\nThe never-faulted replica lived less than {} minutes: no growth to report.",
+                    STEADY_AFTER.as_secs() / 60
+                );
+            }
+        }
     }
     if !observer.violations.is_empty() || !tally.webhook_failures.is_empty() {
         let _ = writeln!(out, "\n## Violations\n");
