@@ -1,6 +1,7 @@
 //! Two replicas, one Lease: exactly one leads; when it dies, the other takes over and finishes
-//! the synchronous deletion the first had started; one that does not lead stops at SIGTERM. And a Lease that cannot be written (its
-//! namespace missing) keeps `/readyz` failing with the reason until the namespace exists.
+//! the synchronous deletion the first had started; one that does not lead stops at SIGTERM.
+//! And a Lease that cannot be written (its namespace missing) keeps `/readyz` failing with the
+//! reason until the namespace exists.
 
 mod support;
 

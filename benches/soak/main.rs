@@ -189,7 +189,8 @@ struct Observer {
     /// A relist in progress: the uids it has shown.
     relisting: Option<HashSet<String>>,
     relists: u64,
-    /// Survivors the workload deletes itself once their tree is collected (`namespace/name`).
+    /// What the workload deletes itself once its tree is collected (`namespace/name`), until
+    /// it is seen gone: a survivor among them is not held to survive.
     retired: HashSet<String>,
 }
 
@@ -271,7 +272,8 @@ impl Observer {
         let ordered = last.is_some();
         let seen = last.map_or(seen.clone(), |cm| Seen::of(cm, Some(&seen)));
         self.note(format!("gone {}", seen.key));
-        if seen.survivor && !self.retired.remove(&seen.key) {
+        let retired = self.retired.remove(&seen.key);
+        if seen.survivor && !retired {
             self.violation(format!("{} must survive, and was deleted", seen.key));
         }
         if ordered {
@@ -1285,7 +1287,9 @@ async fn main() -> Result<()> {
             to.0
         ));
     }
-    if let Some((life, per_hour)) = steady_growth(&tally.memory).filter(|_| options.steady) {
+    if options.steady
+        && let Some((life, per_hour)) = steady_growth(&tally.memory)
+    {
         let age = life.last().map_or(Duration::ZERO, |(age, _)| age);
         if age >= STEADY_JUDGED && per_hour > STEADY_GROWTH {
             observer.lock().violation(format!(
@@ -1359,9 +1363,9 @@ async fn release_leftovers(client: &Client, keep: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Marks the pending trees whose objects are all gone as collected; with `last`, or once one
-/// has waited past [`COLLECTED_WITHIN`], the rest are violations.
-/// Checks the pending trees, and returns what stays of those collected since the last check.
+/// Marks the pending trees whose objects are all gone as collected, and returns what stays of
+/// them; with `last`, or once one has waited past [`COLLECTED_WITHIN`], the rest are
+/// violations.
 fn check_collected(
     observer: &Mutex<Observer>,
     pending: &Mutex<Vec<Pending>>,

@@ -297,7 +297,6 @@ impl Syncgc {
             std::thread::sleep(Duration::from_millis(50));
         };
         assert!(status.success(), "syncgc stopped with {status}");
-        self.wait();
     }
 
     /// Sends SIGTERM, as the kubelet does to a pod being deleted, without waiting.
