@@ -1,12 +1,14 @@
 //! A real `syncgc run` process against the local control plane, with its webhook registered
 //! for the namespaces labelled [`WEBHOOK_LABEL`] by its pid (unless it registers itself:
-//! `--manage-webhook`, with `--webhook-config-name` its name). A watchdog shell stops it and
-//! unregisters the webhook when the test process exits. `/debug/graph` is on unless the
+//! `--manage-webhook`, with `--webhook-config-name` its name). It is stopped when its handle
+//! is dropped, and, for a handle that never is (a test binary's shared syncgc), when the test
+//! process exits, before the next test binary starts; a watchdog shell stops it and
+//! unregisters the webhook should the test process die. `/debug/graph` is on unless the
 //! arguments say `--debug-graph=false`.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use syncgc::webhook::admit::UnarmedDelete;
@@ -28,6 +30,8 @@ pub struct Syncgc {
     pub webhook: SocketAddr,
     /// The pid of `syncgc run` (the child is the watchdog shell).
     pid: String,
+    /// Where its log ended before it started.
+    log_from: u64,
     child: Child,
     _certs: tempfile::TempDir,
 }
@@ -68,7 +72,7 @@ impl Syncgc {
 
     /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
     pub fn start_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
-        let this = Self::spawn_as(name, kubeconfig, args, "");
+        let this = Self::launch(|| Self::spawn_as(name, kubeconfig, args, ""));
         this.wait_ready(Duration::from_secs(60));
         this
     }
@@ -83,16 +87,69 @@ impl Syncgc {
             "{library}: install Debian's faketime (hack/cluster.sh install does)"
         );
         let prefix = format!("LD_PRELOAD={library} FAKETIME={skew} FAKETIME_DONT_FAKE_MONOTONIC=1");
-        let this = Self::spawn_as(name, &kubeconfig_path(), args, &prefix);
+        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, &prefix));
         this.wait_ready(Duration::from_secs(60));
         this
     }
 
     /// Like [`Syncgc::start`], without waiting until it is ready: once it serves `/readyz`.
     pub fn spawn(name: &str, args: &[&str]) -> Self {
-        let this = Self::spawn_as(name, &kubeconfig_path(), args, "");
+        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, ""));
         this.wait_serving(Duration::from_secs(60));
         this
+    }
+
+    /// Starts syncgc with `spawn` until it has bound its addresses: again, on other ports, when
+    /// one that [`free_port`] found free was taken before syncgc bound it.
+    fn launch(spawn: impl Fn() -> Self) -> Self {
+        const ATTEMPTS: u32 = 3;
+        for attempt in 1.. {
+            let mut this = spawn();
+            match this.bound(Duration::from_secs(60)) {
+                Ok(()) => return this,
+                Err(said) if said.contains("Address already in use") && attempt < ATTEMPTS => {
+                    eprintln!("syncgc {}: a port was taken; starting it again", this.name);
+                }
+                Err(said) => panic!("syncgc {} exited as it started:\n{said}", this.name),
+            }
+        }
+        unreachable!()
+    }
+
+    /// Waits until syncgc says it serves its metrics address (so that what answers there is
+    /// this process); `Err` with what it said if it exits first.
+    fn bound(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let said = self.said();
+            if said.contains("serving /metrics") {
+                return Ok(());
+            }
+            if !self.running() {
+                return Err(said);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "syncgc {} did not bind its addresses within {timeout:?}; see its log in {}",
+                self.name,
+                self.log().display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What this process has logged so far.
+    fn said(&self) -> String {
+        let log = std::fs::read(self.log()).unwrap_or_default();
+        let from = usize::try_from(self.log_from).unwrap_or(usize::MAX);
+        String::from_utf8_lossy(log.get(from..).unwrap_or_default()).into_owned()
+    }
+
+    /// Whether `syncgc run` still runs (the watchdog reaps it within a poll once it exits).
+    fn running(&mut self) -> bool {
+        let pid: libc::pid_t = self.pid.parse().expect("a pid");
+        // SAFETY: signal 0 only checks that the process exists.
+        self.child.try_wait().unwrap().is_none() && unsafe { libc::kill(pid, 0) } == 0
     }
 
     fn spawn_as(name: &str, kubeconfig: &str, args: &[&str], prefix: &str) -> Self {
@@ -177,12 +234,15 @@ impl Syncgc {
             dir = dir.display(),
             args = args.join(" "),
         );
+        let log_path = std::env::temp_dir().join(format!("{name}.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(std::env::temp_dir().join(format!("{name}.log")))
+            .open(&log_path)
             .unwrap();
-        // The watchdog: when the test process is gone, stop syncgc and unregister its webhook.
+        let log_from = log.metadata().unwrap().len();
+        // The watchdog: when syncgc exits, or the test process is gone (killed: one that exits
+        // stops syncgc itself, see `stop_at_exit`), stop syncgc and unregister its webhook.
         let script = format!(
             "{syncgc} & child=$!; echo $child; \
              while kill -0 {test} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done; \
@@ -205,11 +265,14 @@ impl Syncgc {
             &mut pid,
         )
         .unwrap();
+        let pid = pid.trim().to_owned();
+        stop_at_exit(child.id(), pid.parse().expect("a pid"));
         Self {
             name: name.to_owned(),
             metrics,
             webhook,
-            pid: pid.trim().to_owned(),
+            pid,
+            log_from,
             child,
             _certs: certs,
         }
@@ -335,23 +398,86 @@ impl Syncgc {
     }
 }
 
-/// A test that fails with a syncgc running shows what that syncgc said last (its log stays
-/// where [`Syncgc::log`] says), since a test machine may not keep the file.
+/// Dropped, syncgc stops (as [`stop_at_exit`] does). A test that fails with a syncgc running
+/// shows what that syncgc said last (its log stays where [`Syncgc::log`] says), since a test
+/// machine may not keep the file.
 impl Drop for Syncgc {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+            let said: Vec<&str> = log.lines().filter(|l| !l.contains(" DEBUG ")).collect();
+            eprintln!(
+                "--- the last of syncgc {}'s log (without DEBUG; all of it in {}):",
+                self.name,
+                self.log().display()
+            );
+            for line in &said[said.len().saturating_sub(40)..] {
+                eprintln!("{line}");
+            }
+        }
+        let shell = self.child.id();
+        let mut live = LIVE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = live.iter().position(|(s, _)| *s == shell) {
+            let (shell, pid) = live.swap_remove(at);
+            drop(live);
+            halt(shell, pid);
+        }
+    }
+}
+
+/// The syncgc processes started and not dropped: each watchdog shell's pid, and syncgc's.
+static LIVE: Mutex<Vec<(u32, libc::pid_t)>> = Mutex::new(Vec::new());
+
+/// Has syncgc `pid`, under the watchdog `shell`, stopped when the test process exits, if its
+/// handle has not stopped it by then: a handle in a `static` never drops, and a syncgc left
+/// running would act on the next test binary's objects.
+fn stop_at_exit(shell: u32, pid: libc::pid_t) {
+    static AT_EXIT: Once = Once::new();
+    extern "C" fn stop_all() {
+        let live = std::mem::take(
+            &mut *LIVE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (shell, pid) in live {
+            halt(shell, pid);
+        }
+    }
+    AT_EXIT.call_once(|| {
+        // SAFETY: registers a function that takes no arguments and does not unwind.
+        assert_eq!(unsafe { libc::atexit(stop_all) }, 0, "atexit");
+    });
+    LIVE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push((shell, pid));
+}
+
+/// Stops syncgc `pid` with SIGTERM (going on first, should it be paused) and waits until its
+/// watchdog `shell` has unregistered the webhook and exited; kills both after
+/// [`STOPS_WITHIN`].
+fn halt(shell: u32, pid: libc::pid_t) {
+    let shell = libc::pid_t::try_from(shell).expect("a pid");
+    // SAFETY: plain system calls on processes this test process started; a shell already
+    // reaped makes `waitpid` fail, and then nothing is signalled.
+    unsafe {
+        let reaped = || libc::waitpid(shell, std::ptr::null_mut(), libc::WNOHANG) != 0;
+        if reaped() {
             return;
         }
-        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-        let said: Vec<&str> = log.lines().filter(|l| !l.contains(" DEBUG ")).collect();
-        eprintln!(
-            "--- the last of syncgc {}'s log (without DEBUG; all of it in {}):",
-            self.name,
-            self.log().display()
-        );
-        for line in &said[said.len().saturating_sub(40)..] {
-            eprintln!("{line}");
+        libc::kill(pid, libc::SIGTERM);
+        libc::kill(pid, libc::SIGCONT);
+        let deadline = Instant::now() + STOPS_WITHIN;
+        while Instant::now() < deadline {
+            if reaped() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        libc::kill(pid, libc::SIGKILL);
+        libc::kill(shell, libc::SIGKILL);
+        libc::waitpid(shell, std::ptr::null_mut(), 0);
     }
 }
 
