@@ -15,7 +15,8 @@
 # releases of the platform phase before and after adding 300 CRDs,
 # SYNCGC_BENCH_WRITES [4000] ConfigMaps per round of the writes phase, SYNCGC_BENCH_WRITERS [32]
 # requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind, SYNCGC_BENCH_SCALE_N
-# [100000] ConfigMaps the scale phase grows to (measured at a tenth, a quarter, a half and all),
+# [1000000] objects the scale phase grows to (measured at a tenth, three tenths and all),
+# SYNCGC_BENCH_SCALE_CASCADE [100000] dependents of its cascade,
 # SYNCGC_BENCH_OUT [benches/results].
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -18,8 +18,8 @@
 //! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
 //! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
 //! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects;
-//! 8. time to ready and memory per object as the cluster grows to 100,000 objects, against
-//!    kube-controller-manager's GC ([`scale`]).
+//! 8. time to ready, memory per object and a cascade of 100,000 dependents as the cluster
+//!    grows to 1,000,000 objects, against kube-controller-manager's GC ([`scale`]).
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
@@ -92,8 +92,9 @@ struct Settings {
     writes: usize,
     writers: usize,
     writes_rounds: usize,
-    /// ConfigMaps the scale phase grows to.
+    /// Objects the scale phase grows to, and dependents of its cascade.
     scale: usize,
+    scale_cascade: usize,
     out: PathBuf,
 }
 
@@ -140,7 +141,8 @@ impl Settings {
             writes: env_or("SYNCGC_BENCH_WRITES", 4000)?,
             writers: env_or("SYNCGC_BENCH_WRITERS", 32)?,
             writes_rounds: env_or("SYNCGC_BENCH_WRITES_ROUNDS", 3)?,
-            scale: env_or("SYNCGC_BENCH_SCALE_N", 100_000)?,
+            scale: env_or("SYNCGC_BENCH_SCALE_N", 1_000_000)?,
+            scale_cascade: env_or("SYNCGC_BENCH_SCALE_CASCADE", scale::CASCADE)?,
             out: env_or(
                 "SYNCGC_BENCH_OUT",
                 PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),
@@ -650,7 +652,7 @@ impl Cascades {
 }
 
 /// `syncgc run`'s arguments for `mode` at a client limit, with `workers` GC workers.
-fn run_args(mode: &str, qps: u32, burst: u32, workers: usize) -> Vec<String> {
+pub(crate) fn run_args(mode: &str, qps: u32, burst: u32, workers: usize) -> Vec<String> {
     [
         "--mode",
         mode,

@@ -53,6 +53,10 @@ pub const UNTHROTTLED_BURST: u32 = 2000;
 const MONITORS_SYNCED: &str = "all resource monitors have synced";
 /// A line kube-controller-manager logs each time it starts.
 const STARTED: &str = "FLAG: --enable-garbage-collector";
+/// How long a collector may take to start over the scale phase's million objects.
+const STARTS_WITHIN: Duration = Duration::from_secs(600);
+/// How long the namespaces being deleted may take to go (a million objects among them).
+const SETTLES_WITHIN: Duration = Duration::from_secs(1800);
 /// How long a plain-HTTP GET (metrics, probes) may take.
 const HTTP_GET_WITHIN: Duration = Duration::from_secs(10);
 
@@ -127,11 +131,13 @@ impl Plane {
             .status()?;
         anyhow::ensure!(status.success(), "hack/cluster.sh kcm failed");
         if kcm.gc {
-            let deadline = Instant::now() + Duration::from_secs(120);
+            let deadline = Instant::now() + STARTS_WITHIN;
             // hack/cluster.sh leaves a kube-controller-manager that runs as asked alone.
             while !synced_since_start(&log) {
                 if Instant::now() > deadline {
-                    bail!("kube-controller-manager's garbage collector did not sync in 2 minutes");
+                    bail!(
+                        "kube-controller-manager's garbage collector did not sync in {STARTS_WITHIN:?}"
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
@@ -233,10 +239,10 @@ impl Plane {
             metrics,
             webhook,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + STARTS_WITHIN;
         while http_get(metrics, "/readyz").await.map(|(s, _)| s).ok() != Some(200) {
             if Instant::now() > deadline {
-                bail!("syncgc run did not become ready in a minute");
+                bail!("syncgc run did not become ready in {STARTS_WITHIN:?}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -362,7 +368,7 @@ impl Plane {
     /// the whole cluster).
     pub async fn settle_namespaces(&self) -> Result<()> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let deadline = Instant::now() + Duration::from_secs(600);
+        let deadline = Instant::now() + SETTLES_WITHIN;
         loop {
             let terminating = api
                 .list(&Default::default())
@@ -375,7 +381,7 @@ impl Plane {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("{terminating} namespaces still being deleted after 10 minutes");
+                bail!("{terminating} namespaces still being deleted after {SETTLES_WITHIN:?}");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -400,6 +406,10 @@ impl Syncgc {
     /// Its resident memory, in bytes.
     pub fn rss(&self) -> Result<u64> {
         rss(self.child.id())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The sum of a metric's series whose line starts with `series`.

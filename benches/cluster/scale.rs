@@ -1,7 +1,10 @@
-//! Scale: how long a collector is blind after it starts, and what each object costs it in
-//! memory, as the cluster grows to N ConfigMaps (`SYNCGC_BENCH_SCALE_N`, 100,000 by default;
-//! one in ten owns the next nine, as in the graph phase). At each size, in the same run, each
-//! collector started three times and the medians reported:
+//! Scale: how long a collector is blind after it starts, what each object costs it in memory,
+//! and how a very large tree is collected, as the cluster grows to N objects
+//! (`SYNCGC_BENCH_SCALE_N`, 1,000,000 by default; measured at a tenth, three tenths and all).
+//! The objects are created straight into the apiserver, [`CREATING`] requests in flight: in
+//! each ten, an owner ConfigMap, eight ConfigMaps it owns and one custom resource it owns (of
+//! one namespaced CRD). At each size, in the same run, each collector started three times and
+//! the medians reported:
 //!
 //! - kube-controller-manager restarted with its garbage collector: the time from its start
 //!   until it logs "all resource monitors have synced" (it collects from then on), its resident
@@ -12,22 +15,47 @@
 //!   the same within 1 MiB, and is the least the native GC holds: the memory target is
 //!   measured against it.
 //! - `syncgc run --mode standalone` started (kube-controller-manager without its GC): the time
-//!   from its start until `/readyz` answers 200, and its resident memory then; the same with no
-//!   object of the namespace yet is the baseline the objects add to.
+//!   from its start until `/readyz` answers 200, its resident memory then and its peak so far
+//!   (`VmHWM`: the initial lists' buffers included), and its resident memory [`SETTLE`] after;
+//!   the same with no object of the namespace yet is the baseline the objects add to.
+//!
+//! With all N objects in place, one owner with [`CASCADE`] dependents
+//! (`SYNCGC_BENCH_SCALE_CASCADE`) in a namespace of its own is deleted in the background, once
+//! by each collector at the same client limits: the time until every dependent is gone, the
+//! requests per object, and syncgc's resident memory over it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use futures::StreamExt;
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, PostParams,
+    PropagationPolicy,
+};
 
-use crate::Settings;
-use crate::plane::{Kcm, Plane};
+use crate::cascade::{self, Deletion, Outcome};
+use crate::plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
 use crate::report::{Goal, Report, round};
+use crate::tree::Shape;
+use crate::{Settings, run_args};
+
+/// Requests in flight while the objects are created.
+const CREATING: usize = 64;
+/// The custom resources' group, kind and plural.
+const GROUP: &str = "scale.bench.syncgc.io";
+const KIND: &str = "Scaled";
+const PLURAL: &str = "scaleds";
+/// The default number of dependents of the cascade at scale.
+pub const CASCADE: usize = 100_000;
+/// How often syncgc's resident memory is read during the cascade.
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
 /// Resident memory moves for a while after a start (Go's collector, freed list buffers): it is
 /// read this long after the collector is ready.
@@ -52,6 +80,10 @@ pub struct Sample {
     pub resident: u64,
     /// kube-controller-manager's Go heap in use after a full collection (0 for syncgc).
     pub heap: u64,
+    /// syncgc's resident memory at ready, and its peak until then (0 for
+    /// kube-controller-manager).
+    pub at_ready: u64,
+    pub peak: u64,
 }
 
 /// The medians of [`STARTS`] starts' measurements, each start alone.
@@ -67,6 +99,8 @@ pub async fn median_start(plane: &mut Plane, settings: &Settings, start: Start) 
         ready: median(&samples, |s| s.ready),
         resident: median(&samples, |s| s.resident),
         heap: median(&samples, |s| s.heap),
+        at_ready: median(&samples, |s| s.at_ready),
+        peak: median(&samples, |s| s.peak),
     })
 }
 
@@ -86,31 +120,65 @@ struct Point {
     native_heap_bytes: f64,
     syncgc_ready: Duration,
     syncgc_bytes: f64,
+    syncgc_at_ready: u64,
+    syncgc_peak: u64,
+}
+
+impl Point {
+    fn ready_ratio(&self) -> f64 {
+        self.syncgc_ready.as_secs_f64() / self.native_ready.as_secs_f64()
+    }
+
+    /// syncgc's time to ready per object, in microseconds.
+    fn ready_per_object(&self) -> f64 {
+        self.syncgc_ready.as_secs_f64() * 1e6 / self.objects as f64
+    }
+
+    fn peak_ratio(&self) -> f64 {
+        self.syncgc_peak as f64 / self.syncgc_at_ready as f64
+    }
+}
+
+/// The cascade at scale, by one collector.
+struct Cascade {
+    outcome: Outcome,
+    /// syncgc's largest resident memory during it, and before it (0 for the native GC).
+    peak: u64,
+    before: u64,
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
 }
 
 pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
     let n = settings.scale;
-    let sizes: Vec<usize> = [n / 10, n / 4, n / 2, n]
+    let mut sizes: Vec<usize> = [n / 10, 3 * n / 10, n]
         .into_iter()
         .filter(|s| *s > 0)
         .collect();
-    eprintln!("scale: {sizes:?} ConfigMaps");
+    sizes.dedup();
+    eprintln!(
+        "scale: {sizes:?} objects, then a cascade of {} dependents",
+        settings.scale_cascade
+    );
     // The objects of earlier phases' namespaces must be gone before the baseline is taken.
     plane.settle_namespaces().await?;
+    crd(plane, true).await?;
     let namespace = plane.namespace("bench-scale", &[]).await?;
     let syncgc_baseline = median_start(plane, settings, Start::Syncgc).await?.resident;
     let mut points = Vec::new();
     let (mut created, mut owners) = (0, HashMap::new());
     for &size in &sizes {
-        create(
-            plane,
-            &namespace,
-            created..size,
-            &mut owners,
-            settings.concurrency,
-        )
-        .await?;
+        let started = Instant::now();
+        create(plane, &namespace, created..size, &mut owners).await?;
+        eprintln!(
+            "scale: created {} objects in {:.0} s",
+            size - created,
+            started.elapsed().as_secs_f64()
+        );
         created = size;
+        plane.apiserver_at_rest().await?;
         let with_gc = median_start(plane, settings, Start::Native { gc: true }).await?;
         let without_gc = median_start(plane, settings, Start::Native { gc: false }).await?;
         let syncgc = median_start(plane, settings, Start::Syncgc).await?;
@@ -123,142 +191,358 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             native_heap_bytes: per_object(with_gc.heap, without_gc.heap),
             syncgc_ready: syncgc.ready,
             syncgc_bytes: per_object(syncgc.resident, syncgc_baseline),
+            syncgc_at_ready: syncgc.at_ready,
+            syncgc_peak: syncgc.peak,
         };
         eprintln!(
-            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s; bytes per object native {:.0} resident, {:.0} Go heap, syncgc {:.0}",
+            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s; bytes per object native {:.0} resident, {:.0} Go heap, syncgc {:.0}; syncgc peak {:.0} MiB, at ready {:.0} MiB",
             point.native_ready.as_secs_f64(),
             point.syncgc_ready.as_secs_f64(),
             point.native_bytes,
             point.native_heap_bytes,
-            point.syncgc_bytes
+            point.syncgc_bytes,
+            mib(point.syncgc_peak),
+            mib(point.syncgc_at_ready),
         );
         points.push(point);
     }
+    let native = cascade_at_scale(settings, plane, true).await?;
+    let syncgc = cascade_at_scale(settings, plane, false).await?;
     plane.drop_namespace(&namespace).await?;
-    // What runs next on the cluster (a test run, say) finds it without 100,000 objects still
+    crd(plane, false).await?;
+    // What runs next on the cluster (a test run, say) finds it without the objects still
     // being deleted.
     plane.settle_namespaces().await?;
 
     let table = report.table(
         format!(
-            "Scale: ConfigMaps in one namespace (one in ten owns the next nine), each collector \
-             started with them in etcd; ready = from its start until it collects \
-             (kube-controller-manager: \"all resource monitors have synced\"; syncgc standalone: \
-             `/readyz` 200); bytes per object {}s after: kube-controller-manager with its GC − \
-             without, in resident memory (which swings by tens of MiB from one start to the \
-             next with Go's collector's pacing) and in Go heap in use right after a full \
-             collection (`HeapInuse` of its heap profile with `gc=1`: what its objects hold at \
-             least, the same within 1 MiB from start to start); syncgc's resident memory − \
-             syncgc's started before the objects ({:.1} MiB); medians of {STARTS} starts each",
+            "Scale: objects in one namespace, in each ten an owner ConfigMap, eight ConfigMaps \
+             and one custom resource it owns; each collector started with them in etcd; ready \
+             = from its start until it collects (kube-controller-manager: \"all resource \
+             monitors have synced\"; syncgc standalone: `/readyz` 200); bytes per object {}s \
+             after: kube-controller-manager with its GC − without, in resident memory (which \
+             swings by tens of MiB from one start to the next with Go's collector's pacing) \
+             and in Go heap in use right after a full collection (`HeapInuse` of its heap \
+             profile with `gc=1`: what its objects hold at least, the same within 1 MiB from \
+             start to start); syncgc's resident memory − syncgc's started before the objects \
+             ({:.1} MiB); syncgc's peak (`VmHWM`) and resident memory at ready; growth = \
+             syncgc's figure per object ÷ the same at the smallest size; medians of {STARTS} \
+             starts each",
             SETTLE.as_secs(),
-            syncgc_baseline as f64 / f64::from(1 << 20)
+            mib(syncgc_baseline)
         ),
         vec![
             "objects",
             "native ready s",
             "syncgc ready s",
             "ready syncgc ÷ native",
+            "syncgc ready µs/object, growth",
             "native B/object resident",
             "native B/object Go heap",
             "syncgc B/object resident",
-            "syncgc ÷ native resident",
             "syncgc ÷ native Go heap",
+            "syncgc B/object growth",
+            "syncgc peak MiB",
+            "syncgc at ready MiB",
+            "peak ÷ at ready",
         ],
     );
+    let first = points.first().context("no size measured")?;
     for p in &points {
         table.rows.push(vec![
             p.objects.to_string(),
             round(p.native_ready.as_secs_f64()),
             round(p.syncgc_ready.as_secs_f64()),
-            round(p.syncgc_ready.as_secs_f64() / p.native_ready.as_secs_f64()),
+            round(p.ready_ratio()),
+            format!(
+                "{}, {}",
+                round(p.ready_per_object()),
+                round(p.ready_per_object() / first.ready_per_object())
+            ),
             format!("{:.0}", p.native_bytes),
             format!("{:.0}", p.native_heap_bytes),
             format!("{:.0}", p.syncgc_bytes),
-            round(p.syncgc_bytes / p.native_bytes),
             round(p.syncgc_bytes / p.native_heap_bytes),
+            round(p.syncgc_bytes / first.syncgc_bytes),
+            format!("{:.0}", mib(p.syncgc_peak)),
+            format!("{:.0}", mib(p.syncgc_at_ready)),
+            round(p.peak_ratio()),
         ]);
     }
-    let last = points.last().context("no size measured")?;
-    report.target(
+    let table = report.table(
         format!(
-            "scale, {} objects: time to ready syncgc ÷ native",
-            last.objects
+            "Cascade at scale: one owner with {} ConfigMap dependents in a namespace of its \
+             own, deleted in the background with the scale phase's {} objects in place; each \
+             collector at the same client limit (qps {UNTHROTTLED_QPS} / burst \
+             {UNTHROTTLED_BURST}, {} workers); seconds from the owner's DELETE until every \
+             object is gone, API requests on ConfigMaps per collected object, syncgc's \
+             resident memory before and at most during it (read every {} ms)",
+            settings.scale_cascade,
+            n,
+            settings.concurrency,
+            SAMPLE_EVERY.as_millis()
         ),
-        last.syncgc_ready.as_secs_f64() / last.native_ready.as_secs_f64(),
+        vec![
+            "native s",
+            "syncgc s",
+            "syncgc ÷ native",
+            "native req/obj",
+            "syncgc req/obj",
+            "syncgc MiB before",
+            "syncgc MiB at most",
+        ],
+    );
+    table.rows.push(vec![
+        round(native.outcome.seconds),
+        round(syncgc.outcome.seconds),
+        round(syncgc.outcome.seconds / native.outcome.seconds),
+        round(native.outcome.requests_per_object),
+        round(syncgc.outcome.requests_per_object),
+        format!("{:.0}", mib(syncgc.before)),
+        format!("{:.0}", mib(syncgc.peak)),
+    ]);
+    let last = points.last().context("no size measured")?;
+    let objects = last.objects;
+    report.target(
+        format!("scale, {objects} objects: time to ready syncgc ÷ native"),
+        last.ready_ratio(),
         Goal::AtMost(0.5),
         "×",
     );
     report.target(
         format!(
-            "scale, {} objects: memory per object, syncgc resident ÷ native Go heap in use",
-            last.objects
+            "scale, {objects} objects: memory per object, syncgc resident ÷ native Go heap in use"
         ),
         last.syncgc_bytes / last.native_heap_bytes,
         Goal::AtMost(0.5),
         "×",
     );
+    report.target(
+        format!(
+            "scale, {objects} objects: syncgc's peak during startup ÷ its resident memory at ready"
+        ),
+        last.peak_ratio(),
+        Goal::AtMost(1.5),
+        "×",
+    );
+    report.target(
+        format!(
+            "scale: syncgc's time to ready per object, {objects} ÷ {} objects",
+            first.objects
+        ),
+        last.ready_per_object() / first.ready_per_object(),
+        Goal::AtMost(1.2),
+        "×",
+    );
+    report.target(
+        format!(
+            "scale: syncgc's memory per object, {objects} ÷ {} objects",
+            first.objects
+        ),
+        last.syncgc_bytes / first.syncgc_bytes,
+        Goal::AtMost(1.2),
+        "×",
+    );
     Ok(())
 }
 
-/// Creates ConfigMaps `from..to` in `namespace`: every tenth an owner (its uid kept in
-/// `owners`), the nine after it its dependents; owners first.
+/// One owner with `SYNCGC_BENCH_SCALE_CASCADE` flat dependents deleted in the background by the
+/// native GC (`native`) or by syncgc standalone, unthrottled, with syncgc's memory read over it.
+async fn cascade_at_scale(settings: &Settings, plane: &mut Plane, native: bool) -> Result<Cascade> {
+    let n = settings.scale_cascade;
+    let c = settings.concurrency;
+    eprintln!(
+        "scale: cascade of {n} dependents by {}",
+        if native {
+            "kube-controller-manager"
+        } else {
+            "syncgc"
+        }
+    );
+    plane.kcm(Kcm::unthrottled(native, c as u32)).await?;
+    let deletion = Deletion::Owner(PropagationPolicy::Background);
+    if native {
+        let outcome = cascade::run(plane, Shape::Flat, n, CREATING, deletion).await?;
+        return Ok(Cascade {
+            outcome,
+            peak: 0,
+            before: 0,
+        });
+    }
+    let syncgc = plane
+        .syncgc(&run_args(
+            "standalone",
+            UNTHROTTLED_QPS,
+            UNTHROTTLED_BURST,
+            c,
+        ))
+        .await?;
+    let pid = syncgc.pid();
+    let before = crate::plane::rss(pid)?;
+    let peak = Arc::new(AtomicU64::new(before));
+    let sampling = tokio::spawn({
+        let peak = peak.clone();
+        async move {
+            loop {
+                if let Ok(rss) = crate::plane::rss(pid) {
+                    peak.fetch_max(rss, Ordering::Relaxed);
+                }
+                tokio::time::sleep(SAMPLE_EVERY).await;
+            }
+        }
+    });
+    let outcome = cascade::run(plane, Shape::Flat, n, CREATING, deletion).await;
+    sampling.abort();
+    drop(syncgc);
+    let outcome = outcome?;
+    let peak = peak.load(Ordering::Relaxed);
+    eprintln!(
+        "scale: cascade by syncgc: {:.1} s, {:.2} requests per object",
+        outcome.seconds, outcome.requests_per_object
+    );
+    Ok(Cascade {
+        outcome,
+        peak,
+        before,
+    })
+}
+
+/// Creates objects `from..to` in `namespace`: in each ten, the first an owner ConfigMap (its
+/// uid kept in `owners`), the last a custom resource it owns, the eight between ConfigMaps it
+/// owns; the owners first.
 async fn create(
     plane: &Plane,
     namespace: &str,
     range: std::ops::Range<usize>,
     owners: &mut HashMap<usize, String>,
-    concurrency: usize,
 ) -> Result<()> {
-    eprintln!("scale: creating ConfigMaps {range:?}");
-    let api: Api<ConfigMap> = Api::namespaced(plane.client.clone(), namespace);
-    let make = |objects: Vec<ConfigMap>| {
-        futures::stream::iter(objects)
-            .map(|object| {
-                let api = api.clone();
-                async move { api.create(&PostParams::default(), &object).await }
+    eprintln!("scale: creating objects {range:?}");
+    let configmaps: Api<ConfigMap> = Api::namespaced(plane.client.clone(), namespace);
+    let resource = custom_resource();
+    let custom: Api<DynamicObject> =
+        Api::namespaced_with(plane.client.clone(), namespace, &resource);
+    let created: Vec<(usize, String)> =
+        futures::stream::iter(range.clone().filter(|i| i % 10 == 0))
+            .map(|i| {
+                let api = configmaps.clone();
+                async move {
+                    let created = api
+                        .create(&PostParams::default(), &config_map(i, None))
+                        .await?;
+                    Ok::<_, kube::Error>((i, created.metadata.uid.unwrap_or_default()))
+                }
             })
-            .buffer_unordered(concurrency)
-            .collect::<Vec<_>>()
-    };
-    let new_owners = range.clone().filter(|i| i % 10 == 0);
-    for created in make(new_owners.map(|i| config_map(i, None)).collect()).await {
-        let created = created?;
-        let name = created.metadata.name.unwrap_or_default();
-        let i = name.trim_start_matches("cm-").parse()?;
-        owners.insert(i, created.metadata.uid.unwrap_or_default());
-    }
-    let dependents = range.filter(|i| i % 10 != 0).map(|i| {
+            .buffer_unordered(CREATING)
+            .try_collect()
+            .await
+            .context("creating the owners")?;
+    owners.extend(created);
+    let owners = &*owners;
+    let reference = |i: usize| {
         let owner = i - i % 10;
-        config_map(i, Some((name_of(owner), owners[&owner].clone())))
-    });
-    for created in make(dependents.collect()).await {
-        created?;
-    }
+        (name_of(owner), owners[&owner].clone())
+    };
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    futures::stream::iter(range.filter(|i| i % 10 != 0))
+        .map(|i| {
+            let (configmaps, custom, resource) = (&configmaps, &custom, &resource);
+            let (done, owner) = (&done, reference(i));
+            async move {
+                let post = PostParams::default();
+                if i % 10 == 9 {
+                    let mut object = DynamicObject::new(&name_of(i), resource);
+                    object.metadata.owner_references = Some(vec![owner_reference(owner)]);
+                    custom.create(&post, &object).await.map(drop)?;
+                } else {
+                    configmaps
+                        .create(&post, &config_map(i, Some(owner)))
+                        .await
+                        .map(drop)?;
+                }
+                let done = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if done % 100_000 == 0 {
+                    eprintln!("scale: {done} dependents created");
+                }
+                Ok::<_, kube::Error>(())
+            }
+        })
+        .buffer_unordered(CREATING)
+        .try_collect::<Vec<()>>()
+        .await
+        .context("creating the dependents")?;
     Ok(())
 }
 
 fn name_of(i: usize) -> String {
-    format!("cm-{i}")
+    format!("o-{i}")
+}
+
+/// A reference to the owner ConfigMap (name, uid).
+fn owner_reference((name, uid): (String, String)) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name,
+        uid,
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
 }
 
 fn config_map(i: usize, owner: Option<(String, String)>) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name_of(i)),
-            owner_references: owner.map(|(name, uid)| {
-                vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "ConfigMap".into(),
-                    name,
-                    uid,
-                    controller: Some(true),
-                    block_owner_deletion: None,
-                }]
-            }),
+            owner_references: owner.map(|owner| vec![owner_reference(owner)]),
             ..Default::default()
         },
         data: Some([("k".to_owned(), "v".to_owned())].into()),
         ..Default::default()
+    }
+}
+
+fn custom_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1", KIND), PLURAL)
+}
+
+/// Adds the phase's CRD and waits until it is Established (`add`), or deletes it (and with it
+/// its objects).
+async fn crd(plane: &Plane, add: bool) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(plane.client.clone());
+    let name = format!("{PLURAL}.{GROUP}");
+    if !add {
+        api.delete(&name, &DeleteParams::default()).await?;
+        return Ok(());
+    }
+    let definition: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "group": GROUP, "scope": "Namespaced",
+            "names": { "plural": PLURAL, "kind": KIND },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true } } }]
+        }
+    }))?;
+    if api.get_opt(&name).await?.is_none() {
+        api.create(&PostParams::default(), &definition).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let established = api.get(&name).await?.status.is_some_and(|status| {
+            status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("CRD {name} not Established after a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -282,11 +566,13 @@ async fn kcm_start(plane: &mut Plane, settings: &Settings, gc: bool) -> Result<S
         ready: ready.unwrap_or_default(),
         resident,
         heap,
+        at_ready: 0,
+        peak: 0,
     })
 }
 
-/// Starts syncgc standalone (kube-controller-manager without its GC): how long until ready, and
-/// its resident memory [`SETTLE`] after.
+/// Starts syncgc standalone (kube-controller-manager without its GC): how long until ready, its
+/// resident memory and peak then, and its resident memory [`SETTLE`] after.
 async fn syncgc_start(plane: &mut Plane, settings: &Settings) -> Result<Sample> {
     plane
         .kcm(Kcm::unthrottled(false, settings.concurrency as u32))
@@ -296,10 +582,14 @@ async fn syncgc_start(plane: &mut Plane, settings: &Settings) -> Result<Sample> 
         .syncgc(&["--mode".to_owned(), "standalone".to_owned()])
         .await?;
     let ready = started.elapsed();
+    let at_ready = syncgc.rss()?;
+    let peak = crate::plane::high_water_mark(syncgc.pid())?;
     tokio::time::sleep(SETTLE).await;
     Ok(Sample {
         ready,
         resident: syncgc.rss()?,
         heap: 0,
+        at_ready,
+        peak,
     })
 }
