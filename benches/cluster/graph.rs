@@ -1,5 +1,5 @@
-//! The ownership graph's memory and speed for 100,000 synthetic objects (10,000 owners with 9
-//! dependents each). Memory is what the graph holds on the heap, counted by a global allocator
+//! The ownership graph's memory and speed for synthetic objects (owners with 9 dependents each),
+//! at two sizes, so that what grows faster than the objects shows. Memory is what the graph holds on the heap, counted by a global allocator
 //! that keeps the number of live bytes: exact, and free of the allocator's caching that makes
 //! resident memory drift.
 
@@ -42,9 +42,9 @@ fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
 }
 
-const OWNERS: u128 = 10_000;
 const PER_OWNER: u128 = 9;
-pub const OBJECTS: usize = (OWNERS * (1 + PER_OWNER)) as usize;
+/// The sizes measured: 100,000 and 1,000,000 objects.
+pub const SIZES: [usize; 2] = [100_000, 1_000_000];
 
 /// A ConfigMap as a watch reports it: names as long as generated ones, 50 namespaces.
 fn object(n: u128, owner: Option<u128>) -> Observed {
@@ -69,10 +69,10 @@ fn object(n: u128, owner: Option<u128>) -> Observed {
     }
 }
 
-fn objects() -> impl Iterator<Item = Observed> {
-    (0..OWNERS).flat_map(|o| {
+fn objects(owners: u128) -> impl Iterator<Item = Observed> {
+    (0..owners).flat_map(move |o| {
         std::iter::once(object(o, None))
-            .chain((0..PER_OWNER).map(move |d| object(OWNERS + o * PER_OWNER + d, Some(o))))
+            .chain((0..PER_OWNER).map(move |d| object(owners + o * PER_OWNER + d, Some(o))))
     })
 }
 
@@ -84,14 +84,17 @@ pub struct GraphMeasurement {
     pub transitive_dependents: Duration,
 }
 
-pub fn measure() -> GraphMeasurement {
+/// The graph of `n` objects (a tenth of them owners).
+pub fn measure(n: usize) -> GraphMeasurement {
+    let owners = (n / (1 + PER_OWNER as usize)) as u128;
+    let objects = || objects(owners);
     // Memory: objects are made one at a time, so what stays allocated is the graph's.
     let before = live();
     let mut graph = Graph::new(Mode::Standalone);
     for object in objects() {
         black_box(graph.apply(ResourceId::new(0), object));
     }
-    let bytes_per_node = (live() - before) as f64 / OBJECTS as f64;
+    let bytes_per_node = (live() - before) as f64 / n as f64;
     drop(graph);
 
     // Speed: the objects are made first.
@@ -101,15 +104,15 @@ pub fn measure() -> GraphMeasurement {
     for object in prepared {
         black_box(graph.apply(ResourceId::new(0), object));
     }
-    let apply = started.elapsed() / OBJECTS as u32;
+    let apply = started.elapsed() / n as u32;
 
     let started = Instant::now();
     let mut total = 0;
-    for o in 0..OWNERS {
+    for o in 0..owners {
         total += graph.transitive_dependents(Uid::from_u128(o));
     }
-    let transitive_dependents = started.elapsed() / OWNERS as u32;
-    assert_eq!(total, (OWNERS * PER_OWNER) as usize);
+    let transitive_dependents = started.elapsed() / owners as u32;
+    assert_eq!(total, (owners * PER_OWNER) as usize);
     GraphMeasurement {
         bytes_per_node,
         apply,

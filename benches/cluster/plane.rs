@@ -51,6 +51,9 @@ pub const UNTHROTTLED_QPS: u32 = 1000;
 pub const UNTHROTTLED_BURST: u32 = 2000;
 
 const MONITORS_SYNCED: &str = "all resource monitors have synced";
+/// What kube-controller-manager logs once its root CA publisher, which caches every ConfigMap,
+/// has listed them.
+const CONFIGMAPS_SYNCED: &str = "Caches are synced for crt configmap";
 /// A line kube-controller-manager logs each time it starts.
 const STARTED: &str = "FLAG: --enable-garbage-collector";
 /// How long a collector may take to start over the scale phase's million objects.
@@ -116,7 +119,8 @@ impl Plane {
     }
 
     /// Puts kube-controller-manager in `kcm`'s mode and limits; with its garbage collector,
-    /// waits until the collector has synced its graph, so that it collects from the start.
+    /// waits until the collector has synced its graph, so that it collects from the start;
+    /// without, until every ConfigMap is in its caches, so that its memory is read complete.
     pub async fn kcm(&mut self, kcm: Kcm) -> Result<()> {
         if self.kcm == Some(kcm) {
             return Ok(());
@@ -130,17 +134,20 @@ impl Plane {
             .stderr(Stdio::null())
             .status()?;
         anyhow::ensure!(status.success(), "hack/cluster.sh kcm failed");
-        if kcm.gc {
-            let deadline = Instant::now() + STARTS_WITHIN;
-            // hack/cluster.sh leaves a kube-controller-manager that runs as asked alone.
-            while !synced_since_start(&log) {
-                if Instant::now() > deadline {
-                    bail!(
-                        "kube-controller-manager's garbage collector did not sync in {STARTS_WITHIN:?}"
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
+        // With its GC, until the GC has synced its graph; without, until the controller that
+        // holds every ConfigMap has its cache (its memory is measured against the GC's).
+        let synced = if kcm.gc {
+            MONITORS_SYNCED
+        } else {
+            CONFIGMAPS_SYNCED
+        };
+        let deadline = Instant::now() + STARTS_WITHIN;
+        // hack/cluster.sh leaves a kube-controller-manager that runs as asked alone.
+        while !logged_since_start(&log, synced) {
+            if Instant::now() > deadline {
+                bail!("kube-controller-manager did not log \"{synced}\" in {STARTS_WITHIN:?}");
             }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         self.kcm = Some(kcm);
         Ok(())
@@ -474,10 +481,11 @@ pub fn free_port() -> Result<SocketAddr> {
 }
 
 /// Whether the log's last kube-controller-manager has had its GC's monitors synced.
-fn synced_since_start(log: &Path) -> bool {
+/// Whether kube-controller-manager has logged `line` since it last started.
+fn logged_since_start(log: &Path, line: &str) -> bool {
     std::fs::read_to_string(log).is_ok_and(|text| {
         let start = text.rfind(STARTED).unwrap_or(0);
-        text[start..].contains(MONITORS_SYNCED)
+        text[start..].contains(line)
     })
 }
 

@@ -122,7 +122,8 @@ pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
                 collector.cx.gone(uid);
                 graph.delete(uid)
             }
-            GraphEvent::Listed(id, listed) => graph.reset(id, &listed),
+            GraphEvent::Listed(id, Some(listed)) => graph.reset(id, &listed),
+            GraphEvent::Listed(_, None) => Vec::new(),
             GraphEvent::Unserved(id) => graph.unserve(id),
             GraphEvent::State(_, state) => {
                 // A read that failed with the watch may succeed now.
@@ -190,7 +191,7 @@ impl Builder {
         let first = self.pending.is_none();
         let mut started = HashSet::new();
         for id in changes.added.iter().chain(&changes.moved) {
-            if self.start(*id) {
+            if self.start(*id, first) {
                 started.insert(*id);
             }
         }
@@ -238,7 +239,8 @@ impl Builder {
     }
 
     /// Starts (or restarts) the watch of `id` at its version; false when it is not watched.
-    fn start(&mut self, id: ResourceId) -> bool {
+    /// `fresh`: the graph holds no object of it yet (the first discovery).
+    fn start(&mut self, id: ResourceId, fresh: bool) -> bool {
         let Some(resource) = self
             .discovery
             .read()
@@ -254,6 +256,7 @@ impl Builder {
             id,
             resource,
             self.collector.cx.config.initial_list,
+            fresh,
             self.aliases.clone(),
             self.events.clone(),
             self.collector.cx.metrics.clone(),

@@ -29,8 +29,9 @@ pub enum GraphEvent {
     /// Objects of a list, applied together.
     Page(ResourceId, Vec<Observed>),
     Delete(ResourceId, Uid),
-    /// A (re)list is complete: these are all the objects of the resource.
-    Listed(ResourceId, HashSet<Uid, UidHash>),
+    /// A (re)list is complete: these are all the objects of the resource (`None`: the
+    /// graph held none of them before, so the list's own are all there are).
+    Listed(ResourceId, Option<HashSet<Uid, UidHash>>),
     /// The first list failed; the watch keeps retrying.
     ListFailed(ResourceId),
     /// The resource is no longer served (its watch has stopped).
@@ -125,12 +126,15 @@ impl Feed {
 /// after a 410 consistent and paged), then a watch from the list's resourceVersion, resumed
 /// from the last version seen (events and bookmarks) when it ends, listed again when that
 /// version has expired. Every failure is logged, counted and retried with backoff; each change
-/// of state is reported.
+/// of state is reported. `fresh`: the graph holds no object of the resource yet, so a first
+/// list that succeeds at once need not say which objects it found.
+#[expect(clippy::too_many_arguments, reason = "what one watch is given")]
 pub async fn watch(
     client: Client,
     id: ResourceId,
     resource: Resource,
     initial_list: InitialList,
+    fresh: bool,
     aliases: Arc<RwLock<Aliases>>,
     events: mpsc::Sender<GraphEvent>,
     metrics: Metrics,
@@ -151,7 +155,7 @@ pub async fn watch(
         aliases,
         metrics,
     };
-    let _ = reflector.run(&mut feed).await;
+    let _ = reflector.run(&mut feed, fresh).await;
 }
 
 struct Reflector<'a> {
@@ -179,7 +183,7 @@ impl Reflector<'_> {
         observe(&self.resource.api, meta, &aliases)
     }
 
-    async fn run(&self, feed: &mut Feed) -> Result<(), Closed> {
+    async fn run(&self, feed: &mut Feed, mut fresh: bool) -> Result<(), Closed> {
         let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         let mut listed_once = false;
         let mut failures = 0u32;
@@ -188,7 +192,10 @@ impl Reflector<'_> {
         let mut from_cache = self.initial_list == InitialList::WatchCache;
         loop {
             feed.state(WatchState::Listing).await?;
-            let mut version = match self.list(feed, from_cache).await? {
+            let listed = self.list(feed, from_cache, fresh).await?;
+            // A list that failed part way may have sent objects: the next says what it found.
+            fresh = false;
+            let mut version = match listed {
                 Ok(version) => version,
                 Err(err) => {
                     failures += 1;
@@ -233,13 +240,14 @@ impl Reflector<'_> {
 
     /// Lists every object — `from_cache`, all at once from the apiserver's watch cache
     /// (`resourceVersion=0`), else consistently from etcd a page at a time — sending them in
-    /// batches, then the listed set; returns the list's resourceVersion.
+    /// batches, then the listed set (unless `fresh`); returns the list's resourceVersion.
     async fn list(
         &self,
         feed: &Feed,
         from_cache: bool,
+        fresh: bool,
     ) -> Result<Result<String, kube::Error>, Closed> {
-        let mut listed = HashSet::default();
+        let mut listed = (!fresh).then(HashSet::default);
         let mut params = if from_cache {
             ListParams {
                 resource_version: Some("0".to_owned()),
@@ -284,7 +292,7 @@ impl Reflector<'_> {
         &self,
         feed: &Feed,
         objects: &[Meta],
-        listed: &mut HashSet<Uid, UidHash>,
+        listed: &mut Option<HashSet<Uid, UidHash>>,
     ) -> Result<(), Closed> {
         for batch in objects.chunks(BATCH) {
             let observed: Vec<Observed> = {
@@ -293,7 +301,9 @@ impl Reflector<'_> {
                     .iter()
                     .filter_map(|meta| observe(&self.resource.api, meta, &aliases))
                     .inspect(|o| {
-                        listed.insert(o.uid);
+                        if let Some(listed) = listed.as_mut() {
+                            listed.insert(o.uid);
+                        }
                     })
                     .collect()
             };

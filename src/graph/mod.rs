@@ -287,8 +287,8 @@ impl Node {
         self.flags.contains(flag)
     }
 
-    fn virtual_owner() -> Self {
-        Self {
+    fn boxed_virtual_owner() -> Box<Self> {
+        Box::new(Self {
             resource: None,
             flags: Flags::VIRTUAL,
             places: FinalizerPlaces::default(),
@@ -298,7 +298,7 @@ impl Node {
             name: Box::default(),
             owners: Owners::None,
             dependents: Dependents::default(),
-        }
+        })
     }
 
     /// The namespace, `None` for a cluster-scoped object.
@@ -374,7 +374,10 @@ impl Work {
 #[derive(Debug, Default)]
 pub struct Graph {
     mode: Mode,
-    nodes: HashMap<Uid, Node, UidHash>,
+    /// Each node boxed: the index's empty slots (up to half of them right after it grows)
+    /// then cost a pointer each, not a whole node, so memory per object stays the same from
+    /// thousands of objects to millions.
+    nodes: HashMap<Uid, Box<Node>, UidHash>,
     namespaces: HashSet<Arc<String>>,
     /// When each observed object being deleted got its deletionTimestamp (seconds since the
     /// epoch); only those, so nodes stay small.
@@ -397,7 +400,7 @@ impl Graph {
     }
 
     pub fn node(&self, uid: Uid) -> Option<&Node> {
-        self.nodes.get(&uid)
+        self.nodes.get(&uid).map(|n| &**n)
     }
 
     /// The uids of the objects that name `uid` as an owner.
@@ -438,12 +441,12 @@ impl Graph {
     /// The dependents of `uid` whose references really reach it (see
     /// [`Node::is_owner_through`]), with their link to it.
     pub fn valid_dependents(&self, uid: Uid) -> impl Iterator<Item = (Uid, &Node, OwnerLink)> {
-        let owner = self.nodes.get(&uid);
+        let owner = self.node(uid);
         owner
             .map_or(&[][..], |n| &n.dependents)
             .iter()
             .filter_map(move |d| {
-                let dependent = self.nodes.get(d)?;
+                let dependent = self.node(*d)?;
                 let link = *dependent.owners.iter().find(|l| l.uid == uid)?;
                 owner?
                     .is_owner_through(dependent, &link)
@@ -579,7 +582,10 @@ impl Graph {
             None => self.deleted_at.remove(&uid),
         };
         let mut work = Vec::new();
-        let node = self.nodes.entry(uid).or_insert_with(Node::virtual_owner);
+        let node = self
+            .nodes
+            .entry(uid)
+            .or_insert_with(Node::boxed_virtual_owner);
         let old_owners = std::mem::replace(&mut node.owners, owners.clone().into());
         node.resource = Some(resource);
         node.flags = flags;
@@ -601,7 +607,7 @@ impl Graph {
                     let owner = self
                         .nodes
                         .entry(link.uid)
-                        .or_insert_with(Node::virtual_owner);
+                        .or_insert_with(Node::boxed_virtual_owner);
                     owner.dependents.push(uid);
                     let owner = &self.nodes[&link.uid];
                     if standalone
