@@ -56,7 +56,7 @@ use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 
 use cascade::{Deletion, Outcome};
 use plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
-use report::{Goal, Report, round};
+use report::{Goal, Report, mib, round};
 use tree::{OWNER, Shape, Tree};
 
 #[global_allocator]
@@ -989,7 +989,6 @@ async fn memory_phase(settings: &Settings, plane: &mut Plane, report: &mut Repor
     plane.drop_namespace(&namespace).await?;
     drop(syncgc);
 
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let table = report.table(
         "Resident memory of `syncgc run` (standalone), every resource watched, mimalloc \
          returning freed pages at once (`MIMALLOC_PURGE_DELAY=0`)"

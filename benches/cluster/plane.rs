@@ -480,7 +480,6 @@ pub fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-/// Whether the log's last kube-controller-manager has had its GC's monitors synced.
 /// Whether kube-controller-manager has logged `line` since it last started.
 fn logged_since_start(log: &Path, line: &str) -> bool {
     std::fs::read_to_string(log).is_ok_and(|text| {

@@ -179,6 +179,11 @@ fn write_table(out: &mut String, table: &Table) {
     out.push('\n');
 }
 
+/// `bytes` in MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
+}
+
 /// Three significant digits, without trailing zeros.
 pub fn round(value: f64) -> String {
     if value == 0.0 || !value.is_finite() {

@@ -42,7 +42,7 @@ use kube::api::{
 
 use crate::cascade::{self, Deletion, Outcome};
 use crate::plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
-use crate::report::{Goal, Report, round};
+use crate::report::{Goal, Report, mib, round};
 use crate::tree::Shape;
 use crate::{Settings, run_args};
 
@@ -145,10 +145,6 @@ struct Cascade {
     /// syncgc's largest resident memory during it, and before it (0 for the native GC).
     peak: u64,
     before: u64,
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1 << 20)
 }
 
 pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
