@@ -374,14 +374,15 @@ impl RunArgs {
             collector_runtime().context("starting the collector's runtime")?,
         ));
         // Built in the collector's runtime, so that the client's tasks run there.
-        let gc_client = {
+        let (gc_client, gc_streams) = {
             let _in = collector_runtime.handle().enter();
-            api::client(config)?
+            (api::client(config.clone())?, api::streams(config)?)
         };
         let timeouts = collector_args.timeouts();
         let gc::CollectorArgs { qps, burst, .. } = collector_args;
         let limiter = Arc::new(RateLimiter::new(qps, burst));
-        let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone());
+        let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone())
+            .with_streams(gc_streams);
         // With an election, what the collector writes leaves only while this replica's lease
         // holds by its own clock.
         let fence = api::Fence::default();

@@ -81,41 +81,101 @@ impl Access {
     /// The seam for a command: its requests at `qps` (twice that in a burst), or unlimited
     /// for a command that sends one at a time, each bounded by `timeout`.
     pub async fn cluster(&self, qps: Option<f64>, timeout: Duration) -> anyhow::Result<Cluster> {
+        let config = self.config().await?;
         Ok(Cluster::new(
-            self.client().await?,
+            client(config.clone())?,
             qps.map(|qps| Arc::new(RateLimiter::new(qps, (qps * 2.0) as u32))),
             timeout,
             Metrics::new()?,
-        ))
+        )
+        .with_streams(streams(config)?))
     }
 }
 
-/// A client for `config`. Without the client's own retries of 429, 503 and 504 (up to 15,
-/// for minutes): every caller here has its own bound and backoff (the work queue, the
-/// watches, discovery, the webhook's deadline), and an aggregated API that answers 503 must
-/// fail fast, not hold discovery up.
+/// A client for `config`'s single calls: every request on one connection when the apiserver
+/// speaks HTTP/2 (as client-go's), else on a pool of HTTP/1.1 connections. Without the client's
+/// own retries of 429, 503 and 504 (up to 15, for minutes): every caller here has its own bound
+/// and backoff (the work queue, the watches, discovery, the webhook's deadline), and an
+/// aggregated API that answers 503 must fail fast, not hold discovery up.
 pub fn client(config: Config) -> Result<Client, ApiError> {
+    let (builder, connector) = http(&config)?;
+    kube_client(&config, builder.build(connector))
+}
+
+/// A client for the graph's lists and watches: their requests spread over connections of their
+/// own (see [`super::streams`]).
+pub fn streams(config: Config) -> Result<Client, ApiError> {
+    let (builder, connector) = http(&config)?;
+    kube_client(&config, super::streams::Streams::new(builder, connector))
+}
+
+type Connector = hyper_timeout::TimeoutConnector<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+>;
+
+/// How `config`'s connections are made: TLS with its credentials, HTTP/2 where the apiserver
+/// offers it (a connection's liveness checked by a ping when it has been quiet, as client-go
+/// does), else HTTP/1.1.
+fn http(config: &Config) -> Result<(hyper_util::client::legacy::Builder, Connector), ApiError> {
     use kube::client::ConfigExt;
-    let mut connector = hyper_timeout::TimeoutConnector::new(
-        config.rustls_https_connector().map_err(ApiError::Client)?,
-    );
+    let tls = config.rustls_client_config().map_err(ApiError::Client)?;
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|err| {
+            ApiError::Client(kube::Error::RustlsTls(
+                kube::client::RustlsTlsError::InvalidServerName(err),
+            ))
+        })?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let mut connector =
+        hyper_timeout::TimeoutConnector::new(https.enable_all_versions().wrap_connector(tcp));
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
-    let http = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+    let mut builder =
+        hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
         .http1_max_buf_size(READ_BUFFER)
-        .build(connector);
-    let http = tower::ServiceExt::map_err(http, tower::BoxError::from);
+        .http2_keep_alive_interval(PING_AFTER)
+        .http2_keep_alive_timeout(PING_TIMEOUT);
+    Ok((builder, connector))
+}
+
+/// A connection that has been quiet this long is pinged (client-go: `ReadIdleTimeout`)...
+const PING_AFTER: Duration = Duration::from_secs(30);
+/// ...and closed when the ping is not answered within this (client-go: `PingTimeout`), so that
+/// a watch on a connection that died silently fails and resumes instead of hanging.
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A kube client over `http`, as kube's own but for the read buffer and without retries:
+/// every caller retries with its own backoff. syncgc names itself, so that an apiserver's
+/// audit log tells its replicas apart.
+fn kube_client<S, B>(config: &Config, http: S) -> Result<Client, ApiError>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    use kube::client::ConfigExt;
+    let http = tower::ServiceExt::map_err(http, Into::<tower::BoxError>::into);
     // Every answer's Date header keeps the estimate of the apiserver's clock current.
-    let http = tower::ServiceExt::map_response(http, |response: http::Response<_>| {
+    let http = tower::ServiceExt::map_response(http, |response: http::Response<B>| {
         if let Some(date) = response.headers().get(http::header::DATE) {
             clock::observe(date);
         }
         response
     });
-    // As kube's own client, but for the read buffer, and without retries: every caller
-    // retries with its own backoff. syncgc names itself, so that an apiserver's audit log
-    // tells its replicas apart.
     let agent = http::HeaderValue::from_str(&user_agent())
         .map_err(|err| ApiError::Client(kube::Error::HttpError(http::Error::from(err))))?;
     let service = tower::ServiceBuilder::new()
@@ -130,7 +190,7 @@ pub fn client(config: Config) -> Result<Client, ApiError> {
         .option_layer(config.auth_layer().map_err(ApiError::Client)?)
         .layer(config.extra_headers_layer().map_err(ApiError::Client)?)
         .service(http);
-    Ok(Client::new(service, config.default_namespace))
+    Ok(Client::new(service, config.default_namespace.clone()))
 }
 
 /// Which replica this process is: the pod's name in a cluster (`POD_NAME`), else the host's
@@ -147,10 +207,10 @@ pub fn user_agent() -> String {
     format!("syncgc/{} ({})", env!("CARGO_PKG_VERSION"), replica())
 }
 
-/// The most a connection's read buffer grows to. Each watch holds a connection of its own
-/// (HTTP/1.1), and hyper's default (about 400 KiB) stays allocated on every connection that
-/// once read a large answer: with hundreds of kinds, each listed once in full, hundreds of
-/// MiB for buffers that are idle.
+/// The most an HTTP/1.1 connection's read buffer grows to. Over HTTP/1.1 (an apiserver or a
+/// proxy without HTTP/2) each watch holds a connection of its own, and hyper's default (about
+/// 400 KiB) stays allocated on every connection that once read a large answer: with hundreds
+/// of kinds, each listed once in full, hundreds of MiB for buffers that are idle.
 const READ_BUFFER: usize = 16 * 1024;
 
 /// Asks the apiserver for its version: the cheapest proof that it answers and trusts us.

@@ -6,7 +6,8 @@
 //! - [`error`]: what a call fails with; [`limiter`]: the rate limit; [`target`]: what a call
 //!   is about;
 //! - [`list`]: paged metadata lists, decoded as they arrive ([`proto`] reads protobuf,
-//!   [`meta`] is the metadata the collector keeps);
+//!   [`meta`] is the metadata the collector keeps); [`streams`]: the connections of the
+//!   graph's lists and watches;
 //! - [`patch`]: guarded writes of finalizers and ownerReferences, with one retry on conflict;
 //! - [`fence`]: no write that depends on leading once the lease may have passed;
 //! - [`event`]: Events; [`whole`]: objects read and written whole (the Lease, the webhook
@@ -22,6 +23,7 @@ pub mod list;
 pub mod meta;
 pub mod patch;
 pub mod proto;
+pub mod streams;
 pub mod target;
 pub mod whole;
 
@@ -34,7 +36,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 
 pub use self::client::{
-    Access, client, config, config_in, install_crypto_provider, server_version,
+    Access, client, config, config_in, install_crypto_provider, server_version, streams,
 };
 pub use self::error::{ApiError, Verb};
 pub use self::event::EVENT_REPORTER;
@@ -50,6 +52,8 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct Cluster {
     client: Client,
+    /// The graph's lists and watches, and discovery (see [`streams`]).
+    streams: Client,
     limiter: Option<Arc<RateLimiter>>,
     timeout: Duration,
     metrics: Metrics,
@@ -73,6 +77,7 @@ impl Cluster {
             },
         );
         Self {
+            streams: client.clone(),
             client,
             limiter,
             timeout,
@@ -91,10 +96,16 @@ impl Cluster {
         }
     }
 
-    /// The client, for the streams this seam does not wrap (the watches and discovery, which
-    /// hold their connections and read without a rate limit).
+    /// The same calls, with `streams` for the lists and watches (see [`streams`]).
+    pub fn with_streams(self, streams: Client) -> Self {
+        Self { streams, ..self }
+    }
+
+    /// The client for the requests this seam does not wrap: the watches, their lists and
+    /// discovery, which read without a rate limit (on their own connections once given
+    /// [`Cluster::with_streams`]).
     pub fn streams(&self) -> &Client {
-        &self.client
+        &self.streams
     }
 
     /// The apiserver's version (see [`server_version`]).

@@ -93,6 +93,10 @@ pub enum WatchState {
 
 /// The first and the longest wait before a failed request is tried again.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(30));
+/// How long a watch request may wait for the apiserver's answer, which comes as soon as the
+/// watch is registered: a watch that waits longer (its connection's streams all taken, say)
+/// fails, is said and counted, and is tried again.
+const WATCH_STARTS_WITHIN: Duration = Duration::from_secs(60);
 
 /// How many listed objects the graph takes in at a time.
 const BATCH: usize = 1000;
@@ -216,15 +220,17 @@ impl Reflector<'_> {
                     .request
                     .watch_metadata(&WatchParams::default(), &version)
                     .map_err(kube::Error::BuildRequest);
-                let stream =
-                    match async { self.client.request_events::<Item>(request?).await }.await {
-                        Ok(stream) => stream,
-                        Err(err) if is_expired(&err) => break,
-                        Err(err) => {
-                            self.failed(feed, "watching", &err, &mut backoff).await?;
-                            continue;
-                        }
-                    };
+                let started = tokio::time::timeout(WATCH_STARTS_WITHIN, async {
+                    self.client.request_events::<Item>(request?).await
+                });
+                let stream = match started.await.unwrap_or_else(|_| Err(not_started())) {
+                    Ok(stream) => stream,
+                    Err(err) if is_expired(&err) => break,
+                    Err(err) => {
+                        self.failed(feed, "watching", &err, &mut backoff).await?;
+                        continue;
+                    }
+                };
                 feed.state(WatchState::Watching).await?;
                 backoff.reset();
                 match self.follow(feed, stream, &mut version).await? {
@@ -370,6 +376,14 @@ fn remember(version: &mut String, meta: &Meta) {
     if let Some(v) = &meta.resource_version {
         version.clone_from(v);
     }
+}
+
+/// A watch request with no answer within [`WATCH_STARTS_WITHIN`].
+fn not_started() -> kube::Error {
+    kube::Error::ReadEvents(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("the watch request had no answer within {WATCH_STARTS_WITHIN:?}"),
+    ))
 }
 
 /// Whether a request failed because the resourceVersion it named has expired.
