@@ -25,8 +25,7 @@ async fn more_watches_than_a_connection_carries_all_start_and_see_an_object_appe
     let config = syncgc::api::config(Some(support::kubeconfig_path().as_ref()))
         .await
         .unwrap();
-    let streams: Api<ConfigMap> =
-        Api::namespaced(syncgc::api::streams(config).unwrap(), &ns.name);
+    let streams: Api<ConfigMap> = Api::namespaced(syncgc::api::streams(config).unwrap(), &ns.name);
     let version = streams
         .list_metadata(&ListParams::default())
         .await
