@@ -87,10 +87,13 @@ pub struct RunArgs {
     /// or APIService change asks sooner.
     #[arg(long, env = "SYNCGC_REDISCOVERY_INTERVAL", default_value = "20s", value_parser = crate::duration::parse)]
     pub rediscovery_interval: Duration,
-    /// Where each watch's first list is read: `watch-cache` (the apiserver's watch cache, all
-    /// at once, as informers and kube-controller-manager do; the watch then brings the graph up
-    /// to date) or `etcd` (consistent, a page at a time: slower to become ready, the same graph).
-    #[arg(long, env = "SYNCGC_INITIAL_LIST", value_enum, default_value_t = InitialList::WatchCache)]
+    /// How each watch lists: `stream` (a streaming list: the objects come as the watch's first
+    /// events, from the watch cache; Kubernetes 1.27+ with its WatchList feature on),
+    /// `watch-cache` (the apiserver's watch cache, all at once, as informers and
+    /// kube-controller-manager do; the watch then brings the graph up to date), `etcd`
+    /// (consistent, a page at a time: slower to become ready, the same graph), or `auto`:
+    /// `stream` where WatchList is on by default (1.32, and 1.34 on), else `watch-cache`.
+    #[arg(long, env = "SYNCGC_INITIAL_LIST", value_enum, default_value_t = InitialList::Auto)]
     pub initial_list: InitialList,
     /// Before an owner goes, confirm with a fresh read of its namespace (or of the cluster, for
     /// a cluster-scoped owner) that nothing refers to it any more. Turning it off only serves

@@ -213,6 +213,41 @@ pub fn user_agent() -> String {
 /// of kinds, each listed once in full, hundreds of MiB for buffers that are idle.
 const READ_BUFFER: usize = 16 * 1024;
 
+/// A Kubernetes version: its major and minor numbers, which say what the apiserver serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServerVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl std::str::FromStr for ServerVersion {
+    type Err = String;
+
+    /// `1.30`, `v1.20.2`, `v1.28.3-eks-4f4795d`, `1.29+`: major and minor, the rest ignored.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not a Kubernetes version such as 1.30 or v1.20.2");
+        let mut parts = s.trim_start_matches('v').split('.');
+        let number = |part: Option<&str>| -> Result<u32, String> {
+            let digits: String = part
+                .ok_or_else(bad)?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().map_err(|_| bad())
+        };
+        Ok(Self {
+            major: number(parts.next())?,
+            minor: number(parts.next())?,
+        })
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
 /// Asks the apiserver for its version: the cheapest proof that it answers and trusts us.
 pub async fn server_version(client: &Client) -> Result<String, ApiError> {
     let info = client

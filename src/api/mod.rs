@@ -36,7 +36,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 
 pub use self::client::{
-    Access, client, config, config_in, install_crypto_provider, server_version, streams,
+    Access, ServerVersion, client, config, config_in, install_crypto_provider, server_version,
+    streams,
 };
 pub use self::error::{ApiError, Verb};
 pub use self::event::EVENT_REPORTER;

@@ -20,7 +20,7 @@ use crate::duration::Backoff;
 
 use super::Collector;
 use super::discovery::{self, Aliases, Found};
-use super::watch::{self, GraphEvent, WatchState};
+use super::watch::{self, GraphEvent, InitialList, WatchState};
 use crate::graph::{ResourceId, Work, Writer};
 
 /// How long a burst of CRD or APIService changes is gathered before discovering again.
@@ -30,6 +30,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 struct Builder {
     collector: Arc<Collector>,
+    /// How each watch lists, on this apiserver.
+    initial_list: InitialList,
     /// The graph's one writer.
     graph: Writer,
     /// The table of resources' one writer.
@@ -56,7 +58,19 @@ pub async fn run(
     let (events_tx, mut events) = mpsc::channel::<GraphEvent>(4096);
     let (found_tx, mut found) = mpsc::channel::<Found>(1);
     let discoverer = tokio::spawn(discover(collector.clone(), found_tx, shutdown.clone()));
+    // Whether the apiserver streams lists follows from its version, asked once.
+    let version = tokio::time::timeout(
+        Duration::from_secs(10),
+        collector.cx.cluster.server_version(),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok);
+    let initial_list =
+        (collector.cx.config.initial_list).on(version.and_then(|version| version.parse().ok()));
+    tracing::info!(?initial_list, "how each watch lists");
     let mut builder = Builder {
+        initial_list,
         collector,
         graph,
         discovery,
@@ -255,7 +269,7 @@ impl Builder {
             self.collector.cx.cluster.streams().clone(),
             id,
             resource,
-            self.collector.cx.config.initial_list,
+            self.initial_list,
             fresh,
             self.aliases.clone(),
             self.events.clone(),

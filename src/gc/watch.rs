@@ -13,8 +13,8 @@ use kube::api::{ApiResource, ListParams, WatchEvent, WatchParams};
 use tokio::sync::mpsc;
 
 use super::discovery::{Aliases, Resource};
-use crate::api::MetaList;
 use crate::api::meta::{Item, Meta};
+use crate::api::{MetaList, ServerVersion};
 use crate::duration::Backoff;
 use crate::graph::{
     Coordinates, FinalizerPlaces, Flags, Observed, OwnerLink, ResourceId, Uid, UidHash,
@@ -73,11 +73,31 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
 /// Where a watch's first list is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum InitialList {
-    /// The apiserver's watch cache (`resourceVersion=0`), every object in one answer.
+    /// `stream` where the apiserver streams lists by default, else `watch-cache`.
     #[default]
+    Auto,
+    /// The apiserver's watch cache (`resourceVersion=0`), every object in one answer.
     WatchCache,
     /// etcd, consistently, a page at a time.
     Etcd,
+    /// A streaming list: the watch's first events are the objects, from the watch cache,
+    /// and a bookmark marks their end (`sendInitialEvents`, the WatchList feature). Neither
+    /// side builds the whole list, and the first objects arrive at once.
+    Stream,
+}
+
+impl InitialList {
+    /// What this is on an apiserver of `version` (`None`: not known): `Auto` is `Stream` on
+    /// the versions whose WatchList feature is on by default — 1.32, and 1.34 on (1.33 turned
+    /// it off) — and `WatchCache` on the others.
+    pub fn on(self, version: Option<ServerVersion>) -> Self {
+        let streams = |v: ServerVersion| v.major > 1 || (v.minor >= 32 && v.minor != 33);
+        match self {
+            Self::Auto if version.is_some_and(streams) => Self::Stream,
+            Self::Auto => Self::WatchCache,
+            chosen => chosen,
+        }
+    }
 }
 
 /// How a watch stands, as the release barrier needs to know (see [`super::barrier`]).
@@ -97,6 +117,12 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::fro
 /// watch is registered: a watch that waits longer (its connection's streams all taken, say)
 /// fails, is said and counted, and is tried again.
 const WATCH_STARTS_WITHIN: Duration = Duration::from_secs(60);
+
+/// The annotation of the bookmark that ends a streaming list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// A watch's events, as they arrive.
+type Events = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Item>>>;
 
 /// How many listed objects the graph takes in at a time.
 const BATCH: usize = 1000;
@@ -191,16 +217,27 @@ impl Reflector<'_> {
         let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
         let mut listed_once = false;
         let mut failures = 0u32;
-        // As informers do: the first list is served from the apiserver's watch cache (unless
-        // asked otherwise); a list after the watch's resourceVersion expired is read from etcd.
-        let mut from_cache = self.initial_list == InitialList::WatchCache;
+        // As informers do: a list is streamed where the apiserver streams lists; otherwise the
+        // first is served from its watch cache (unless asked otherwise), and a list after the
+        // watch's resourceVersion expired is read from etcd.
+        let mut how = self.initial_list;
         loop {
             feed.state(WatchState::Listing).await?;
-            let listed = self.list(feed, from_cache, fresh).await?;
+            let listed = if how == InitialList::Stream {
+                self.stream_list(feed, fresh).await?
+            } else {
+                let from_cache = how != InitialList::Etcd;
+                (self.list(feed, from_cache, fresh).await?).map(|version| (version, None))
+            };
             // A list that failed part way may have sent objects: the next says what it found.
             fresh = false;
-            let mut version = match listed {
-                Ok(version) => version,
+            let (mut version, mut open) = match listed {
+                Ok(listed) => listed,
+                Err(err) if how == InitialList::Stream && refused(&err) => {
+                    tracing::debug!(resource = %self.name, %err, "the apiserver does not stream lists; listing instead");
+                    how = InitialList::WatchCache;
+                    continue;
+                }
                 Err(err) => {
                     failures += 1;
                     if !listed_once && failures == 3 {
@@ -214,26 +251,25 @@ impl Reflector<'_> {
                 tracing::debug!(resource = %self.name, "listed");
             }
             listed_once = true;
-            from_cache = false;
+            if how == InitialList::WatchCache {
+                how = InitialList::Etcd;
+            }
             loop {
-                let request = self
-                    .request
-                    .watch_metadata(&WatchParams::default(), &version)
-                    .map_err(kube::Error::BuildRequest);
-                let started = tokio::time::timeout(WATCH_STARTS_WITHIN, async {
-                    self.client.request_events::<Item>(request?).await
-                });
-                let stream = match started.await.unwrap_or_else(|_| Err(not_started())) {
-                    Ok(stream) => stream,
-                    Err(err) if is_expired(&err) => break,
-                    Err(err) => {
-                        self.failed(feed, "watching", &err, &mut backoff).await?;
-                        continue;
-                    }
+                // A streamed list's watch goes on from its end; otherwise a watch is opened.
+                let events = match open.take() {
+                    Some(events) => events,
+                    None => match self.open(&WatchParams::default(), &version).await {
+                        Ok(events) => events,
+                        Err(err) if is_expired(&err) => break,
+                        Err(err) => {
+                            self.failed(feed, "watching", &err, &mut backoff).await?;
+                            continue;
+                        }
+                    },
                 };
                 feed.state(WatchState::Watching).await?;
                 backoff.reset();
-                match self.follow(feed, stream, &mut version).await? {
+                match self.follow(feed, events, &mut version).await? {
                     Ok(Ended::Resume) => {}
                     Ok(Ended::Expired) => break,
                     Err(err) => self.failed(feed, "watching", &err, &mut backoff).await?,
@@ -242,6 +278,90 @@ impl Reflector<'_> {
             // Only an expired resourceVersion ends the watching: list again.
             self.metrics.watch_relists.inc();
         }
+    }
+
+    /// Opens a watch of the resource with `params` from `version`; one that the apiserver does
+    /// not answer within [`WATCH_STARTS_WITHIN`] fails.
+    async fn open(&self, params: &WatchParams, version: &str) -> Result<Events, kube::Error> {
+        let request = self
+            .request
+            .watch_metadata(params, version)
+            .map_err(kube::Error::BuildRequest)?;
+        let started = self.client.request_events::<Item>(request);
+        match tokio::time::timeout(WATCH_STARTS_WITHIN, started).await {
+            Ok(events) => Ok(events?.boxed()),
+            Err(_) => Err(kube::Error::ReadEvents(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the watch request had no answer within {WATCH_STARTS_WITHIN:?}"),
+            ))),
+        }
+    }
+
+    /// Lists by streaming: opens a watch whose first events are every object (at least as new
+    /// as a consistent read) and takes them in as [`Reflector::list`] takes a list's; returns
+    /// the resourceVersion of the bookmark that ends them, and the watch, which goes on from
+    /// there.
+    async fn stream_list(
+        &self,
+        feed: &Feed,
+        fresh: bool,
+    ) -> Result<Result<(String, Option<Events>), kube::Error>, Closed> {
+        let params = WatchParams {
+            send_initial_events: true,
+            ..WatchParams::default()
+        };
+        match self.open(&params, "").await {
+            Ok(events) => self.initial_events(feed, events, fresh).await,
+            Err(err) => Ok(Err(err)),
+        }
+    }
+
+    /// Takes in a streaming list's initial `events`, in batches, up to the bookmark that ends
+    /// them, then the listed set (unless `fresh`).
+    async fn initial_events(
+        &self,
+        feed: &Feed,
+        mut events: Events,
+        fresh: bool,
+    ) -> Result<Result<(String, Option<Events>), kube::Error>, Closed> {
+        let mut listed = (!fresh).then(HashSet::default);
+        let mut batch = Vec::with_capacity(BATCH);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => {
+                    batch.push(object.metadata);
+                    if batch.len() == BATCH {
+                        self.take_in(feed, &batch, &mut listed).await?;
+                        batch.clear();
+                    }
+                }
+                Ok(WatchEvent::Deleted(object)) => {
+                    self.take_in(feed, &batch, &mut listed).await?;
+                    batch.clear();
+                    if let Some(uid) = object.metadata.uid.as_deref().map(Uid::parse) {
+                        if let Some(listed) = listed.as_mut() {
+                            listed.remove(&uid);
+                        }
+                        feed.send(GraphEvent::Delete(feed.id, uid)).await?;
+                    }
+                }
+                Ok(WatchEvent::Bookmark(bookmark))
+                    if bookmark.metadata.annotations.get(INITIAL_EVENTS_END)
+                        == Some(&"true".to_owned()) =>
+                {
+                    self.take_in(feed, &batch, &mut listed).await?;
+                    feed.send(GraphEvent::Listed(feed.id, listed)).await?;
+                    return Ok(Ok((bookmark.metadata.resource_version, Some(events))));
+                }
+                Ok(WatchEvent::Bookmark(_)) => {}
+                Ok(WatchEvent::Error(status)) => return Ok(Err(kube::Error::Api(status))),
+                Err(err) => return Ok(Err(err)),
+            }
+        }
+        Ok(Err(kube::Error::ReadEvents(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the watch ended before the end of its initial events",
+        ))))
     }
 
     /// Lists every object — `from_cache`, all at once from the apiserver's watch cache
@@ -322,11 +442,10 @@ impl Reflector<'_> {
     async fn follow(
         &self,
         feed: &Feed,
-        stream: impl futures::Stream<Item = kube::Result<WatchEvent<Item>>>,
+        mut events: Events,
         version: &mut String,
     ) -> Result<Result<Ended, kube::Error>, Closed> {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
+        while let Some(event) = events.next().await {
             let object = match event {
                 Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => object,
                 Ok(WatchEvent::Deleted(object)) => {
@@ -378,15 +497,191 @@ fn remember(version: &mut String, meta: &Meta) {
     }
 }
 
-/// A watch request with no answer within [`WATCH_STARTS_WITHIN`].
-fn not_started() -> kube::Error {
-    kube::Error::ReadEvents(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("the watch request had no answer within {WATCH_STARTS_WITHIN:?}"),
-    ))
+/// Whether the apiserver refused a streaming list as a request it does not take (the WatchList
+/// feature off: `sendInitialEvents` is invalid).
+fn refused(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if matches!(status.code, 400 | 422))
 }
 
 /// Whether a request failed because the resourceVersion it named has expired.
 fn is_expired(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 410)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn auto_streams_lists_where_the_apiserver_does_by_default() {
+        let v = |minor| Some(ServerVersion { major: 1, minor });
+        let auto = |minor| InitialList::Auto.on(v(minor));
+        assert_eq!(auto(20), InitialList::WatchCache);
+        assert_eq!(auto(31), InitialList::WatchCache);
+        assert_eq!(auto(32), InitialList::Stream);
+        assert_eq!(
+            auto(33),
+            InitialList::WatchCache,
+            "1.33 turned WatchList off"
+        );
+        assert_eq!(auto(34), InitialList::Stream);
+        assert_eq!(InitialList::Auto.on(None), InitialList::WatchCache);
+        assert_eq!(InitialList::Etcd.on(v(34)), InitialList::Etcd, "as asked");
+        assert_eq!(
+            InitialList::Stream.on(v(20)),
+            InitialList::Stream,
+            "as asked"
+        );
+    }
+
+    fn event(kind: &str, object: serde_json::Value) -> kube::Result<WatchEvent<Item>> {
+        Ok(serde_json::from_value(json!({ "type": kind, "object": object })).unwrap())
+    }
+
+    fn object(uid: &str, version: &str) -> serde_json::Value {
+        json!({ "metadata": { "name": uid, "namespace": "a", "uid": uid, "resourceVersion": version } })
+    }
+
+    fn bookmark(version: &str, end: bool) -> kube::Result<WatchEvent<Item>> {
+        let annotations = if end {
+            json!({ INITIAL_EVENTS_END: "true" })
+        } else {
+            json!({})
+        };
+        event(
+            "BOOKMARK",
+            json!({ "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": { "resourceVersion": version, "annotations": annotations } }),
+        )
+    }
+
+    /// Takes `events` in as a streaming list's, and returns what it said and what the graph
+    /// was sent.
+    async fn stream(
+        events: Vec<kube::Result<WatchEvent<Item>>>,
+        fresh: bool,
+    ) -> (
+        Result<(String, Option<Events>), kube::Error>,
+        Vec<GraphEvent>,
+    ) {
+        let client = Client::new(
+            tower::service_fn(|_: http::Request<kube::client::Body>| async {
+                Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
+                    "no apiserver in a unit test",
+                ))
+            }),
+            "default",
+        );
+        let resource = Resource {
+            api: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+            served: true,
+            watched: true,
+            short_names: Vec::new(),
+        };
+        let reflector = Reflector {
+            request: kube::core::Request::new("/api/v1/configmaps"),
+            client,
+            name: "configmaps".to_owned(),
+            resource: &resource,
+            initial_list: InitialList::Stream,
+            aliases: Arc::default(),
+            metrics: Metrics::new().unwrap(),
+        };
+        let (sender, mut receiver) = mpsc::channel(64);
+        let feed = Feed {
+            id: ResourceId::new(0),
+            events: sender,
+            state: None,
+        };
+        let events = futures::stream::iter(events)
+            .chain(futures::stream::pending())
+            .boxed();
+        let taken = reflector.initial_events(&feed, events, fresh);
+        let Ok(taken) = tokio::time::timeout(Duration::from_secs(1), taken).await else {
+            drop(feed);
+            return (
+                Err(kube::Error::LinesCodecMaxLineLengthExceeded),
+                Vec::new(),
+            );
+        };
+        let taken = taken.ok().expect("the graph's end is open");
+        drop(feed);
+        let mut sent = Vec::new();
+        while let Some(event) = receiver.recv().await {
+            sent.push(event);
+        }
+        (taken, sent)
+    }
+
+    const A: &str = "00000000-0000-0000-0000-00000000000a";
+    const B: &str = "00000000-0000-0000-0000-00000000000b";
+    const C: &str = "00000000-0000-0000-0000-00000000000c";
+
+    #[tokio::test]
+    async fn a_streaming_list_takes_in_the_objects_up_to_the_bookmark_that_ends_them() {
+        let (taken, sent) = stream(
+            vec![
+                event("ADDED", object(A, "5")),
+                bookmark("6", false),
+                event("ADDED", object(B, "7")),
+                event("ADDED", object(C, "8")),
+                bookmark("9", true),
+                event("MODIFIED", object(A, "10")),
+            ],
+            false,
+        )
+        .await;
+        let (version, events) = taken.expect("the list ends at its bookmark");
+        assert_eq!(
+            version, "9",
+            "the watch goes on from the bookmark's version"
+        );
+        match sent.as_slice() {
+            [
+                GraphEvent::Page(_, page),
+                GraphEvent::Listed(_, Some(listed)),
+            ] => {
+                let uids: Vec<Uid> = page.iter().map(|o| o.uid).collect();
+                assert_eq!(uids, [A, B, C].map(Uid::parse));
+                assert_eq!(listed.len(), 3);
+            }
+            other => panic!("one page, then the listed set: {other:?}"),
+        }
+        let mut events = events.expect("the watch to follow");
+        match events.next().await {
+            Some(Ok(WatchEvent::Modified(item))) => {
+                assert_eq!(item.metadata.resource_version.as_deref(), Some("10"));
+            }
+            _ => panic!("the watch goes on with the event after the bookmark"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fresh_streaming_list_sends_no_set_and_one_cut_short_is_an_error() {
+        let (taken, sent) = stream(vec![bookmark("3", true)], true).await;
+        assert_eq!(taken.map(|(v, _)| v).ok().as_deref(), Some("3"));
+        assert!(
+            matches!(sent.as_slice(), [GraphEvent::Listed(_, None)]),
+            "{sent:?}"
+        );
+        let (taken, _) = stream(
+            vec![
+                event("ADDED", object(A, "5")),
+                Err(kube::Error::LinesCodecMaxLineLengthExceeded),
+            ],
+            false,
+        )
+        .await;
+        assert!(
+            taken.is_err(),
+            "a watch that fails before the bookmark is a failed list"
+        );
+        // As 1.20 answers (and a server whose WatchList gate is off): list instead.
+        let status = kube::core::Status::failure("resourceVersionMatch is forbidden", "Invalid");
+        assert!(refused(&kube::Error::Api(status.with_code(422).boxed())));
+        let status = kube::core::Status::failure("forbidden", "Forbidden");
+        assert!(!refused(&kube::Error::Api(status.with_code(403).boxed())));
+    }
 }

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::api::ObjectMeta;
 
 use super::admit::UnarmedDelete;
+pub use crate::api::ServerVersion;
 use crate::names::ARMED_LABEL;
 
 /// The namespaces the webhook never sees by default: the control plane's, the node heartbeats'
@@ -250,13 +251,6 @@ impl Coverage {
     }
 }
 
-/// A Kubernetes version, as far as the registration depends on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ServerVersion {
-    pub major: u32,
-    pub minor: u32,
-}
-
 impl ServerVersion {
     /// The first version that serves `matchConditions` on by default (beta; GA in 1.30).
     pub const MATCH_CONDITIONS: Self = Self {
@@ -267,34 +261,6 @@ impl ServerVersion {
     /// Whether webhooks may carry `matchConditions`.
     pub fn match_conditions(self) -> bool {
         self >= Self::MATCH_CONDITIONS
-    }
-}
-
-impl std::str::FromStr for ServerVersion {
-    type Err = String;
-
-    /// `1.30`, `v1.20.2`, `v1.28.3-eks-4f4795d`, `1.29+`: major and minor, the rest ignored.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not a Kubernetes version such as 1.30 or v1.20.2");
-        let mut parts = s.trim_start_matches('v').split('.');
-        let number = |part: Option<&str>| -> Result<u32, String> {
-            let digits: String = part
-                .ok_or_else(bad)?
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse().map_err(|_| bad())
-        };
-        Ok(Self {
-            major: number(parts.next())?,
-            minor: number(parts.next())?,
-        })
-    }
-}
-
-impl std::fmt::Display for ServerVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
     }
 }
 
