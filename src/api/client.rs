@@ -121,6 +121,9 @@ fn http(config: &Config) -> Result<(hyper_util::client::legacy::Builder, Connect
     let tls = config.rustls_client_config().map_err(ApiError::Client)?;
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.enforce_http(false);
+    // As Go's connections: what is written leaves at once. Over HTTP/2 a request is several
+    // small frames, and Nagle's algorithm would hold one back until the apiserver's delayed ACK.
+    tcp.set_nodelay(true);
     let mut https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();

@@ -235,7 +235,12 @@ impl Reflector<'_> {
                 Ok(listed) => listed,
                 Err(err) if how == InitialList::Stream && refused(&err) => {
                     tracing::debug!(resource = %self.name, %err, "the apiserver does not stream lists; listing instead");
-                    how = InitialList::WatchCache;
+                    // A relist after a 410 reads etcd, as below.
+                    how = if listed_once {
+                        InitialList::Etcd
+                    } else {
+                        InitialList::WatchCache
+                    };
                     continue;
                 }
                 Err(err) => {
