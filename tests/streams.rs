@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::api::{WatchEvent, WatchParams};
 
 use support::{TestNamespace, config_map, create};
 
@@ -26,13 +26,7 @@ async fn more_watches_than_a_connection_carries_all_start_and_see_an_object_appe
         .await
         .unwrap();
     let streams: Api<ConfigMap> = Api::namespaced(syncgc::api::streams(config).unwrap(), &ns.name);
-    let version = streams
-        .list_metadata(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let version = support::resource_version(&streams).await;
     let watches = futures::future::join_all((0..WATCHES).map(|i| {
         let (streams, version) = (streams.clone(), version.clone());
         async move {

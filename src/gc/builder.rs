@@ -25,6 +25,9 @@ use crate::graph::{ResourceId, Work, Writer};
 
 /// How long a burst of CRD or APIService changes is gathered before discovering again.
 const GATHER: Duration = Duration::from_millis(200);
+/// How long the builder waits, at its start, for the apiserver's version (which says how the
+/// watches list); without it they list as every version can.
+const VERSION_WITHIN: Duration = Duration::from_secs(10);
 /// The longest wait between two attempts at a discovery that failed as a whole.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -59,13 +62,10 @@ pub async fn run(
     let (found_tx, mut found) = mpsc::channel::<Found>(1);
     let discoverer = tokio::spawn(discover(collector.clone(), found_tx, shutdown.clone()));
     // Whether the apiserver streams lists follows from its version, asked once.
-    let version = tokio::time::timeout(
-        Duration::from_secs(10),
-        collector.cx.cluster.server_version(),
-    )
-    .await
-    .ok()
-    .and_then(Result::ok);
+    let version = tokio::time::timeout(VERSION_WITHIN, collector.cx.cluster.server_version())
+        .await
+        .ok()
+        .and_then(Result::ok);
     let initial_list =
         (collector.cx.config.initial_list).on(version.and_then(|version| version.parse().ok()));
     tracing::info!(?initial_list, "how each watch lists");

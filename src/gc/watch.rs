@@ -351,8 +351,11 @@ impl Reflector<'_> {
                     }
                 }
                 Ok(WatchEvent::Bookmark(bookmark))
-                    if bookmark.metadata.annotations.get(INITIAL_EVENTS_END)
-                        == Some(&"true".to_owned()) =>
+                    if bookmark
+                        .metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .is_some_and(|end| end == "true") =>
                 {
                     self.take_in(feed, &batch, &mut listed).await?;
                     feed.send(GraphEvent::Listed(feed.id, listed)).await?;

@@ -521,6 +521,20 @@ where
     gone(api, name).await.is_none()
 }
 
+/// `api`'s resourceVersion now, read consistently: where a watch that misses nothing after
+/// this moment starts.
+pub async fn resource_version<K>(api: &Api<K>) -> String
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list_metadata(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
 /// `Some(())` once `name` is gone from `api`.
 pub async fn gone<K>(api: &Api<K>, name: &str) -> Option<()>
 where

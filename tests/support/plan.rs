@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -85,13 +85,7 @@ pub struct Going {
 
 impl Going {
     pub async fn record(api: &Api<ConfigMap>) -> Self {
-        let version = api
-            .list_metadata(&ListParams::default())
-            .await
-            .unwrap()
-            .metadata
-            .resource_version
-            .unwrap();
+        let version = super::resource_version(api).await;
         let mut events = Box::pin(
             api.watch_metadata(&WatchParams::default().timeout(290), &version)
                 .await
