@@ -18,6 +18,9 @@
 //!   from its start until `/readyz` answers 200, its resident memory then and its peak so far
 //!   (`VmHWM`: the initial lists' buffers included), and its resident memory [`SETTLE`] after;
 //!   the same with no object of the namespace yet is the baseline the objects add to.
+//! - The apiserver's answer alone: every ConfigMap's metadata listed from its watch cache as
+//!   syncgc lists it (protobuf, `resourceVersion=0`), read to its end and dropped ([`STARTS`]
+//!   times, the median): what any collector waits for before it knows the ConfigMaps.
 //!
 //! With all N objects in place, one owner with [`CASCADE`] dependents
 //! (`SYNCGC_BENCH_SCALE_CASCADE`) in a namespace of its own is deleted in the background, once
@@ -122,6 +125,8 @@ struct Point {
     syncgc_bytes: f64,
     syncgc_at_ready: u64,
     syncgc_peak: u64,
+    /// The apiserver's answer to syncgc's list of every ConfigMap, read alone.
+    list_alone: Duration,
 }
 
 impl Point {
@@ -132,6 +137,11 @@ impl Point {
     /// syncgc's time to ready per object, in microseconds.
     fn ready_per_object(&self) -> f64 {
         self.syncgc_ready.as_secs_f64() * 1e6 / self.objects as f64
+    }
+
+    /// The apiserver's time per object for the ConfigMap list alone, in microseconds.
+    fn list_per_object(&self) -> f64 {
+        self.list_alone.as_secs_f64() * 1e6 / self.objects as f64
     }
 
     fn peak_ratio(&self) -> f64 {
@@ -178,6 +188,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         let with_gc = median_start(plane, settings, Start::Native { gc: true }).await?;
         let without_gc = median_start(plane, settings, Start::Native { gc: false }).await?;
         let syncgc = median_start(plane, settings, Start::Syncgc).await?;
+        let list_alone = list_alone(plane).await?;
         let per_object =
             |with: u64, without: u64| with.saturating_sub(without) as f64 / size as f64;
         let point = Point {
@@ -189,11 +200,13 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             syncgc_bytes: per_object(syncgc.resident, syncgc_baseline),
             syncgc_at_ready: syncgc.at_ready,
             syncgc_peak: syncgc.peak,
+            list_alone,
         };
         eprintln!(
-            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s; bytes per object native {:.0} resident, {:.0} Go heap, syncgc {:.0}; syncgc peak {:.0} MiB, at ready {:.0} MiB",
+            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s, the ConfigMap list alone {:.2} s; bytes per object native {:.0} resident, {:.0} Go heap, syncgc {:.0}; syncgc peak {:.0} MiB, at ready {:.0} MiB",
             point.native_ready.as_secs_f64(),
             point.syncgc_ready.as_secs_f64(),
+            point.list_alone.as_secs_f64(),
             point.native_bytes,
             point.native_heap_bytes,
             point.syncgc_bytes,
@@ -237,8 +250,10 @@ fn report_phase(
              profile with `gc=1`: what its objects hold at least, the same within 1 MiB from \
              start to start); syncgc's resident memory − syncgc's started before the objects \
              ({:.1} MiB); syncgc's peak (`VmHWM`) and resident memory at ready; growth = \
-             syncgc's figure per object ÷ the same at the smallest size; medians of {STARTS} \
-             starts each",
+             syncgc's figure per object ÷ the same at the smallest size; list alone = the \
+             apiserver's answer to syncgc's list of every ConfigMap (protobuf metadata from its \
+             watch cache), read to its end and dropped, and its time per object ÷ the same at \
+             the smallest size; medians of {STARTS} starts or lists each",
             SETTLE.as_secs(),
             mib(syncgc_baseline)
         ),
@@ -248,6 +263,8 @@ fn report_phase(
             "syncgc ready s",
             "ready syncgc ÷ native",
             "syncgc ready µs/object, growth",
+            "list alone s",
+            "list alone µs/object, growth",
             "native B/object resident",
             "native B/object Go heap",
             "syncgc B/object resident",
@@ -269,6 +286,12 @@ fn report_phase(
                 "{}, {}",
                 round(p.ready_per_object()),
                 round(p.ready_per_object() / first.ready_per_object())
+            ),
+            round(p.list_alone.as_secs_f64()),
+            format!(
+                "{}, {}",
+                round(p.list_per_object()),
+                round(p.list_per_object() / first.list_per_object())
             ),
             format!("{:.0}", p.native_bytes),
             format!("{:.0}", p.native_heap_bytes),
@@ -355,6 +378,29 @@ fn report_phase(
         "×",
     );
     Ok(())
+}
+
+/// The apiserver's answer to syncgc's list of every ConfigMap (metadata in protobuf, from its
+/// watch cache), read to its end and dropped: the median of [`STARTS`] lists.
+async fn list_alone(plane: &Plane) -> Result<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..STARTS {
+        let request = http::Request::get("/api/v1/configmaps?resourceVersion=0")
+            .header(http::header::ACCEPT, syncgc::api::proto::ACCEPT)
+            .body(kube::client::Body::empty())?;
+        let started = Instant::now();
+        let response = plane.client.send(request).await?;
+        if !response.status().is_success() {
+            bail!("listing every ConfigMap: {}", response.status());
+        }
+        let mut body = response.into_body();
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+            frame?;
+        }
+        times.push(started.elapsed());
+    }
+    times.sort_unstable();
+    Ok(times[times.len() / 2])
 }
 
 /// One owner with `SYNCGC_BENCH_SCALE_CASCADE` flat dependents deleted in the background by the
