@@ -109,7 +109,11 @@ pub async fn median_start(plane: &mut Plane, settings: &Settings, start: Start) 
 
 /// The median of one measurement over `samples`, each field taken alone.
 fn median<T: Ord + Copy>(samples: &[Sample], key: fn(&Sample) -> T) -> T {
-    let mut values: Vec<T> = samples.iter().map(key).collect();
+    middle(samples.iter().map(key).collect())
+}
+
+/// The middle one of `values` in order.
+fn middle<T: Ord + Copy>(mut values: Vec<T>) -> T {
     values.sort_unstable();
     values[values.len() / 2]
 }
@@ -385,11 +389,20 @@ fn report_phase(
 async fn list_alone(plane: &Plane) -> Result<Duration> {
     let mut times = Vec::new();
     for _ in 0..STARTS {
-        let request = http::Request::get("/api/v1/configmaps?resourceVersion=0")
-            .header(http::header::ACCEPT, syncgc::api::proto::ACCEPT)
-            .body(kube::client::Body::empty())?;
+        let cache = kube::api::ListParams {
+            resource_version: Some("0".to_owned()),
+            ..Default::default()
+        };
+        let mut request = kube::core::Request::new("/api/v1/configmaps").list_metadata(&cache)?;
+        request.headers_mut().insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_static(syncgc::api::proto::ACCEPT),
+        );
         let started = Instant::now();
-        let response = plane.client.send(request).await?;
+        let response = plane
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await?;
         if !response.status().is_success() {
             bail!("listing every ConfigMap: {}", response.status());
         }
@@ -399,8 +412,7 @@ async fn list_alone(plane: &Plane) -> Result<Duration> {
         }
         times.push(started.elapsed());
     }
-    times.sort_unstable();
-    Ok(times[times.len() / 2])
+    Ok(middle(times))
 }
 
 /// One owner with `SYNCGC_BENCH_SCALE_CASCADE` flat dependents deleted in the background by the
