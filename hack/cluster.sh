@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# A real, local Kubernetes control plane for syncgc's development and tests:
-# etcd + kube-apiserver (+ optionally kube-controller-manager) on loopback.
+# A real, local Kubernetes cluster for syncgc's development and tests: etcd + kube-apiserver
+# (+ optionally kube-controller-manager) on loopback, and one real node (containerd, runc, a CNI
+# bridge, kubelet, kube-proxy, kube-scheduler) whose Pods run and take time to stop.
 #
 #   hack/cluster.sh install            install Debian packages, build kube-apiserver,
-#                                      kube-controller-manager and kubectl (cached)
+#                                      kube-controller-manager, kube-scheduler, kubelet,
+#                                      kube-proxy and kubectl (cached)
 #   hack/cluster.sh up [--kcm MODE]    start what is not running; MODE = gc | nogc | none
 #   hack/cluster.sh kcm MODE           (re)start kube-controller-manager in MODE
 #   hack/cluster.sh restart-apiserver  stop kube-apiserver and start it again (every watch ends)
@@ -20,13 +22,23 @@
 #
 # MODE gc:   kube-controller-manager with all controllers, so the cluster's own GC runs.
 # MODE nogc: all controllers but the garbage collector (for syncgc --mode standalone).
-# Neither mode runs the node lifecycle controller: there are no kubelets.
+#
+# The node, syncgc-node, is Ready and schedulable once `up` returns, and tainted
+# syncgc.io/node=workloads:NoSchedule: only Pods that tolerate the taint run there; the others
+# stay Pending, as plain objects (most tests create Pods only to collect them). Its images come
+# from no registry: syncgc.local/pause:3.4.1 (the sandbox) and syncgc.local/busybox:1.35 are
+# built here, hack/image.sh adds syncgc's; Pods use imagePullPolicy Never. Pods' addresses are
+# on the bridge syncgc0 (SYNCGC_POD_CIDR), whose first address is the node's; the apiserver
+# listens there too, for the Pods, and calls webhooks at their Services' endpoints.
 #
 # Environment (defaults in brackets):
 #   SYNCGC_CACHE         binaries, Kubernetes source, Go caches   [~/.cache/syncgc]
 #   SYNCGC_CLUSTER_DIR   PKI, etcd data, logs, pids, kubeconfig   [/tmp/syncgc-cluster]
 #   SYNCGC_ETCD_PORT [23790]  SYNCGC_ETCD_PEER_PORT [23800]
-#   SYNCGC_APISERVER_PORT [26443]  SYNCGC_KCM_PORT [26257]
+#   SYNCGC_APISERVER_PORT [26443]  SYNCGC_KCM_PORT [26257]  SYNCGC_SCHEDULER_PORT [26259]
+#   SYNCGC_KUBELET_PORT [10250]  SYNCGC_KUBELET_HEALTHZ_PORT [26248]
+#   SYNCGC_PROXY_METRICS_PORT [26249]  SYNCGC_PROXY_HEALTHZ_PORT [26256]
+#   SYNCGC_POD_CIDR [10.244.0.0/24]  SYNCGC_NODE_NAME [syncgc-node]
 #   SYNCGC_KCM_QPS [20]  SYNCGC_KCM_BURST [30]   kube-controller-manager's client rate limit
 #   SYNCGC_KCM_GC_SYNCS [20]                     its garbage collector's workers
 #   SYNCGC_APISERVER_INFLIGHT [2000]  SYNCGC_APISERVER_MUTATING_INFLIGHT [1000]
@@ -49,11 +61,25 @@ ETCD_PEER_PORT=${SYNCGC_ETCD_PEER_PORT:-23800}
 APISERVER_PORT=${SYNCGC_APISERVER_PORT:-26443}
 KCM_PORT=${SYNCGC_KCM_PORT:-26257}
 BIN=$CACHE/kubernetes-$K8S_VERSION/bin
-KUBE_BINARIES="kube-apiserver kube-controller-manager kubectl"
+KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
 PKI=$DIR/pki
 LOGS=$DIR/logs
 PIDS=$DIR/pids
 KUBECONFIG_FILE=$DIR/admin.kubeconfig
+NODE=$DIR/node
+NODE_NAME=${SYNCGC_NODE_NAME:-syncgc-node}
+NODE_TAINT=syncgc.io/node=workloads:NoSchedule
+BRIDGE=syncgc0
+POD_CIDR=${SYNCGC_POD_CIDR:-10.244.0.0/24}
+NODE_IP=${POD_CIDR%.*}.1
+CONTAINERD_SOCK=$NODE/containerd.sock
+KUBELET_PORT=${SYNCGC_KUBELET_PORT:-10250}
+KUBELET_HEALTHZ_PORT=${SYNCGC_KUBELET_HEALTHZ_PORT:-26248}
+SCHEDULER_PORT=${SYNCGC_SCHEDULER_PORT:-26259}
+PROXY_METRICS_PORT=${SYNCGC_PROXY_METRICS_PORT:-26249}
+PROXY_HEALTHZ_PORT=${SYNCGC_PROXY_HEALTHZ_PORT:-26256}
+PAUSE_IMAGE=syncgc.local/pause:3.4.1
+BUSYBOX_IMAGE=syncgc.local/busybox:1.35
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -62,6 +88,8 @@ die() { log "error: $*"; exit 1; }
 
 # shellcheck source=hack/apt.sh
 . "$(dirname "$0")/apt.sh"
+# shellcheck source=hack/oci.sh
+. "$(dirname "$0")/oci.sh"
 
 enable_deb_src() {
   local f=/etc/apt/sources.list.d/debian.sources
@@ -78,13 +106,10 @@ enable_deb_src() {
   fi
 }
 
-build_kubernetes() {
-  local b missing=false
-  for b in $KUBE_BINARIES; do [ -x "$BIN/$b" ] || missing=true; done
-  $missing || return 0
-  local src=$CACHE/src
+# Prints the unpacked Kubernetes source tree, fetching it first when it is not there.
+kube_source() {
+  local src=$CACHE/src tree
   mkdir -p "$src"
-  local tree
   # Debian ships 1.20.2 as "1.20.5+really1.20.2".
   tree=$(find "$src" -maxdepth 1 -type d -name "kubernetes-*$K8S_VERSION" | head -n1)
   if [ -z "$tree" ]; then
@@ -96,6 +121,15 @@ build_kubernetes() {
     tree=$(find "$src" -maxdepth 1 -type d -name "kubernetes-*$K8S_VERSION" | head -n1)
     [ -n "$tree" ] || die "the source package is not Kubernetes $K8S_VERSION: $(ls "$src")"
   fi
+  echo "$tree"
+}
+
+build_kubernetes() {
+  local b missing=false
+  for b in $KUBE_BINARIES; do [ -x "$BIN/$b" ] || missing=true; done
+  $missing || return 0
+  local src=$CACHE/src tree
+  tree=$(kube_source)
   # The vendored reflect2 1.0.1 crashes the apiserver under Go >= 1.18; use Debian's 1.0.2.
   local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
   [ -d "$reflect2" ] || die "missing $reflect2 (golang-github-modern-go-reflect2-dev)"
@@ -123,7 +157,7 @@ build_kubernetes() {
 }
 
 cmd_install() {
-  apt_install etcd-server golang-go rsync jq dpkg-dev openssl curl golang-github-modern-go-reflect2-dev prometheus faketime
+  apt_install etcd-server golang-go rsync jq dpkg-dev openssl curl golang-github-modern-go-reflect2-dev prometheus faketime containerd runc containernetworking-plugins busybox-static iptables conntrack
   build_kubernetes
 }
 
@@ -291,7 +325,7 @@ rules:
 POLICY
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --bind-address 0.0.0.0 --advertise-address "$NODE_IP" --secure-port "$APISERVER_PORT" \
     --insecure-port 0 \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
@@ -299,7 +333,10 @@ POLICY
     --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --api-audiences https://kubernetes.default.svc.cluster.local \
-    --authorization-mode RBAC \
+    --authorization-mode Node,RBAC \
+    --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
+    --kubelet-preferred-address-types InternalIP \
+    --enable-aggregator-routing=true \
     --service-cluster-ip-range 10.0.0.0/24 \
     --allow-privileged \
     --max-requests-inflight "${SYNCGC_APISERVER_INFLIGHT:-2000}" \
@@ -317,8 +354,8 @@ POLICY
 
 kcm_controllers() {
   case $1 in
-    gc) echo '*,-nodelifecycle' ;;
-    nogc) echo '*,-nodelifecycle,-garbagecollector' ;;
+    gc) echo '*' ;;
+    nogc) echo '*,-garbagecollector' ;;
     *) die "unknown kube-controller-manager mode '$1' (gc | nogc | none)" ;;
   esac
 }
@@ -354,6 +391,223 @@ start_kcm() { # mode
     { tail -n 30 "$LOGS/kube-controller-manager.log" >&2; die "kube-controller-manager did not become healthy"; }
 }
 
+# --- the node ----------------------------------------------------------------
+#
+# One real node, NODE_NAME, on this machine: containerd (runc, the CNI bridge), kubelet,
+# kube-proxy, and kube-scheduler to place Pods on it. Pods get addresses of POD_CIDR on the
+# bridge BRIDGE, whose address NODE_IP is the node's: the apiserver listens there too (the
+# `kubernetes` Service's endpoint, which Pods reach through kube-proxy), and calls webhooks
+# through their Services' endpoints (--enable-aggregator-routing). Images come from no
+# registry: the pause image and a busybox image are built here and imported into containerd;
+# hack/image.sh imports syncgc's.
+#
+# The node is tainted NODE_TAINT: Pods that do not tolerate it stay Pending, as they did
+# before there was a node (most tests create Pods only as objects to collect); Pods meant to
+# run tolerate it.
+
+node_certs() {
+  [ -f "$PKI/node.crt" ] && [ -f "$PKI/kubelet-serving.crt" ] && [ -f "$PKI/scheduler.crt" ] &&
+    [ -f "$PKI/proxy.crt" ] && return 0
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:%s,IP:%s\n' \
+    "$NODE_NAME" "$NODE_IP" >"$PKI/kubelet-serving.ext"
+  gen_cert node "/O=system:nodes/CN=system:node:$NODE_NAME" ca "$PKI/client.ext"
+  gen_cert kubelet-serving "/CN=$NODE_NAME" ca "$PKI/kubelet-serving.ext"
+  gen_cert scheduler "/CN=system:kube-scheduler" ca "$PKI/client.ext"
+  gen_cert proxy "/CN=system:kube-proxy" ca "$PKI/client.ext"
+}
+
+# The pause image (the Kubernetes source's pause.c, static) and a busybox one, built once.
+node_images() {
+  local images=$CACHE/images root
+  mkdir -p "$images"
+  if [ ! -f "$images/pause.tar" ]; then
+    log "building $PAUSE_IMAGE"
+    root=$(mktemp -d)
+    gcc -Os -static -DVERSION=v3.4.1 -o "$root/pause" "$(kube_source)/build/pause/linux/pause.c"
+    image_archive "$root" "$images/pause.tar" "$PAUSE_IMAGE" '{"Entrypoint": ["/pause"]}'
+    rm -rf "$root"
+  fi
+  if [ ! -f "$images/busybox.tar" ]; then
+    log "building $BUSYBOX_IMAGE"
+    root=$(mktemp -d)
+    mkdir -p "$root/bin" "$root/tmp" "$root/etc"
+    chmod 1777 "$root/tmp"
+    cp /bin/busybox "$root/bin/busybox"
+    local applet
+    for applet in sh sleep echo cat ls date kill true false env mkdir rm touch wget nc hostname ps grep sed; do
+      ln -s busybox "$root/bin/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
+    image_archive "$root" "$images/busybox.tar" "$BUSYBOX_IMAGE" \
+      '{"Cmd": ["sh"], "Env": ["PATH=/bin"]}'
+    rm -rf "$root"
+  fi
+}
+
+# Imports the docker-archive FILE into the node's containerd unless REF is there already.
+node_import() { # ref file
+  ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$1" && return 0
+  log "importing $1 into the node"
+  ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$2" >/dev/null
+}
+
+node_config() {
+  mkdir -p "$NODE/cni" "$NODE/kubelet"
+  # root here lacks CAP_SYS_RESOURCE, so runc cannot set the negative oom_score_adj the kubelet
+  # asks for a Pod's sandbox (and Guaranteed containers): raise it to 0 first.
+  cat >"$NODE/runc" <<EOF
+#!/bin/sh
+bundle= prev=
+for a in "\$@"; do
+  case \$prev in --bundle | -b) bundle=\$a ;; esac
+  prev=\$a
+done
+config=\$bundle/config.json
+if [ -n "\$bundle" ] && grep -q '"oomScoreAdj":-' "\$config" 2>/dev/null; then
+  jq -c '.process.oomScoreAdj = 0' "\$config" >"\$config.tmp" && mv "\$config.tmp" "\$config"
+fi
+exec $(command -v runc) "\$@"
+EOF
+  chmod 0755 "$NODE/runc"
+  cat >"$NODE/containerd.toml" <<EOF
+version = 2
+root = "$NODE/containerd/root"
+state = "$NODE/containerd/state"
+oom_score = 0
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$NODE/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$NODE/cni"
+EOF
+  cat >"$NODE/cni/10-syncgc.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "syncgc",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+      "ipam": {
+        "type": "host-local", "dataDir": "$NODE/cni-ipam",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$NODE_IP"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+  cat >"$NODE/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failSwapOn: false
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: AlwaysAllow}
+clusterDomain: cluster.local
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
+maxPods: 250
+EOF
+  write_kubeconfig "$NODE/kubelet.kubeconfig" node
+  write_kubeconfig "$NODE/scheduler.kubeconfig" scheduler
+  write_kubeconfig "$NODE/proxy.kubeconfig" proxy
+}
+
+# The bridge the Pods' addresses are on, with the node's address, made before the apiserver
+# starts (it advertises that address); the CNI bridge plugin then uses it as it is.
+node_bridge() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+  fi
+  ip addr show dev "$BRIDGE" | grep -qF " $NODE_IP/" || ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+}
+
+node_ready() {
+  "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" get node "$NODE_NAME" -o json 2>/dev/null | jq -e '
+    ([.status.conditions[] | select(.type == "Ready" and .status == "True")] | length == 1) and
+    ([.spec.taints[]? | select(.key | startswith("node.kubernetes.io/"))] | length == 0)' >/dev/null
+}
+
+start_node() {
+  node_certs
+  node_images
+  node_config
+  if ! running containerd; then
+    start containerd "$(command -v containerd)" --config "$NODE/containerd.toml"
+    wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version ||
+      { tail -n 20 "$LOGS/containerd.log" >&2; die "containerd did not start"; }
+  fi
+  node_import "$PAUSE_IMAGE" "$CACHE/images/pause.tar"
+  node_import "$BUSYBOX_IMAGE" "$CACHE/images/busybox.tar"
+  running kubelet || start kubelet "$BIN/kubelet" \
+    --config "$NODE/kubelet.yaml" --kubeconfig "$NODE/kubelet.kubeconfig" \
+    --container-runtime remote --container-runtime-endpoint "unix://$CONTAINERD_SOCK" \
+    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --root-dir "$NODE/kubelet" \
+    --register-with-taints "$NODE_TAINT" --v 1
+  running kube-proxy || start kube-proxy "$BIN/kube-proxy" \
+    --kubeconfig "$NODE/proxy.kubeconfig" --hostname-override "$NODE_NAME" \
+    --proxy-mode iptables --cluster-cidr "$POD_CIDR" \
+    --metrics-bind-address "127.0.0.1:$PROXY_METRICS_PORT" \
+    --healthz-bind-address "127.0.0.1:$PROXY_HEALTHZ_PORT" \
+    --conntrack-max-per-core 0 --conntrack-tcp-timeout-established 0 \
+    --conntrack-tcp-timeout-close-wait 0 --v 1
+  running kube-scheduler || start kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$NODE/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$NODE/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$NODE/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --port 0 --v 1
+  # Ready once the kubelet reports it and the node lifecycle controller has lifted its
+  # not-ready taint.
+  wait_for "node $NODE_NAME" 120 node_ready ||
+    { tail -n 30 "$LOGS/kubelet.log" >&2; die "node $NODE_NAME did not become Ready"; }
+}
+
+stop_node() {
+  stop kube-scheduler
+  stop kube-proxy
+  stop kubelet
+  if running containerd; then
+    # The Pods' containers outlive containerd (each has its own shim): kill them first.
+    local task
+    for task in $(ctr -a "$CONTAINERD_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+      ctr -a "$CONTAINERD_SOCK" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true
+    done
+  fi
+  stop containerd
+  pkill -KILL -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null || true
+  # What the kubelet and containerd mounted (volumes, root filesystems, network namespaces).
+  awk -v node="$NODE/" 'index($2, node) == 1 {print $2}' /proc/mounts | sort -r |
+    xargs -r -n1 umount -l 2>/dev/null || true
+  [ -x "$BIN/kube-proxy" ] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+}
+
 cmd_up() {
   local mode=gc
   while [ $# -gt 0 ]; do
@@ -370,14 +624,17 @@ cmd_up() {
   gen_controller_cert
   write_kubeconfig "$KUBECONFIG_FILE" admin
   write_kubeconfig "$DIR/controller.kubeconfig" controller
+  node_bridge
   start_etcd
   start_apiserver
   bind_controller
   start_kcm "$mode"
+  start_node
   log "control plane up: KUBECONFIG=$KUBECONFIG_FILE"
 }
 
 cmd_down() {
+  stop_node
   stop kube-controller-manager
   stop kube-apiserver
   stop etcd
@@ -385,7 +642,7 @@ cmd_down() {
 
 cmd_status() {
   local rc=0
-  for n in etcd kube-apiserver kube-controller-manager; do
+  for n in etcd kube-apiserver kube-controller-manager containerd kubelet kube-proxy kube-scheduler; do
     if running "$n"; then
       local extra=""
       [ -f "$PIDS/$n.mode" ] && extra=" mode=$(cat "$PIDS/$n.mode")"

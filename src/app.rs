@@ -445,13 +445,17 @@ impl RunArgs {
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),
             body_timeout: Duration::from_secs(10),
-        });
+        })
+        // The metrics and probes on the webhook's port too, which every NetworkPolicy of an
+        // install lets the apiserver reach: `syncgc check` reads them there through the
+        // apiserver's proxy, wherever the apiserver runs.
+        .merge(metrics::router(metrics.clone(), readiness.clone()));
         let webhook_listener = TcpListener::bind(webhook_addr)
             .await
             .with_context(|| format!("binding the webhook address {webhook_addr}"))?;
         tracing::info!(
             addr = %webhook_listener.local_addr()?,
-            "serving the admission webhook (HTTPS, POST /mutate)"
+            "serving the admission webhook (HTTPS, POST /mutate; and /metrics, /healthz, /readyz)"
         );
         let webhook_stop = CancellationToken::new();
         tokio::spawn(stop_webhook_after(

@@ -19,7 +19,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use syncgc::names::SYNCHRONOUS_FINALIZER;
 
-use support::chart::{CHART, tool};
+use support::chart::{CHART, helm, tool};
 use support::process::{Syncgc, TEST_TIMEOUTS, free_port};
 use support::{
     TestNamespace, being_deleted, clear_finalizers, create, delete, eventually, exists, gone,
@@ -27,22 +27,6 @@ use support::{
 };
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// `helm ARGS` on the local control plane; panics with what it said unless it succeeds.
-fn helm(args: &[&str]) -> String {
-    let out = Command::new(tool("helm"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .output()
-        .expect("running helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A copy of the chart in `dir` at `version` (the chart's and the app's).
 fn chart_at(dir: &Path, version: &str) -> String {

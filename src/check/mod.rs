@@ -491,13 +491,14 @@ async fn handshake(url: &str, ca_bundle: &[u8]) -> anyhow::Result<Vec<u8>> {
 }
 
 /// The leader's `/metrics`: at `--metrics-url`, or through the apiserver's proxy to the pod
-/// that holds the Lease.
+/// that holds the Lease, on its webhook port (HTTPS), which the install's NetworkPolicy opens
+/// to the apiserver wherever it runs (the metrics port takes Prometheus's namespaces only).
 async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>) -> Finding {
     let (from, text) = if let Some(url) = &args.metrics_url {
         (url.clone(), get_text(url).await)
     } else if let Some(pod) = holder {
         let path = format!(
-            "/api/v1/namespaces/{}/pods/{pod}:8080/proxy/metrics",
+            "/api/v1/namespaces/{}/pods/https:{pod}:8443/proxy/metrics",
             args.syncgc_namespace
         );
         let request = http::Request::get(&path).body(Vec::new());
@@ -521,9 +522,9 @@ async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>)
         Err(err) => Finding::fail(
             "metrics",
             format!("{from} does not answer: {err:#}"),
-            "the metrics port (8080) takes connections from namespaces labelled \
-             syncgc.io/metrics=allowed (the install's NetworkPolicy); give --metrics-url to \
-             read it another way",
+            "the apiserver reads them through its proxy to the pod's webhook port (8443), \
+             the port it calls for admission: check the webhook line, and a firewall between \
+             the control plane and the pods; give --metrics-url to read them another way",
         ),
     }
 }

@@ -21,6 +21,22 @@ pub fn tool(name: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// `helm ARGS` on the local cluster; panics with what it said unless it succeeds.
+pub fn helm(args: &[&str]) -> String {
+    let out = Command::new(tool("helm"))
+        .args(args)
+        .env("KUBECONFIG", super::kubeconfig_path())
+        .output()
+        .expect("running helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `helm template syncgc charts/syncgc -n syncgc-system ARGS`, as JSON objects.
 pub fn template(args: &[&str]) -> Vec<Value> {
     let helm = tool("helm");

@@ -1,0 +1,335 @@
+//! syncgc as users run it: its image (built from this checkout by `hack/image.sh`, with no
+//! registry) on the local cluster's real node, installed by its chart and by its manifests.
+//! The apiserver reaches the webhook through the Service (at the Pods' endpoints), `syncgc
+//! check` passes every line from outside and, as `helm test`, from inside the cluster; a
+//! rolling upgrade with an owner waiting neither releases it early nor strands it; and each
+//! uninstall runs its Job's Pod, which leaves no object armed and nothing of syncgc behind.
+//!
+//! The tests run one at a time: both install the same cluster-wide names.
+
+mod support;
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use syncgc::names::SYNCHRONOUS_FINALIZER;
+
+use support::chart::{CHART, helm};
+use support::{
+    TestNamespace, being_deleted, clear_finalizers, create, delete, eventually, exists, gone,
+    kubeconfig_path, kubectl, opted_in, owner_and_held,
+};
+
+const NAMESPACE: &str = "syncgc-system";
+const VALUES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-node/values.yaml");
+const OVERLAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-node");
+const UNINSTALL_JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/uninstall/job.yaml");
+/// Pods start, and stop, on a real node: image already there, a few seconds each.
+const ROLLOUT: Duration = Duration::from_secs(180);
+
+/// syncgc's image with this test binary's syncgc, imported into the node (once per binary).
+fn image() -> &'static str {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/image.sh"))
+            .env("SYNCGC_BINARY", env!("CARGO_BIN_EXE_syncgc"))
+            .output()
+            .expect("running hack/image.sh");
+        assert!(
+            out.status.success(),
+            "hack/image.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+}
+
+/// One test at a time: both install syncgc under the same names.
+async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ALONE.lock().await
+}
+
+/// `syncgc ARGS` from this machine, with the admin kubeconfig: whether it succeeded, and what
+/// it printed.
+fn syncgc(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .expect("running syncgc");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// syncgc's namespace, labelled with its name as the apiserver labels it from 1.21 on (the
+/// webhook's namespace exclusions select on that label).
+fn labelled_namespace() {
+    let _ = Command::new("kubectl")
+        .args(["create", "namespace", NAMESPACE])
+        .env("KUBECONFIG", kubeconfig_path())
+        .output();
+    kubectl(
+        &[
+            "label",
+            "namespace",
+            NAMESPACE,
+            &format!("kubernetes.io/metadata.name={NAMESPACE}"),
+            "--overwrite",
+        ],
+        None,
+    );
+}
+
+/// Whether `name` carries syncgc's finalizer.
+async fn armed(api: &Api<ConfigMap>, name: &str) -> bool {
+    api.get(name)
+        .await
+        .unwrap()
+        .finalizers()
+        .iter()
+        .any(|f| f == SYNCHRONOUS_FINALIZER)
+}
+
+/// Waits until syncgc's Deployment has `replicas` Pods ready, all of its current template.
+async fn rolled_out(client: &Client, replicas: i32) {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    eventually("syncgc's Deployment is rolled out", ROLLOUT, || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get("syncgc").await.ok()?;
+            let status = d.status?;
+            let current = status.observed_generation? >= d.metadata.generation?
+                && status.updated_replicas? == replicas
+                && status.ready_replicas? == replicas
+                && status.replicas? == replicas;
+            current.then_some(())
+        }
+    })
+    .await;
+}
+
+/// `syncgc check` from outside the cluster: every line ✓, the metrics read through the
+/// apiserver's proxy to the leader's Pod.
+fn checks_pass() {
+    let (ok, out) = syncgc(&["check"]);
+    assert!(ok, "syncgc check failed:\n{out}");
+    assert!(!out.contains('✗'), "{out}");
+    for line in [
+        "✓ deployment",
+        "✓ leader",
+        "✓ webhook",
+        "✓ certificate",
+        "✓ admission",
+        "✓ metrics",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+}
+
+/// The apiserver reaches the webhook through the Service: `object`, opted in, comes back armed
+/// from its CREATE.
+fn came_back_armed(object: &ConfigMap) {
+    assert!(
+        object.finalizers().iter().any(|f| f == SYNCHRONOUS_FINALIZER),
+        "{} came back unarmed from its CREATE: the apiserver did not reach the webhook",
+        object.name_any()
+    );
+}
+
+/// What the installs leave of syncgc once uninstalled: nothing.
+async fn nothing_left(client: &Client) {
+    let configurations = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    assert!(
+        configurations.get_opt("syncgc").await.unwrap().is_none(),
+        "syncgc's MutatingWebhookConfiguration is left"
+    );
+    assert!(
+        Api::<ClusterRole>::all(client.clone())
+            .get_opt("syncgc")
+            .await
+            .unwrap()
+            .is_none(),
+        "syncgc's ClusterRole is left"
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+    eventually("syncgc's Pods are gone", ROLLOUT, || {
+        let pods = pods.clone();
+        async move {
+            let left = pods.list(&ListParams::default()).await.ok()?;
+            left.items.is_empty().then_some(())
+        }
+    })
+    .await;
+}
+
+/// Whatever a failed test leaves running is stopped: no syncgc of this binary may act on the
+/// next binaries' objects.
+struct Teardown;
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let run = |program: &str, args: &[&str]| {
+            let _ = Command::new(program)
+                .args(args)
+                .env("KUBECONFIG", kubeconfig_path())
+                .output();
+        };
+        run(
+            &support::chart::tool("helm"),
+            &["uninstall", "syncgc", "-n", NAMESPACE, "--no-hooks"],
+        );
+        run("kubectl", &["delete", "-k", OVERLAY, "--ignore-not-found"]);
+        run(
+            "kubectl",
+            &["delete", "mutatingwebhookconfiguration", "syncgc", "--ignore-not-found"],
+        );
+        run(
+            "kubectl",
+            &["delete", "job", "syncgc-uninstall", "-n", NAMESPACE, "--ignore-not-found"],
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_installs_upgrades_tests_and_uninstalls_on_a_real_node() {
+    let _alone = alone().await;
+    let image = image();
+    let client = support::client().await;
+    labelled_namespace();
+    let _teardown = Teardown;
+    let ns = TestNamespace::new(&client, "in-cluster-chart").await;
+    let install = [
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        VALUES,
+        "--wait",
+        "--timeout",
+        "180s",
+    ];
+    let (repository, tag) = image.rsplit_once(':').unwrap();
+    let image_values = [
+        "--set",
+        &format!("image.repository={repository}"),
+        "--set",
+        &format!("image.tag={tag}"),
+    ];
+    helm(&[&["install", "syncgc", CHART][..], &install, &image_values].concat());
+    rolled_out(&client, 2).await;
+    checks_pass();
+
+    // An owner waits for a held dependent, through a rolling upgrade.
+    let api = ns.api::<ConfigMap>();
+    let owner = owner_and_held(&api, &opted_in("owner", vec![], &[])).await;
+    came_back_armed(&owner);
+    delete(&api, "owner", &DeleteParams::background()).await;
+    eventually("the owner waits", Duration::from_secs(30), || {
+        being_deleted(&api, "owner")
+    })
+    .await;
+    helm(
+        &[
+            &["upgrade", "syncgc", CHART][..],
+            &install,
+            &image_values,
+            &["--set", "logFormat=text"],
+        ]
+        .concat(),
+    );
+    rolled_out(&client, 2).await;
+    assert!(
+        exists(&api, "owner").await,
+        "the owner was released by the rollout while its dependent is held"
+    );
+    clear_finalizers(&api, "held").await;
+    eventually(
+        "the owner goes after its dependent, under the new replicas",
+        Duration::from_secs(60),
+        || gone(&api, "owner"),
+    )
+    .await;
+    checks_pass();
+
+    // `helm test`: the same checks from a Pod in the cluster.
+    let tested = helm(&["test", "syncgc", "--namespace", NAMESPACE, "--timeout", "180s"]);
+    assert!(tested.contains("Succeeded"), "{tested}");
+
+    // The uninstall's Job Pod stops syncgc and disarms what is armed.
+    came_back_armed(&create(&api, &opted_in("stays", vec![], &[])).await);
+    helm(&[
+        "uninstall",
+        "syncgc",
+        "--namespace",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "300s",
+    ]);
+    assert!(
+        !armed(&api, "stays").await,
+        "the uninstall left an object armed"
+    );
+    nothing_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() {
+    let _alone = alone().await;
+    let image = image();
+    let client = support::client().await;
+    let _teardown = Teardown;
+    let ns = TestNamespace::new(&client, "in-cluster-manifests").await;
+    kubectl(&["apply", "-k", OVERLAY], None);
+    labelled_namespace();
+    rolled_out(&client, 2).await;
+    checks_pass();
+    let api = ns.api::<ConfigMap>();
+    came_back_armed(&create(&api, &opted_in("stays", vec![], &[])).await);
+
+    // The uninstall Job of manifests/uninstall, with this image, on the node.
+    let mut job: Value = serde_yaml::from_str(&std::fs::read_to_string(UNINSTALL_JOB).unwrap())
+        .expect("manifests/uninstall/job.yaml");
+    let pod = &mut job["spec"]["template"]["spec"];
+    pod["containers"][0]["image"] = json!(image);
+    pod["containers"][0]["imagePullPolicy"] = json!("Never");
+    pod["tolerations"] = json!([{ "key": "syncgc.io/node", "operator": "Exists" }]);
+    kubectl(&["apply", "-f", "-"], Some(&job.to_string()));
+    kubectl(
+        &[
+            "wait",
+            "--for=condition=complete",
+            "job/syncgc-uninstall",
+            "-n",
+            NAMESPACE,
+            "--timeout=300s",
+        ],
+        None,
+    );
+    assert!(
+        !armed(&api, "stays").await,
+        "the uninstall Job left an object armed"
+    );
+    kubectl(&["delete", "-k", OVERLAY, "--wait=false"], None);
+    nothing_left(&client).await;
+    // The namespace goes too (the manifests own it); the next tests may create it again.
+    let namespaces = Api::<Namespace>::all(client.clone());
+    eventually(
+        "syncgc's namespace is gone",
+        ROLLOUT,
+        || gone(&namespaces, NAMESPACE),
+    )
+    .await;
+}

@@ -1,0 +1,283 @@
+//! Workloads that take time to stop, on the local cluster's real node: each opted in, its Pods
+//! trapping SIGTERM and exiting seconds later. `kubectl delete` of the workload returns only
+//! once every Pod is gone (not merely Terminating); the same workload without the annotation
+//! returns while its Pods still stop (so each test can fail). Beside Kubernetes' own collector
+//! (cooperative mode), syncgc running as the tests' process.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use syncgc::names::SYNCHRONOUS_ANNOTATION;
+
+use support::{TestNamespace, eventually, kubectl};
+
+/// Pods start on a real node in seconds; a few at a time on two cores.
+const RUNNING: Duration = Duration::from_secs(120);
+
+/// A container that stops three seconds after SIGTERM.
+fn slow_pod_spec(restart: &str) -> Value {
+    json!({
+        "tolerations": [{ "key": "syncgc.io/node", "operator": "Exists" }],
+        "terminationGracePeriodSeconds": 30,
+        "restartPolicy": restart,
+        "containers": [{
+            "name": "app",
+            "image": "syncgc.local/busybox:1.35",
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait"],
+        }],
+    })
+}
+
+/// A Pod template labelled `app: NAME`.
+fn template(name: &str, restart: &str) -> Value {
+    json!({ "metadata": { "labels": { "app": name } }, "spec": slow_pod_spec(restart) })
+}
+
+/// The workload `kind` named `name`, opted in when `opted_in`.
+fn workload(kind: &str, name: &str, opted_in: bool) -> Value {
+    let selector = json!({ "matchLabels": { "app": name } });
+    let (api_version, spec) = match kind {
+        "Deployment" => (
+            "apps/v1",
+            json!({ "replicas": 2, "selector": selector, "template": template(name, "Always") }),
+        ),
+        "StatefulSet" => (
+            "apps/v1",
+            json!({ "replicas": 2, "serviceName": name, "podManagementPolicy": "Parallel",
+                    "selector": selector, "template": template(name, "Always") }),
+        ),
+        "DaemonSet" => (
+            "apps/v1",
+            json!({ "selector": selector, "template": template(name, "Always") }),
+        ),
+        "Job" => (
+            "batch/v1",
+            json!({ "parallelism": 2, "completions": 2, "template": template(name, "Never") }),
+        ),
+        "CronJob" => (
+            "batch/v1beta1",
+            json!({ "schedule": "0 0 1 1 *", "jobTemplate": { "spec": {
+                "parallelism": 2, "completions": 2, "template": template(name, "Never") } } }),
+        ),
+        other => panic!("no workload {other}"),
+    };
+    let annotations = if opted_in {
+        json!({ SYNCHRONOUS_ANNOTATION: "true" })
+    } else {
+        json!({})
+    };
+    json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": { "name": name, "annotations": annotations },
+        "spec": spec,
+    })
+}
+
+/// The Pods labelled `app: NAME`, Terminating ones included.
+async fn pods(client: &Client, ns: &str, name: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("app={name}")))
+        .await
+        .unwrap()
+        .items
+}
+
+/// Waits until `count` Pods labelled `app: NAME` run, each ready.
+async fn running(client: &Client, ns: &str, name: &str, count: usize) {
+    eventually(
+        &format!("{count} Pod(s) of {name} run"),
+        RUNNING,
+        || async {
+            let pods = pods(client, ns, name).await;
+            let ready = pods.iter().filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|c| c.iter().all(|c| c.ready))
+            });
+            (ready.count() == count).then_some(())
+        },
+    )
+    .await;
+}
+
+/// `kubectl delete -n NS WHAT` (waiting, as kubectl does by default); how long it took.
+async fn kubectl_delete(ns: &str, what: &str) -> Duration {
+    let (ns, what) = (ns.to_owned(), what.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        kubectl(&["delete", "-n", &ns, &what], None);
+        started.elapsed()
+    })
+    .await
+    .unwrap()
+}
+
+fn apply(ns: &str, object: &Value) {
+    kubectl(&["apply", "-n", ns, "-f", "-"], Some(&object.to_string()));
+}
+
+/// Creates the opted-in workload `kind` and an unannotated copy, waits until `pods_each` Pods
+/// of each run, and deletes each with `kubectl delete`: the opted-in one returns with its Pods
+/// gone, the other with its Pods still stopping.
+async fn deleted_with_its_pods(test: &str, kind: &str, pods_each: usize) {
+    support::process::shared();
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, test).await;
+    let resource = kind.to_lowercase();
+    for (name, opted_in) in [("synchronous", true), ("plain", false)] {
+        apply(&ns.name, &workload(kind, name, opted_in));
+        if kind == "CronJob" {
+            // A run of the CronJob now rather than at its schedule: a Job it owns.
+            let (run, from) = (format!("{name}-run"), format!("--from=cronjob/{name}"));
+            kubectl(&["create", "job", "-n", &ns.name, &run, &from], None);
+        }
+        running(&client, &ns.name, name, pods_each).await;
+    }
+
+    let took = kubectl_delete(&ns.name, &format!("{resource}/synchronous")).await;
+    let left = pods(&client, &ns.name, "synchronous").await;
+    assert!(
+        left.is_empty(),
+        "kubectl delete {resource}/synchronous returned after {took:?} with {} Pod(s) left",
+        left.len()
+    );
+    let took = kubectl_delete(&ns.name, &format!("{resource}/plain")).await;
+    assert!(
+        !pods(&client, &ns.name, "plain").await.is_empty(),
+        "without the annotation, kubectl delete {resource}/plain returned after {took:?} with \
+         its Pods already gone: the test could not tell synchronous deletion from plain"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deployment_goes_with_its_pods() {
+    deleted_with_its_pods("wl-deployment", "Deployment", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statefulset_goes_with_its_pods() {
+    deleted_with_its_pods("wl-statefulset", "StatefulSet", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemonset_goes_with_its_pods() {
+    deleted_with_its_pods("wl-daemonset", "DaemonSet", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_goes_with_its_pods() {
+    deleted_with_its_pods("wl-job", "Job", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cronjob_goes_with_its_jobs_and_their_pods() {
+    deleted_with_its_pods("wl-cronjob", "CronJob", 2).await;
+}
+
+/// An opted-in owner of a Pod and of the PersistentVolumeClaim it mounts: the claim is kept by
+/// `kubernetes.io/pvc-protection` until the Pod is gone, and the owner until both are.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_in_use_goes_after_its_pod() {
+    support::process::shared();
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "wl-claim").await;
+    let volume = format!("{}-data", ns.name);
+    let dir = format!("/tmp/syncgc-cluster/volumes/{volume}");
+    kubectl(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": { "name": volume, "labels": { "syncgc.io/test": "true" } },
+                "spec": {
+                    "capacity": { "storage": "1Mi" }, "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                    "hostPath": { "path": dir, "type": "DirectoryOrCreate" },
+                    "claimRef": { "namespace": ns.name, "name": "data" },
+                },
+            })
+            .to_string(),
+        ),
+    );
+    let _volume = Volume(volume.clone());
+    for (name, opted_in) in [("synchronous", true), ("plain", false)] {
+        let annotations = if opted_in {
+            json!({ SYNCHRONOUS_ANNOTATION: "true" })
+        } else {
+            json!({})
+        };
+        apply(
+            &ns.name,
+            &json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": { "name": name, "annotations": annotations } }),
+        );
+        let uid = kubectl(
+            &["get", "configmap", name, "-n", &ns.name, "-o", "jsonpath={.metadata.uid}"],
+            None,
+        );
+        let owner = json!([{ "apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid }]);
+        let claim = if opted_in { "data" } else { "scratch" };
+        let mut spec = slow_pod_spec("Always");
+        spec["volumes"] = if opted_in {
+            json!([{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }])
+        } else {
+            json!([{ "name": "data", "emptyDir": {} }])
+        };
+        spec["containers"][0]["volumeMounts"] = json!([{ "name": "data", "mountPath": "/data" }]);
+        if opted_in {
+            apply(
+                &ns.name,
+                &json!({
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": { "name": claim, "ownerReferences": owner },
+                    "spec": { "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                              "volumeName": volume,
+                              "resources": { "requests": { "storage": "1Mi" } } },
+                }),
+            );
+        }
+        apply(
+            &ns.name,
+            &json!({ "apiVersion": "v1", "kind": "Pod",
+                     "metadata": { "name": name, "labels": { "app": name },
+                                   "ownerReferences": owner },
+                     "spec": spec }),
+        );
+        running(&client, &ns.name, name, 1).await;
+    }
+
+    let took = kubectl_delete(&ns.name, "configmap/synchronous").await;
+    assert!(
+        pods(&client, &ns.name, "synchronous").await.is_empty(),
+        "kubectl delete returned after {took:?} with the Pod left"
+    );
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns.name);
+    assert!(
+        claims.get_opt("data").await.unwrap().is_none(),
+        "kubectl delete returned after {took:?} with the claim left"
+    );
+    let took = kubectl_delete(&ns.name, "configmap/plain").await;
+    assert!(
+        !pods(&client, &ns.name, "plain").await.is_empty(),
+        "without the annotation, kubectl delete returned after {took:?} with the Pod gone"
+    );
+}
+
+/// The test's PersistentVolume, deleted when the test ends.
+struct Volume(String);
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args(["delete", "pv", &self.0, "--wait=false", "--ignore-not-found"])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output();
+    }
+}
