@@ -1,47 +1,42 @@
 #!/usr/bin/env bash
-# A tour of synchronous deletion against the control plane and syncgc that hack/run.sh runs:
-# an opted-in owner, three children, nine grandchildren (one held for five seconds by a
-# finalizer of its own), and a `kubectl delete` of the owner that returns only when all of
-# them are gone.
+# A tour of synchronous deletion on the local cluster's real node, against the syncgc that
+# hack/run.sh installs: a Deployment whose two Pods take three seconds to stop after SIGTERM,
+# deleted with `kubectl delete` once opted in (it returns when the Pods are gone) and once
+# not (it returns while they still stop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(hack/cluster.sh env)"
 ns=${SYNCGC_DEMO_NAMESPACE:-syncgc-demo}
 kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null
 
-# create NAME OWNER_NAME OWNER_UID [ANNOTATED] [FINALIZER] -> prints the new object's uid
-create() {
-  local owners='[]' annotations='{}' finalizers='[]'
-  [ -n "$2" ] && owners="[{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"name\":\"$2\",\"uid\":\"$3\",\"blockOwnerDeletion\":true}]"
-  [ "${4:-}" = annotated ] && annotations='{"syncgc.io/synchronous":"true"}'
-  [ -n "${5:-}" ] && finalizers="[\"$5\"]"
-  kubectl create -n "$ns" -o jsonpath='{.metadata.uid}' -f - <<JSON
-{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"$1","annotations":$annotations,
- "ownerReferences":$owners,"finalizers":$finalizers}}
+deployment() { # name annotations
+  kubectl apply -n "$ns" -f - >/dev/null <<JSON
+{"apiVersion": "apps/v1", "kind": "Deployment",
+ "metadata": {"name": "$1", "annotations": $2},
+ "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "$1"}},
+  "template": {"metadata": {"labels": {"app": "$1"}},
+   "spec": {"tolerations": [{"key": "syncgc.io/node", "operator": "Exists"}],
+    "containers": [{"name": "app", "image": "syncgc.local/busybox:1.35", "imagePullPolicy": "Never",
+     "command": ["sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait"]}]}}}}
 JSON
+  kubectl rollout status -n "$ns" "deployment/$1" --timeout 2m >/dev/null
 }
 
-owner_uid=$(create owner "" "" annotated)
-echo "owner: finalizers $(kubectl get configmap owner -n "$ns" -o jsonpath='{.metadata.finalizers}')"
-for c in 1 2 3; do
-  child_uid=$(create "child-$c" owner "$owner_uid")
-  for g in 1 2 3; do
-    hold=""
-    [ "$c$g" = 33 ] && hold=demo.syncgc.io/hold
-    create "grandchild-$c-$g" "child-$c" "$child_uid" "" "$hold" >/dev/null
-  done
-done
-kubectl get configmaps -n "$ns"
+delete() { # name
+  local start
+  echo "\$ kubectl delete deployment $1"
+  start=$(date +%s%N)
+  kubectl delete -n "$ns" "deployment/$1"
+  echo "returned after $((($(date +%s%N) - start) / 1000000)) ms; Pods of $1 left:"
+  kubectl get pods -n "$ns" -l "app=$1" --no-headers 2>&1 | sed 's/^/  /'
+}
 
-# Let go of the held grandchild after five seconds.
-(sleep 5 && kubectl patch configmap grandchild-3-3 -n "$ns" --type merge \
-  -p '{"metadata":{"finalizers":null}}' >/dev/null) &
-
+deployment web '{"syncgc.io/synchronous": "true"}'
+echo "Deployment web, opted in; its ReplicaSet and Pods:"
+kubectl get replicasets,pods -n "$ns" -l app=web --no-headers | sed 's/^/  /'
+delete web
 echo
-echo "kubectl delete configmap owner: returns when the whole tree is gone"
-start=$(date +%s%N)
-kubectl delete configmap owner -n "$ns"
-echo "returned after $((($(date +%s%N) - start) / 1000000)) ms; left in $ns:"
-kubectl get configmaps -n "$ns"
-kubectl get events -n "$ns" --field-selector reason=SyncGCReleased -o custom-columns=REASON:.reason,MESSAGE:.message 2>/dev/null || true
-wait
+deployment plain '{}'
+echo "Deployment plain, not opted in:"
+delete plain
+kubectl wait --for=delete pod -n "$ns" -l app=plain --timeout 2m >/dev/null 2>&1 || true

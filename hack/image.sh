@@ -39,11 +39,10 @@ trap 'rm -rf "$root" "$archive"' EXIT
 install -D -m 0755 "$bin" "$root/usr/local/bin/syncgc"
 # The shared libraries the binary loads, where the dynamic loader looks for them.
 ldd "$bin" | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' | while read -r lib; do
-  install -D -m 0644 "$(readlink -f "$lib")" "$root$lib"
+  install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
 done
 mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/home/nonroot"
 chmod 1777 "$root/tmp"
-chown 65532:65532 "$root/home/nonroot"
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"

@@ -10,6 +10,9 @@ image_archive() {
   local rootfs=$1 out=$2 ref=$3 config=$4
   local work digest
   work=$(mktemp -d)
+  # The image's root directory as an image's is: a mktemp directory is 0700, which only root
+  # could traverse.
+  chmod 0755 "$rootfs"
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=posix \
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
     -C "$rootfs" -cf "$work/layer.tar" .

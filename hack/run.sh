@@ -1,38 +1,48 @@
 #!/usr/bin/env bash
-# syncgc's main job on the embedded default: starts the local control plane (etcd,
-# kube-apiserver and kube-controller-manager with its own GC; see hack/cluster.sh) and runs
-# syncgc until Ctrl-C as the manifests deploy it: it registers its own webhook and keeps its CA
-# and serving certificate in the Secret syncgc-system/syncgc-webhook-tls (the apiserver reaches
-# it by URL here, by its Service in a cluster). Then the webhook is unregistered. Extra
-# arguments go to `syncgc run`.
+# syncgc's main job as a user runs it: starts the local cluster (etcd, kube-apiserver,
+# kube-controller-manager with its own GC, and a real node; see hack/cluster.sh), builds
+# syncgc's image from this checkout and imports it into the node (hack/image.sh), installs the
+# chart with it (helm upgrade --install, values hack/local-node/values.yaml), runs `syncgc
+# check`, and follows the leader's log until Ctrl-C, which uninstalls the release (its
+# pre-delete Job disarms every armed object). Extra arguments go to helm (such as
+# --set mode=standalone, with SYNCGC_KCM=nogc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 hack/cluster.sh up --kcm "${SYNCGC_KCM:-gc}"
 eval "$(hack/cluster.sh env)"
-cargo build --locked --release
-bin=target/release/syncgc
-port=${SYNCGC_WEBHOOK_PORT:-8443}
+helm=$(hack/tools.sh helm)
+image=$(hack/image.sh)
+bin=${CARGO_TARGET_DIR:-target}/release/syncgc
+ns=syncgc-system
 
 # Kubernetes labels namespaces with their name only from 1.21 on; the webhook's namespace
 # exclusions select on that label.
-for ns in kube-system kube-node-lease syncgc-system; do
-  kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns" >/dev/null
-  kubectl label namespace "$ns" "kubernetes.io/metadata.name=$ns" --overwrite >/dev/null
+for n in kube-system kube-node-lease "$ns"; do
+  kubectl get namespace "$n" >/dev/null 2>&1 || kubectl create namespace "$n" >/dev/null
+  kubectl label namespace "$n" "kubernetes.io/metadata.name=$n" --overwrite >/dev/null
 done
 
-"$bin" run \
-  --kubeconfig "$SYNCGC_KUBECONFIG" \
-  --webhook-addr "127.0.0.1:$port" \
-  --manage-webhook --webhook-url "https://127.0.0.1:$port/mutate" \
-  --tls-secret syncgc-system/syncgc-webhook-tls \
-  --debug-graph \
-  --metrics-addr "${SYNCGC_METRICS_ADDR:-127.0.0.1:9090}" \
-  "$@" &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null || true' INT TERM
-status=0
-wait $pid || status=$?
-wait $pid 2>/dev/null || true
-kubectl delete mutatingwebhookconfiguration syncgc --ignore-not-found >/dev/null
-exit $status
+echo "installing the chart with $image"
+"$helm" upgrade --install syncgc charts/syncgc --namespace "$ns" \
+  -f hack/local-node/values.yaml --set "image.tag=${image##*:}" --wait --timeout 5m "$@"
+"$bin" check || true
+
+follower=
+uninstall() {
+  trap - INT TERM
+  [ -z "$follower" ] || kill "$follower" 2>/dev/null || true
+  echo
+  echo "uninstalling (the pre-delete Job stops syncgc and disarms every armed object)"
+  "$helm" uninstall syncgc --namespace "$ns" --wait --timeout 5m
+  exit 0
+}
+trap uninstall INT TERM
+leader=$(kubectl get lease syncgc -n "$ns" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+echo "syncgc runs in $ns (leader: ${leader:-none yet}); its log follows. Ctrl-C uninstalls it."
+while true; do
+  kubectl logs -f -n "$ns" "${leader:+pod/}${leader:-deployment/syncgc}" || sleep 2
+  leader=$(kubectl get lease syncgc -n "$ns" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+done &
+follower=$!
+wait "$follower" || true

@@ -75,8 +75,15 @@ fn syncgc(args: &[&str]) -> (bool, String) {
 }
 
 /// syncgc's namespace, labelled with its name as the apiserver labels it from 1.21 on (the
-/// webhook's namespace exclusions select on that label).
-fn labelled_namespace() {
+/// webhook's namespace exclusions select on that label); once an earlier test's is gone.
+async fn labelled_namespace(client: &Client) {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    eventually("an earlier syncgc namespace is gone", ROLLOUT, || async {
+        let found = namespaces.get_opt(NAMESPACE).await.ok()?;
+        let terminating = found.is_some_and(|n| n.metadata.deletion_timestamp.is_some());
+        (!terminating).then_some(())
+    })
+    .await;
     let _ = Command::new("kubectl")
         .args(["create", "namespace", NAMESPACE])
         .env("KUBECONFIG", kubeconfig_path())
@@ -143,7 +150,10 @@ fn checks_pass() {
 /// from its CREATE.
 fn came_back_armed(object: &ConfigMap) {
     assert!(
-        object.finalizers().iter().any(|f| f == SYNCHRONOUS_FINALIZER),
+        object
+            .finalizers()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER),
         "{} came back unarmed from its CREATE: the apiserver did not reach the webhook",
         object.name_any()
     );
@@ -191,14 +201,36 @@ impl Drop for Teardown {
             &support::chart::tool("helm"),
             &["uninstall", "syncgc", "-n", NAMESPACE, "--no-hooks"],
         );
-        run("kubectl", &["delete", "-k", OVERLAY, "--ignore-not-found"]);
         run(
             "kubectl",
-            &["delete", "mutatingwebhookconfiguration", "syncgc", "--ignore-not-found"],
+            &[
+                "delete",
+                "deployment",
+                "syncgc",
+                "-n",
+                NAMESPACE,
+                "--ignore-not-found",
+            ],
         );
         run(
             "kubectl",
-            &["delete", "job", "syncgc-uninstall", "-n", NAMESPACE, "--ignore-not-found"],
+            &[
+                "delete",
+                "mutatingwebhookconfiguration",
+                "syncgc",
+                "--ignore-not-found",
+            ],
+        );
+        run(
+            "kubectl",
+            &[
+                "delete",
+                "job",
+                "syncgc-uninstall",
+                "-n",
+                NAMESPACE,
+                "--ignore-not-found",
+            ],
         );
     }
 }
@@ -208,7 +240,7 @@ async fn the_chart_installs_upgrades_tests_and_uninstalls_on_a_real_node() {
     let _alone = alone().await;
     let image = image();
     let client = support::client().await;
-    labelled_namespace();
+    labelled_namespace(&client).await;
     let _teardown = Teardown;
     let ns = TestNamespace::new(&client, "in-cluster-chart").await;
     let install = [
@@ -263,9 +295,22 @@ async fn the_chart_installs_upgrades_tests_and_uninstalls_on_a_real_node() {
     .await;
     checks_pass();
 
-    // `helm test`: the same checks from a Pod in the cluster.
-    let tested = helm(&["test", "syncgc", "--namespace", NAMESPACE, "--timeout", "180s"]);
+    // `helm test`: the same checks from a Pod in the cluster (which fails the command unless
+    // it succeeds, and is deleted once it has).
+    let tested = helm(&[
+        "test",
+        "syncgc",
+        "--namespace",
+        NAMESPACE,
+        "--timeout",
+        "180s",
+    ]);
     assert!(tested.contains("Succeeded"), "{tested}");
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+    eventually("helm test's Pod is deleted", ROLLOUT, || {
+        gone(&pods, "syncgc-check")
+    })
+    .await;
 
     // The uninstall's Job Pod stops syncgc and disarms what is armed.
     came_back_armed(&create(&api, &opted_in("stays", vec![], &[])).await);
@@ -292,8 +337,8 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
     let client = support::client().await;
     let _teardown = Teardown;
     let ns = TestNamespace::new(&client, "in-cluster-manifests").await;
+    labelled_namespace(&client).await;
     kubectl(&["apply", "-k", OVERLAY], None);
-    labelled_namespace();
     rolled_out(&client, 2).await;
     checks_pass();
     let api = ns.api::<ConfigMap>();
@@ -322,14 +367,22 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
         !armed(&api, "stays").await,
         "the uninstall Job left an object armed"
     );
-    kubectl(&["delete", "-k", OVERLAY, "--wait=false"], None);
+    // The Job deleted the webhook configuration already.
+    kubectl(
+        &[
+            "delete",
+            "-k",
+            OVERLAY,
+            "--wait=false",
+            "--ignore-not-found",
+        ],
+        None,
+    );
     nothing_left(&client).await;
     // The namespace goes too (the manifests own it); the next tests may create it again.
     let namespaces = Api::<Namespace>::all(client.clone());
-    eventually(
-        "syncgc's namespace is gone",
-        ROLLOUT,
-        || gone(&namespaces, NAMESPACE),
-    )
+    eventually("syncgc's namespace is gone", ROLLOUT, || {
+        gone(&namespaces, NAMESPACE)
+    })
     .await;
 }

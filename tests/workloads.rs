@@ -219,7 +219,15 @@ async fn a_claim_in_use_goes_after_its_pod() {
                      "metadata": { "name": name, "annotations": annotations } }),
         );
         let uid = kubectl(
-            &["get", "configmap", name, "-n", &ns.name, "-o", "jsonpath={.metadata.uid}"],
+            &[
+                "get",
+                "configmap",
+                name,
+                "-n",
+                &ns.name,
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
             None,
         );
         let owner = json!([{ "apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid }]);
@@ -276,7 +284,13 @@ struct Volume(String);
 impl Drop for Volume {
     fn drop(&mut self) {
         let _ = std::process::Command::new("kubectl")
-            .args(["delete", "pv", &self.0, "--wait=false", "--ignore-not-found"])
+            .args([
+                "delete",
+                "pv",
+                &self.0,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
             .env("KUBECONFIG", support::kubeconfig_path())
             .output();
     }
