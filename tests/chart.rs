@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use support::chart::{CHART, is_hook, parse, template, tool};
+use support::chart::{CHART, is_hook, parse, template, tool, uninstall_job};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const CHART_VERSION: &str = "0.1.0";
@@ -308,10 +308,25 @@ fn default_values_render_the_manifests() {
     let manifests = manifests();
     let rendered = template(&["--set", &image_values(&manifests)]);
     assert_same(&installed(&rendered), &but_namespace(&manifests));
-    // Helm runs the uninstall Job only as the pre-delete hook.
-    let hooks: Vec<&Value> = rendered.iter().filter(|o| is_hook(o)).collect();
-    assert_eq!(hooks.len(), 1, "{hooks:#?}");
-    assert_eq!(hooks[0]["kind"], "Job");
+    // Helm runs the uninstall Job only as the pre-delete hook, and `syncgc check` (with a
+    // ServiceAccount allowed what it reads) only as `helm test`.
+    let hooks: Vec<String> = rendered
+        .iter()
+        .filter(|o| is_hook(o))
+        .map(|o| format!("{} {}", o["metadata"]["annotations"]["helm.sh/hook"], o["kind"]))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            r#""test" "ServiceAccount""#,
+            r#""test" "ClusterRole""#,
+            r#""test" "ClusterRoleBinding""#,
+            r#""test" "Pod""#,
+            r#""pre-delete" "Job""#,
+        ]
+    );
+    let check = find(&rendered, "Pod");
+    assert_eq!(check["spec"]["containers"][0]["args"][0], "check");
     // And the release's image, unless told otherwise: v and the appVersion.
     let release = template(&[]);
     let deployment = find(&release, "Deployment");
@@ -325,7 +340,7 @@ fn default_values_render_the_manifests() {
 fn the_hook_is_the_uninstall_job_of_the_manifests() {
     let job = file("manifests/uninstall/job.yaml");
     let rendered = template(&["--set", &image_values(&manifests())]);
-    let hooks: Vec<&Value> = rendered.iter().filter(|o| is_hook(o)).collect();
+    let hooks = vec![uninstall_job(&rendered)];
     let annotations = &hooks[0]["metadata"]["annotations"];
     assert_eq!(annotations["helm.sh/hook"], "pre-delete");
     assert_eq!(
@@ -545,7 +560,7 @@ fn values_change_what_they_say() {
         find(&rendered, "PodDisruptionBudget")["spec"]["minAvailable"],
         2
     );
-    let job = rendered.iter().find(|o| is_hook(o)).unwrap();
+    let job = uninstall_job(&rendered);
     assert_eq!(
         job["spec"]["template"]["spec"]["containers"][0]["image"],
         pod["containers"][0]["image"]
@@ -622,7 +637,7 @@ fn another_release_names_everything_after_it() {
     );
     let binding = find(&rendered, "ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["namespace"], "tools");
-    let job = rendered.iter().find(|o| is_hook(o)).unwrap();
+    let job = uninstall_job(&rendered);
     assert_eq!(
         job["spec"]["template"]["spec"]["containers"][0]["args"],
         serde_json::json!([

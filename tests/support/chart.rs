@@ -61,7 +61,16 @@ pub fn parse(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Whether `object` is a Helm hook (run around an install or uninstall, not installed).
+/// Whether `object` is a Helm hook (run around an install or uninstall, or by `helm test`;
+/// not installed).
 pub fn is_hook(object: &Value) -> bool {
     object["metadata"]["annotations"]["helm.sh/hook"].is_string()
+}
+
+/// The uninstall Job: the one pre-delete hook.
+pub fn uninstall_job(rendered: &[Value]) -> &Value {
+    rendered
+        .iter()
+        .find(|o| o["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+        .expect("the uninstall Job")
 }
