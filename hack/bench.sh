@@ -4,6 +4,7 @@
 # benches/cluster/main.rs). Starts the control plane when it is not running, builds in release
 # mode, prints the tables and writes them with a plot to benches/results/cluster.{md,svg}.
 #   hack/bench.sh [PHASE]...     graph cascade sync order barrier platform plan webhook writes memory scale
+#                              workloads
 #                              (default: all)
 # Environment (defaults in brackets): SYNCGC_BENCH_SIZES [1000,5000] N of the unthrottled cascades,
 # SYNCGC_BENCH_THROTTLED_SIZE [1000] N at kube-controller-manager's default limits,
@@ -16,7 +17,8 @@
 # SYNCGC_BENCH_WRITES [4000] ConfigMaps per round of the writes phase, SYNCGC_BENCH_WRITERS [32]
 # requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind, SYNCGC_BENCH_SCALE_N
 # [1000000] objects the scale phase grows to (measured at a tenth, three tenths and all),
-# SYNCGC_BENCH_SCALE_CASCADE [100000] dependents of its cascade,
+# SYNCGC_BENCH_SCALE_CASCADE [100000] dependents of its cascade, SYNCGC_BENCH_WORKLOAD_REPEATS [5]
+# runs of each workload of the workloads phase,
 # SYNCGC_BENCH_OUT [benches/results].
 set -euo pipefail
 cd "$(dirname "$0")/.."

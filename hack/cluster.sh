@@ -11,6 +11,7 @@
 #   hack/cluster.sh restart-apiserver  stop kube-apiserver and start it again (every watch ends)
 #   hack/cluster.sh restart-etcd       stop etcd and start it again
 #   hack/cluster.sh compact            compact etcd at its current revision
+#   hack/cluster.sh busybox-image      build the workloads' image; print its tarball's path
 #   hack/cluster.sh down               stop exactly the processes this script started
 #   hack/cluster.sh status             what runs, where the kubeconfig and logs are
 #   hack/cluster.sh env                shell exports for clients (KUBECONFIG, SYNCGC_KUBECONFIG,
@@ -420,6 +421,7 @@ node_certs() {
 node_images() {
   local images=$CACHE/images root
   mkdir -p "$images"
+  busybox_image >/dev/null
   if [ ! -f "$images/pause.tar" ]; then
     log "building $PAUSE_IMAGE"
     root=$(mktemp -d)
@@ -427,6 +429,13 @@ node_images() {
     image_archive "$root" "$images/pause.tar" "$PAUSE_IMAGE" '{"Entrypoint": ["/pause"]}'
     rm -rf "$root"
   fi
+}
+
+# The workloads' image, syncgc.local/busybox:1.35 (Debian's busybox-static), built once; prints
+# its docker-archive's path.
+busybox_image() {
+  local images=$CACHE/images root
+  mkdir -p "$images"
   if [ ! -f "$images/busybox.tar" ]; then
     log "building $BUSYBOX_IMAGE"
     root=$(mktemp -d)
@@ -442,6 +451,7 @@ node_images() {
       '{"Cmd": ["sh"], "Env": ["PATH=/bin"]}'
     rm -rf "$root"
   fi
+  echo "$images/busybox.tar"
 }
 
 # Imports the docker-archive FILE into the node's containerd unless REF is there already.
@@ -664,6 +674,7 @@ case ${1:-} in
   restart-apiserver) stop kube-apiserver; start_apiserver ;;
   restart-etcd) stop etcd; start_etcd ;;
   compact) compact_etcd ;;
+  busybox-image) apt_install busybox-static jq; busybox_image ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) printf 'export KUBECONFIG=%q SYNCGC_KUBECONFIG=%q PATH=%q:"$PATH"\n' \

@@ -9,6 +9,9 @@
 #   hack/image.sh --out FILE      build and write the tarball only (`kind load image-archive
 #                                 FILE`, `docker load -i FILE`, `ctr images import FILE`)
 #
+# SYNCGC_IMAGE_LOAD=kind loads it into the kind cluster KIND_CLUSTER_NAME [kind] instead of
+# the local node.
+#
 # Environment: SYNCGC_IMAGE_REF [syncgc.local/syncgc:dev]; SYNCGC_BINARY, a syncgc binary to
 # put in the image instead of building the release profile's (the tests give theirs);
 # CARGO_TARGET_DIR as cargo's.
@@ -58,6 +61,9 @@ image_archive "$root" "$archive" "$ref" '{
 if [ -n "$out" ]; then
   cp "$archive" "$out"
   log "wrote $ref to $out"
+elif [ "${SYNCGC_IMAGE_LOAD:-node}" = kind ]; then
+  kind load image-archive "$archive" --name "${KIND_CLUSTER_NAME:-kind}" >&2
+  log "loaded $ref into kind cluster ${KIND_CLUSTER_NAME:-kind}"
 else
   sock=${SYNCGC_CLUSTER_DIR:-/tmp/syncgc-cluster}/node/containerd.sock
   [ -S "$sock" ] || { log "error: no node's containerd at $sock (hack/cluster.sh up)"; exit 1; }

@@ -313,7 +313,12 @@ fn default_values_render_the_manifests() {
     let hooks: Vec<String> = rendered
         .iter()
         .filter(|o| is_hook(o))
-        .map(|o| format!("{} {}", o["metadata"]["annotations"]["helm.sh/hook"], o["kind"]))
+        .map(|o| {
+            format!(
+                "{} {}",
+                o["metadata"]["annotations"]["helm.sh/hook"], o["kind"]
+            )
+        })
         .collect();
     assert_eq!(
         hooks,

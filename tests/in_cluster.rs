@@ -30,7 +30,15 @@ use support::{
 
 const NAMESPACE: &str = "syncgc-system";
 const VALUES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-node/values.yaml");
-const OVERLAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-node");
+/// The kustomization of the local node's image: `manifests/kubernetes-1.20`, or on 1.21 and
+/// later `manifests/`.
+fn overlay() -> &'static str {
+    if support::server().minor >= 21 {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-node/current")
+    } else {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-node")
+    }
+}
 const UNINSTALL_JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/uninstall/job.yaml");
 /// Pods start, and stop, on a real node: image already there, a few seconds each.
 const ROLLOUT: Duration = Duration::from_secs(180);
@@ -338,7 +346,7 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
     let _teardown = Teardown;
     let ns = TestNamespace::new(&client, "in-cluster-manifests").await;
     labelled_namespace(&client).await;
-    kubectl(&["apply", "-k", OVERLAY], None);
+    kubectl(&["apply", "-k", overlay()], None);
     rolled_out(&client, 2).await;
     checks_pass();
     let api = ns.api::<ConfigMap>();
@@ -372,7 +380,7 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
         &[
             "delete",
             "-k",
-            OVERLAY,
+            overlay(),
             "--wait=false",
             "--ignore-not-found",
         ],

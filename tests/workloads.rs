@@ -2,7 +2,9 @@
 //! trapping SIGTERM and exiting seconds later. `kubectl delete` of the workload returns only
 //! once every Pod is gone (not merely Terminating); the same workload without the annotation
 //! returns while its Pods still stop (so each test can fail). Beside Kubernetes' own collector
-//! (cooperative mode), syncgc running as the tests' process.
+//! (cooperative mode), syncgc running as the tests' process, or, with `SYNCGC_IN_CLUSTER=1`,
+//! the syncgc installed in the cluster (where the apiserver cannot reach this machine's
+//! loopback, as on kind).
 
 mod support;
 
@@ -14,69 +16,17 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use syncgc::names::SYNCHRONOUS_ANNOTATION;
 
+use support::workload::{slow_pod_spec, workload};
 use support::{TestNamespace, eventually, kubectl};
 
 /// Pods start on a real node in seconds; a few at a time on two cores.
 const RUNNING: Duration = Duration::from_secs(120);
 
-/// A container that stops three seconds after SIGTERM.
-fn slow_pod_spec(restart: &str) -> Value {
-    json!({
-        "tolerations": [{ "key": "syncgc.io/node", "operator": "Exists" }],
-        "terminationGracePeriodSeconds": 30,
-        "restartPolicy": restart,
-        "containers": [{
-            "name": "app",
-            "image": "syncgc.local/busybox:1.35",
-            "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait"],
-        }],
-    })
-}
-
-/// A Pod template labelled `app: NAME`.
-fn template(name: &str, restart: &str) -> Value {
-    json!({ "metadata": { "labels": { "app": name } }, "spec": slow_pod_spec(restart) })
-}
-
-/// The workload `kind` named `name`, opted in when `opted_in`.
-fn workload(kind: &str, name: &str, opted_in: bool) -> Value {
-    let selector = json!({ "matchLabels": { "app": name } });
-    let (api_version, spec) = match kind {
-        "Deployment" => (
-            "apps/v1",
-            json!({ "replicas": 2, "selector": selector, "template": template(name, "Always") }),
-        ),
-        "StatefulSet" => (
-            "apps/v1",
-            json!({ "replicas": 2, "serviceName": name, "podManagementPolicy": "Parallel",
-                    "selector": selector, "template": template(name, "Always") }),
-        ),
-        "DaemonSet" => (
-            "apps/v1",
-            json!({ "selector": selector, "template": template(name, "Always") }),
-        ),
-        "Job" => (
-            "batch/v1",
-            json!({ "parallelism": 2, "completions": 2, "template": template(name, "Never") }),
-        ),
-        "CronJob" => (
-            "batch/v1beta1",
-            json!({ "schedule": "0 0 1 1 *", "jobTemplate": { "spec": {
-                "parallelism": 2, "completions": 2, "template": template(name, "Never") } } }),
-        ),
-        other => panic!("no workload {other}"),
-    };
-    let annotations = if opted_in {
-        json!({ SYNCHRONOUS_ANNOTATION: "true" })
-    } else {
-        json!({})
-    };
-    json!({
-        "apiVersion": api_version, "kind": kind,
-        "metadata": { "name": name, "annotations": annotations },
-        "spec": spec,
-    })
+/// The syncgc that collects: the tests' process, unless one is installed in the cluster.
+fn collector() {
+    if std::env::var_os("SYNCGC_IN_CLUSTER").is_none() {
+        support::process::shared();
+    }
 }
 
 /// The Pods labelled `app: NAME`, Terminating ones included.
@@ -127,12 +77,15 @@ fn apply(ns: &str, object: &Value) {
 /// of each run, and deletes each with `kubectl delete`: the opted-in one returns with its Pods
 /// gone, the other with its Pods still stopping.
 async fn deleted_with_its_pods(test: &str, kind: &str, pods_each: usize) {
-    support::process::shared();
+    collector();
     let client = support::client().await;
     let ns = TestNamespace::new(&client, test).await;
     let resource = kind.to_lowercase();
     for (name, opted_in) in [("synchronous", true), ("plain", false)] {
-        apply(&ns.name, &workload(kind, name, opted_in));
+        apply(
+            &ns.name,
+            &workload(kind, name, opted_in, support::server().minor),
+        );
         if kind == "CronJob" {
             // A run of the CronJob now rather than at its schedule: a Job it owns.
             let (run, from) = (format!("{name}-run"), format!("--from=cronjob/{name}"));
@@ -185,7 +138,7 @@ async fn a_cronjob_goes_with_its_jobs_and_their_pods() {
 /// `kubernetes.io/pvc-protection` until the Pod is gone, and the owner until both are.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_in_use_goes_after_its_pod() {
-    support::process::shared();
+    collector();
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "wl-claim").await;
     let volume = format!("{}-data", ns.name);

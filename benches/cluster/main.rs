@@ -19,11 +19,14 @@
 //! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
 //! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects;
 //! 8. time to ready, memory per object and a cascade of 100,000 dependents as the cluster
-//!    grows to 1,000,000 objects, against kube-controller-manager's GC ([`scale`]).
+//!    grows to 1,000,000 objects, against kube-controller-manager's GC ([`scale`]);
+//! 9. workloads whose Pods take seconds to stop, on the real node: `kubectl delete` of the
+//!    opted-in workload against `kubectl delete --cascade=foreground` ([`workloads`]).
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `order`, `barrier`, `platform`, `plan`, `webhook`, `writes`, `memory`, `scale`).
+//! `sync`, `order`, `barrier`, `platform`, `plan`, `webhook`, `writes`, `memory`, `scale`,
+//! `workloads`).
 
 mod bare;
 mod barrier;
@@ -37,10 +40,13 @@ mod platform;
 mod report;
 mod scale;
 mod tree;
+mod workloads;
 mod writes;
 
 #[path = "../support/review.rs"]
 mod review_fixture;
+#[path = "../../tests/support/workload.rs"]
+mod workload;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -62,9 +68,19 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 11] = [
-    "graph", "cascade", "sync", "order", "barrier", "platform", "plan", "webhook", "writes",
-    "memory", "scale",
+const PHASES: [&str; 12] = [
+    "graph",
+    "cascade",
+    "sync",
+    "order",
+    "barrier",
+    "platform",
+    "plan",
+    "webhook",
+    "writes",
+    "memory",
+    "scale",
+    "workloads",
 ];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
@@ -95,6 +111,8 @@ struct Settings {
     /// Objects the scale phase grows to, and dependents of its cascade.
     scale: usize,
     scale_cascade: usize,
+    /// Runs of each workload, opted in and in the foreground.
+    workload_repeats: usize,
     out: PathBuf,
 }
 
@@ -143,6 +161,7 @@ impl Settings {
             writes_rounds: env_or("SYNCGC_BENCH_WRITES_ROUNDS", 3)?,
             scale: env_or("SYNCGC_BENCH_SCALE_N", 1_000_000)?,
             scale_cascade: env_or("SYNCGC_BENCH_SCALE_CASCADE", scale::CASCADE)?,
+            workload_repeats: env_or("SYNCGC_BENCH_WORKLOAD_REPEATS", 5)?.max(1),
             out: env_or(
                 "SYNCGC_BENCH_OUT",
                 PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results")),
@@ -253,6 +272,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("scale") {
         scale::phase(settings, plane, report).await?;
+    }
+    if settings.runs("workloads") {
+        workloads::phase(settings, plane, report).await?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod process;
 pub mod surface;
 pub mod webhook;
+pub mod workload;
 
 use std::future::Future;
 use std::process::{Command, Stdio};

@@ -1,0 +1,278 @@
+//! Workloads whose Pods take seconds to stop, on the local cluster's real node: for each kind,
+//! an opted-in workload deleted with `kubectl delete` (syncgc cooperative, beside
+//! kube-controller-manager's GC at its default limits), against the same workload not opted in
+//! and deleted with `kubectl delete --cascade=foreground`, in turns. Measured: how long after
+//! its last Pod disappears `kubectl delete` returns (the owner's release, as the user sees it),
+//! and each whole delete.
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher::{self, Event};
+
+use crate::plane::{Kcm, Plane};
+use crate::report::{Goal, Report, quantile, round};
+use crate::workload::{KINDS, workload};
+use crate::{Settings, cooperative_syncgc};
+
+/// The name of the webhook's registration, and the label of the namespaces it serves.
+const NAME: &str = "syncgc-bench-workloads";
+/// Pods start on the node within this.
+const RUNNING: Duration = Duration::from_secs(120);
+
+/// One delete: how long `kubectl delete` took, and when it returned.
+struct Deleted {
+    took: Duration,
+    returned: Instant,
+}
+
+pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    let repeats = settings.workload_repeats;
+    eprintln!("workloads: {} kinds, {repeats} runs each", KINDS.len());
+    plane.kcm(Kcm::DEFAULT_LIMITS).await?;
+    let (syncgc, first, registration) = cooperative_syncgc(settings, plane, NAME).await?;
+    plane.drop_namespace(&first).await?;
+    let version: syncgc::api::ServerVersion = syncgc::api::server_version(&plane.client)
+        .await?
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+
+    let table = report.table(
+        format!(
+            "Workloads whose Pods stop 3 s after SIGTERM, on the real node: `kubectl delete` of \
+             the opted-in workload (syncgc cooperative) against `kubectl delete \
+             --cascade=foreground` of the same workload not opted in (kube-controller-manager's \
+             GC at its default limits), in turns, {repeats} runs each; the release is when \
+             `kubectl delete` returned after the last Pod disappeared"
+        ),
+        vec![
+            "workload",
+            "Pods",
+            "release after last Pod p50 s",
+            "p99 s",
+            "syncgc delete p50 s",
+            "foreground delete p50 s",
+            "syncgc ÷ foreground",
+        ],
+    );
+    let mut all_releases = Vec::new();
+    let (mut synchronous_total, mut foreground_total) = (0.0, 0.0);
+    for (kind, pods) in KINDS {
+        let (mut releases, mut synchronous, mut foreground) = (vec![], vec![], vec![]);
+        for _ in 0..repeats {
+            for opted_in in [true, false] {
+                let namespace = plane.namespace(NAME, &[("syncgc.io/bench", NAME)]).await?;
+                let object = workload(kind, "app", opted_in, version.minor);
+                let run = one(plane, &namespace, &object, pods).await;
+                plane.drop_namespace(&namespace).await?;
+                let (deleted, last_pod) = run?;
+                if opted_in {
+                    releases.push(deleted.returned.duration_since(last_pod).as_secs_f64());
+                    synchronous.push(deleted.took.as_secs_f64());
+                } else {
+                    foreground.push(deleted.took.as_secs_f64());
+                }
+            }
+        }
+        let (s, f) = (quantile(&synchronous, 0.5), quantile(&foreground, 0.5));
+        synchronous_total += s;
+        foreground_total += f;
+        table.rows.push(vec![
+            kind.to_owned(),
+            pods.to_string(),
+            round(quantile(&releases, 0.5)),
+            round(quantile(&releases, 0.99)),
+            round(s),
+            round(f),
+            round(s / f),
+        ]);
+        all_releases.extend(releases);
+    }
+    registration.remove().await?;
+    drop(syncgc);
+
+    report.target(
+        "workloads: release after the last Pod, p99 of every run",
+        quantile(&all_releases, 0.99),
+        Goal::AtMost(1.0),
+        "s",
+    );
+    report.target(
+        "workloads: whole delete ÷ kubectl delete --cascade=foreground (sum of medians)",
+        synchronous_total / foreground_total,
+        Goal::AtMost(1.0),
+        "×",
+    );
+    Ok(())
+}
+
+/// Creates the workload `object` in `namespace`, waits until its `pods` Pods run, and deletes
+/// it: plainly when it is opted in, else in the foreground. What the delete took, and when its
+/// last Pod disappeared.
+async fn one(
+    plane: &Plane,
+    namespace: &str,
+    object: &serde_json::Value,
+    pods: usize,
+) -> Result<(Deleted, Instant)> {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let opted_in = object["metadata"]["annotations"]
+        .get(syncgc::names::SYNCHRONOUS_ANNOTATION)
+        .is_some();
+    kubectl(
+        &["apply", "-n", namespace, "-f", "-"],
+        Some(&object.to_string()),
+    )?;
+    if kind == "CronJob" {
+        kubectl(
+            &[
+                "create",
+                "job",
+                "-n",
+                namespace,
+                "app-run",
+                "--from=cronjob/app",
+            ],
+            None,
+        )?;
+    }
+    let api: Api<Pod> = Api::namespaced(plane.client.clone(), namespace);
+    let watch = PodWatch::start(api);
+    watch
+        .until(|w| w.ready == pods, RUNNING)
+        .await
+        .with_context(|| {
+            format!("{pods} Pod(s) of the {kind} did not all run within {RUNNING:?}")
+        })?;
+
+    let resource = format!("{}/app", kind.to_lowercase());
+    let mut args = vec![
+        "delete",
+        "-n",
+        namespace,
+        resource.as_str(),
+        "--timeout=300s",
+    ];
+    if !opted_in {
+        args.push("--cascade=foreground");
+    }
+    let started = Instant::now();
+    kubectl(&args, None)?;
+    let returned = Instant::now();
+    let deleted = Deleted {
+        took: returned - started,
+        returned,
+    };
+    // The watch may see the last Pod's DELETED event a little after kubectl saw the owner go.
+    watch
+        .until(|w| w.gone == w.seen, Duration::from_secs(10))
+        .await
+        .with_context(|| format!("{resource} returned with Pods left"))?;
+    let last = watch.state().last_gone.context("no Pod was seen to go")?;
+    ensure!(
+        last <= returned + Duration::from_secs(1),
+        "a Pod of {resource} went {:?} after kubectl delete returned",
+        last - returned
+    );
+    Ok((deleted, last.min(returned)))
+}
+
+/// What a watch of a namespace's Pods has seen.
+#[derive(Default)]
+struct Seen {
+    seen: usize,
+    ready: usize,
+    gone: usize,
+    last_gone: Option<Instant>,
+}
+
+/// A watch of the Pods of a namespace, counting those seen, ready and gone.
+struct PodWatch {
+    state: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodWatch {
+    fn start(api: Api<Pod>) -> Self {
+        let state = Arc::new(Mutex::new(Seen::default()));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            let mut names = std::collections::BTreeMap::<String, bool>::new();
+            let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = events.next().await {
+                let mut seen = shared.lock().unwrap();
+                match event {
+                    Event::Apply(pod) | Event::InitApply(pod) => {
+                        let ready = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.container_statuses.as_ref())
+                            .is_some_and(|c| c.iter().all(|c| c.ready));
+                        names.insert(pod.metadata.name.unwrap_or_default(), ready);
+                    }
+                    Event::Delete(pod) => {
+                        if names
+                            .remove(&pod.metadata.name.unwrap_or_default())
+                            .is_some()
+                        {
+                            seen.gone += 1;
+                            seen.last_gone = Some(Instant::now());
+                        }
+                    }
+                    Event::Init | Event::InitDone => {}
+                }
+                seen.seen = names.len() + seen.gone;
+                seen.ready = names.values().filter(|r| **r).count();
+            }
+        });
+        Self { state, task }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.state.lock().unwrap()
+    }
+
+    async fn until(&self, done: impl Fn(&Seen) -> bool, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !done(&self.state()) {
+            ensure!(Instant::now() < deadline, "timed out after {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `kubectl ARGS` with `input` on its standard input; fails with what it said.
+fn kubectl(args: &[&str], input: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running kubectl (hack/bench.sh puts it on PATH)")?;
+    if let Some(input) = input {
+        child.stdin.take().unwrap().write_all(input.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
