@@ -12,6 +12,9 @@
 #   hack/cluster.sh restart-etcd       stop etcd and start it again
 #   hack/cluster.sh compact            compact etcd at its current revision
 #   hack/cluster.sh busybox-image      build the workloads' image; print its tarball's path
+#   hack/cluster.sh kubelet stop|start stop the node's kubelet (its Pods go on running, unseen:
+#                                      the node goes NotReady), or start it and wait until
+#                                      the node is Ready
 #   hack/cluster.sh down               stop exactly the processes this script started
 #   hack/cluster.sh status             what runs, where the kubeconfig and logs are
 #   hack/cluster.sh env                shell exports for clients (KUBECONFIG, SYNCGC_KUBECONFIG,
@@ -456,7 +459,9 @@ busybox_image() {
 
 # Imports the docker-archive FILE into the node's containerd unless REF is there already.
 node_import() { # ref file
-  ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$1" && return 0
+  local present
+  present=$(ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q)
+  grep -qxF "$1" <<<"$present" && return 0
   log "importing $1 into the node"
   ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$2" >/dev/null
 }
@@ -553,7 +558,8 @@ node_bridge() {
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge
   fi
-  ip addr show dev "$BRIDGE" | grep -qF " $NODE_IP/" || ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+  [[ $(ip -4 -o addr show dev "$BRIDGE") == *" $NODE_IP/"* ]] ||
+    ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   echo 1 >/proc/sys/net/ipv4/ip_forward
   echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
@@ -675,6 +681,13 @@ case ${1:-} in
   restart-etcd) stop etcd; start_etcd ;;
   compact) compact_etcd ;;
   busybox-image) apt_install busybox-static jq; busybox_image ;;
+  kubelet)
+    case ${2:-} in
+      stop) stop kubelet ;;
+      start) start_node ;;
+      *) die "usage: $0 kubelet stop|start" ;;
+    esac
+    ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) printf 'export KUBECONFIG=%q SYNCGC_KUBECONFIG=%q PATH=%q:"$PATH"\n' \

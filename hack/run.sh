@@ -24,7 +24,9 @@ for n in kube-system kube-node-lease "$ns"; do
 done
 
 echo "installing the chart with $image"
-"$helm" upgrade --install syncgc charts/syncgc --namespace "$ns" \
+# --take-ownership --force-conflicts: what an earlier install or the tests left in syncgc-system
+# becomes the release's.
+"$helm" upgrade --install syncgc charts/syncgc --namespace "$ns" --take-ownership --force-conflicts \
   -f hack/local-node/values.yaml --set "image.tag=${image##*:}" --wait --timeout 5m "$@"
 "$bin" check || true
 

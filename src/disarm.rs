@@ -256,16 +256,7 @@ impl DisarmArgs {
         let selector = match scaled {
             Ok(deployment) => {
                 println!("scaled the Deployment {namespace}/{name} to 0 replicas");
-                deployment
-                    .spec
-                    .and_then(|spec| spec.selector.match_labels)
-                    .map(|labels| {
-                        labels
-                            .iter()
-                            .map(|(k, v)| format!("{k}={v}"))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    })
+                pod_selector(&deployment)
             }
             Err(err) if err.status() == Some(404) => {
                 eprintln!("no Deployment {namespace}/{name}: nothing to scale down");
@@ -346,6 +337,18 @@ impl DisarmArgs {
         let webhooks = configuration.map(|c| c.webhooks.map_or(0, |w| w.len()));
         Ok(running(record.as_ref(), webhooks, crate::api::clock::now()))
     }
+}
+
+/// The label selector of a Deployment's Pods (its `matchLabels`), as a list's `labelSelector`.
+pub fn pod_selector(deployment: &Deployment) -> Option<String> {
+    let labels = deployment.spec.as_ref()?.selector.match_labels.as_ref()?;
+    Some(
+        labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
 }
 
 #[cfg(test)]

@@ -658,3 +658,13 @@ fn another_release_names_everything_after_it() {
         ])
     );
 }
+
+/// One replica gets no PodDisruptionBudget: a budget of one would keep a drain of its node from
+/// ever finishing.
+#[test]
+fn one_replica_has_no_disruption_budget() {
+    let one = template(&["--set", "replicas=1"]);
+    assert!(!one.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
+    let two = template(&["--set", "replicas=2"]);
+    assert_eq!(find(&two, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
+}

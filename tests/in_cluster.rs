@@ -22,7 +22,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use syncgc::names::SYNCHRONOUS_FINALIZER;
 
-use support::chart::{CHART, helm};
+use support::chart::{CHART, hack, helm};
 use support::{
     TestNamespace, being_deleted, clear_finalizers, create, delete, eventually, exists, gone,
     kubeconfig_path, kubectl, opted_in, owner_and_held,
@@ -47,16 +47,11 @@ const ROLLOUT: Duration = Duration::from_secs(180);
 fn image() -> &'static str {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE.get_or_init(|| {
-        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/image.sh"))
-            .env("SYNCGC_BINARY", env!("CARGO_BIN_EXE_syncgc"))
-            .output()
-            .expect("running hack/image.sh");
-        assert!(
-            out.status.success(),
-            "hack/image.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        hack(
+            "image.sh",
+            &[],
+            &[("SYNCGC_BINARY", env!("CARGO_BIN_EXE_syncgc"))],
+        )
     })
 }
 
@@ -251,11 +246,15 @@ async fn the_chart_installs_upgrades_tests_and_uninstalls_on_a_real_node() {
     labelled_namespace(&client).await;
     let _teardown = Teardown;
     let ns = TestNamespace::new(&client, "in-cluster-chart").await;
+    // Earlier tests leave syncgc's RBAC in its namespace (as a user's earlier install would):
+    // the release takes them over.
     let install = [
         "--namespace",
         NAMESPACE,
         "-f",
         VALUES,
+        "--take-ownership",
+        "--force-conflicts",
         "--wait",
         "--timeout",
         "180s",
@@ -393,4 +392,54 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
         gone(&namespaces, NAMESPACE)
     })
     .await;
+}
+
+/// An install whose image cannot be pulled: `syncgc check` says why no replica is ready, no
+/// object gets armed (no replica registered a webhook), and `helm uninstall --no-hooks` (the
+/// hook's Job cannot run that image either) leaves nothing behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_that_cannot_be_pulled_is_named_by_check() {
+    let _alone = alone().await;
+    let client = support::client().await;
+    labelled_namespace(&client).await;
+    let _teardown = Teardown;
+    let ns = TestNamespace::new(&client, "in-cluster-no-image").await;
+    helm(&[
+        "install",
+        "syncgc",
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        VALUES,
+        "--take-ownership",
+        "--force-conflicts",
+        "--set",
+        "image.tag=not-built",
+    ]);
+    let said = eventually("syncgc check names the image", ROLLOUT, || async {
+        let (ok, out) = syncgc(&["check"]);
+        (!ok && out.contains("ErrImageNeverPull")).then_some(out)
+    })
+    .await;
+    assert!(said.contains("✗ deployment"), "{said}");
+    assert!(said.contains("cannot pull syncgc's image"), "{said}");
+    let api = ns.api::<ConfigMap>();
+    let object = create(&api, &opted_in("unarmed", vec![], &[])).await;
+    assert!(
+        !object
+            .finalizers()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER),
+        "armed without a running syncgc"
+    );
+    helm(&[
+        "uninstall",
+        "syncgc",
+        "--namespace",
+        NAMESPACE,
+        "--no-hooks",
+        "--wait",
+    ]);
+    nothing_left(&client).await;
 }

@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use syncgc::names::SYNCHRONOUS_ANNOTATION;
 
-use support::workload::{slow_pod_spec, workload};
+use support::workload::{KINDS, slow_pod_spec, workload};
 use support::{TestNamespace, eventually, kubectl};
 
 /// Pods start on a real node in seconds; a few at a time on two cores.
@@ -73,10 +73,15 @@ fn apply(ns: &str, object: &Value) {
     kubectl(&["apply", "-n", ns, "-f", "-"], Some(&object.to_string()));
 }
 
-/// Creates the opted-in workload `kind` and an unannotated copy, waits until `pods_each` Pods
-/// of each run, and deletes each with `kubectl delete`: the opted-in one returns with its Pods
-/// gone, the other with its Pods still stopping.
-async fn deleted_with_its_pods(test: &str, kind: &str, pods_each: usize) {
+/// Creates the opted-in workload `kind` and an unannotated copy, waits until the Pods of each
+/// run, and deletes each with `kubectl delete`: the opted-in one returns with its Pods gone,
+/// the other with its Pods still stopping.
+async fn deleted_with_its_pods(test: &str, kind: &str) {
+    let pods_each = KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, n)| *n)
+        .unwrap();
     collector();
     let client = support::client().await;
     let ns = TestNamespace::new(&client, test).await;
@@ -111,27 +116,27 @@ async fn deleted_with_its_pods(test: &str, kind: &str, pods_each: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deployment_goes_with_its_pods() {
-    deleted_with_its_pods("wl-deployment", "Deployment", 2).await;
+    deleted_with_its_pods("wl-deployment", "Deployment").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_statefulset_goes_with_its_pods() {
-    deleted_with_its_pods("wl-statefulset", "StatefulSet", 2).await;
+    deleted_with_its_pods("wl-statefulset", "StatefulSet").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemonset_goes_with_its_pods() {
-    deleted_with_its_pods("wl-daemonset", "DaemonSet", 1).await;
+    deleted_with_its_pods("wl-daemonset", "DaemonSet").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_goes_with_its_pods() {
-    deleted_with_its_pods("wl-job", "Job", 2).await;
+    deleted_with_its_pods("wl-job", "Job").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cronjob_goes_with_its_jobs_and_their_pods() {
-    deleted_with_its_pods("wl-cronjob", "CronJob", 2).await;
+    deleted_with_its_pods("wl-cronjob", "CronJob").await;
 }
 
 /// An opted-in owner of a Pod and of the PersistentVolumeClaim it mounts: the claim is kept by

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::ResourceAttributes;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 use crate::api::ApiError;
 use crate::certs::Certificate;
@@ -104,8 +104,42 @@ pub fn apis(group_versions: &BTreeSet<String>) -> Finding {
     }
 }
 
-/// syncgc's Deployment; a replica may lead without one (syncgc run outside the cluster).
-pub fn deployment(found: Option<&Deployment>, holder: Option<&str>, at: &str) -> Finding {
+/// Why a Pod is not ready, in a few words: `pod NAME: REASON (MESSAGE)` for a container waiting
+/// (an image that cannot be pulled, a crash loop) or a Pod not scheduled; `None` when it is
+/// ready or says nothing.
+pub fn not_ready(pod: &Pod) -> Option<String> {
+    let name = pod.metadata.name.as_deref().unwrap_or("?");
+    let status = pod.status.as_ref()?;
+    let containers = status.container_statuses.iter().flatten();
+    if let Some(waiting) = containers
+        .filter(|c| !c.ready)
+        .find_map(|c| c.state.as_ref()?.waiting.as_ref())
+    {
+        let reason = waiting.reason.as_deref().unwrap_or("waiting");
+        return Some(match waiting.message.as_deref() {
+            Some(message) if !message.is_empty() => format!("pod {name}: {reason} ({message})"),
+            _ => format!("pod {name}: {reason}"),
+        });
+    }
+    let unscheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some(format!(
+        "pod {name}: not scheduled ({})",
+        unscheduled.message.as_deref().unwrap_or("no reason given")
+    ))
+}
+
+/// syncgc's Deployment: its replicas ready, and why the others are not (`waiting`, from
+/// [`not_ready`]); a replica may lead without one (syncgc run outside the cluster).
+pub fn deployment(
+    found: Option<&Deployment>,
+    holder: Option<&str>,
+    at: &str,
+    waiting: &[String],
+) -> Finding {
     let Some(deployment) = found else {
         return match holder {
             Some(holder) => Finding::skip(
@@ -129,21 +163,32 @@ pub fn deployment(found: Option<&Deployment>, holder: Option<&str>, at: &str) ->
         .as_ref()
         .and_then(|s| s.ready_replicas)
         .unwrap_or(0);
+    let why: String = waiting.iter().take(3).map(|w| format!("; {w}")).collect();
     if ready > 0 {
         Finding::pass(
             "deployment",
-            format!("{at}: {ready} of {wanted} replicas ready"),
+            format!("{at}: {ready} of {wanted} replicas ready{why}"),
         )
     } else {
-        Finding::fail(
-            "deployment",
-            format!("{at}: none of {wanted} replicas ready"),
+        let (ns, name) = at.split_once('/').unwrap_or((at, ""));
+        let pull = waiting
+            .iter()
+            .any(|w| w.contains("ImagePull") || w.contains("ErrImage"));
+        let remedy = if pull {
+            "the nodes cannot pull syncgc's image: build one and load it or push it to a \
+             registry the nodes reach (docs/install.md#images), and set the chart's image values \
+             or the kustomization's images entry"
+                .to_owned()
+        } else {
             format!(
                 "kubectl -n {ns} get pods -l app.kubernetes.io/name=syncgc; kubectl -n {ns} \
-                 describe deployment {name}",
-                ns = at.split('/').next().unwrap_or_default(),
-                name = at.split('/').nth(1).unwrap_or_default()
-            ),
+                 describe deployment {name}"
+            )
+        };
+        Finding::fail(
+            "deployment",
+            format!("{at}: none of {wanted} replicas ready{why}"),
+            remedy,
         )
     }
 }
@@ -163,7 +208,13 @@ pub fn leader(record: Option<&Record>, now: Timestamp, at: &str) -> Finding {
 }
 
 /// The webhook configuration and where it sends the apiserver.
-pub fn webhook(found: Option<&MutatingWebhookConfiguration>, name: &str) -> Finding {
+/// syncgc's webhook configuration: its webhooks and where they call, and for a Service, its
+/// `ready` endpoints (`None`: not read).
+pub fn webhook(
+    found: Option<&MutatingWebhookConfiguration>,
+    name: &str,
+    ready: Option<usize>,
+) -> Finding {
     let hooks = found
         .and_then(|c| c.webhooks.as_deref())
         .unwrap_or_default();
@@ -190,15 +241,36 @@ pub fn webhook(found: Option<&MutatingWebhookConfiguration>, name: &str) -> Find
         ),
         (None, None) => "nowhere".to_owned(),
     };
-    Finding::pass(
-        "webhook",
-        format!(
-            "{name}: {} webhook(s) calling {to}, failurePolicy {}, timeout {}s",
-            hooks.len(),
-            first.failure_policy.as_deref().unwrap_or("Fail"),
-            first.timeout_seconds.unwrap_or(10)
+    let policy = first.failure_policy.as_deref().unwrap_or("Fail");
+    let calling = format!(
+        "{name}: {} webhook(s) calling {to}, failurePolicy {policy}, timeout {}s",
+        hooks.len(),
+        first.timeout_seconds.unwrap_or(10)
+    );
+    match (&first.client_config.service, ready) {
+        (Some(service), Some(0)) => Finding::fail(
+            "webhook",
+            format!(
+                "{calling}; the Service has no ready endpoints, so the apiserver cannot call it \
+                 ({})",
+                if policy == "Ignore" {
+                    "every write goes through unarmed"
+                } else {
+                    "every write it covers is refused"
+                }
+            ),
+            format!(
+                "syncgc's pods are not ready (the deployment line), or the Service does not \
+                 select them: kubectl -n {ns} get endpoints {name}",
+                ns = service.namespace,
+                name = service.name
+            ),
         ),
-    )
+        (Some(_), Some(ready)) => {
+            Finding::pass("webhook", format!("{calling}, {ready} ready endpoint(s)"))
+        }
+        _ => Finding::pass("webhook", calling),
+    }
 }
 
 /// Whether `ca_bundle` verifies the serving certificate `served` (PEM, leaf first) for the

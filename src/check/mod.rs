@@ -4,15 +4,18 @@
 //! - the apiserver's version, and which of syncgc's features it serves;
 //! - API groups that do not answer (syncgc cannot see their objects, and a namespace that
 //!   holds one cannot be deleted);
-//! - syncgc's Deployment with ready replicas, and a replica holding the leader Lease;
-//! - the MutatingWebhookConfiguration with its webhooks, and its CA bundle verifying the
+//! - syncgc's Deployment with ready replicas (and why the others are not: an image that cannot
+//!   be pulled, a crash loop, no node to run on), and a replica holding the leader Lease;
+//! - the MutatingWebhookConfiguration with its webhooks (for a Service, whether it has ready
+//!   endpoints for the apiserver to call), and its CA bundle verifying the
 //!   certificate syncgc serves (a TLS handshake for a URL, the certificate's Secret for a
 //!   Service: a laptop cannot reach a Service);
 //! - the proof that matters most: a server-side dry-run CREATE of an opted-in ConfigMap comes
 //!   back armed, so the apiserver reaches the webhook (which fails open: otherwise objects
 //!   silently stay unarmed);
 //! - syncgc's ServiceAccount allowed what the collector does (SubjectAccessReviews);
-//! - the leader's metrics answering, ready.
+//! - the leader's metrics answering, ready (read on its webhook port, which the apiserver
+//!   reaches wherever it runs).
 //!
 //! With `--pre`, before installing: the version, the groups, the APIs syncgc needs, and
 //! whether the user may install it. The findings are pure functions of what was read
@@ -31,7 +34,7 @@ use k8s_openapi::api::authorization::v1::{
     SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod, Secret};
 use kube::api::ObjectMeta;
 use serde::Serialize;
 
@@ -207,7 +210,13 @@ pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
         .filter(|r| !crate::disarm::running(Some(r), None, now).is_empty())
         .and_then(|r| r.holder.clone());
     checks.push(match &found {
-        Ok(found) => deployment(found.as_ref(), holder.as_deref(), &at),
+        Ok(found) => {
+            let waiting = match found {
+                Some(found) => waiting_pods(&cluster, found).await,
+                None => Vec::new(),
+            };
+            deployment(found.as_ref(), holder.as_deref(), &at, &waiting)
+        }
         Err(err) => Finding::unread("deployment", err),
     });
     checks.push(match &lease {
@@ -223,11 +232,19 @@ pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
         .await;
     match &configuration {
         Ok(configuration) => {
-            checks.push(webhook(configuration.as_ref(), &args.webhook_config_name));
             let first = configuration
                 .as_ref()
                 .and_then(|c| c.webhooks.as_ref())
                 .and_then(|hooks| hooks.first());
+            let ready = match first.and_then(|h| h.client_config.service.as_ref()) {
+                Some(service) => ready_endpoints(&cluster, &service.namespace, &service.name).await,
+                None => None,
+            };
+            checks.push(webhook(
+                configuration.as_ref(),
+                &args.webhook_config_name,
+                ready,
+            ));
             if let Some(hook) = first {
                 let deployment = found.as_ref().ok().and_then(Option::as_ref);
                 checks.push(served_certificate(&cluster, &hook.client_config, deployment).await);
@@ -490,6 +507,34 @@ async fn handshake(url: &str, ca_bundle: &[u8]) -> anyhow::Result<Vec<u8>> {
         .into_bytes())
 }
 
+/// How many ready addresses the Service `namespace/name` has; `None` when its Endpoints cannot
+/// be read.
+async fn ready_endpoints(cluster: &Cluster, namespace: &str, name: &str) -> Option<usize> {
+    let endpoints = cluster
+        .get_whole(&cluster.namespaced::<Endpoints>(namespace), name)
+        .await
+        .ok()?;
+    Some(
+        endpoints
+            .iter()
+            .flat_map(|e| e.subsets.iter().flatten())
+            .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+            .sum(),
+    )
+}
+
+/// Why the Pods of syncgc's Deployment that are not ready are not ([`not_ready`]); none when
+/// they cannot be listed (the Deployment's line says what it can without them).
+async fn waiting_pods(cluster: &Cluster, deployment: &Deployment) -> Vec<String> {
+    let namespace = deployment.metadata.namespace.as_deref().unwrap_or_default();
+    let selector = crate::disarm::pod_selector(deployment).unwrap_or_default();
+    let pods = cluster
+        .list_whole(&cluster.namespaced::<Pod>(namespace), &selector)
+        .await
+        .unwrap_or_default();
+    pods.iter().filter_map(not_ready).collect()
+}
+
 /// The leader's `/metrics`: at `--metrics-url`, or through the apiserver's proxy to the pod
 /// that holds the Lease, on its webhook port (HTTPS), which the install's NetworkPolicy opens
 /// to the apiserver wherever it runs (the metrics port takes Prometheus's namespaces only).
@@ -592,11 +637,11 @@ mod tests {
     #[test]
     fn a_leader_without_a_deployment_is_not_a_failure() {
         assert_eq!(
-            deployment(None, Some("laptop"), "syncgc-system/syncgc").status,
+            deployment(None, Some("laptop"), "syncgc-system/syncgc", &[]).status,
             Status::Skip
         );
         assert_eq!(
-            deployment(None, None, "syncgc-system/syncgc").status,
+            deployment(None, None, "syncgc-system/syncgc", &[]).status,
             Status::Fail
         );
         let mut d = Deployment {
@@ -604,12 +649,104 @@ mod tests {
             ..Default::default()
         };
         d.spec.as_mut().unwrap().replicas = Some(2);
-        assert_eq!(deployment(Some(&d), None, "ns/syncgc").status, Status::Fail);
+        assert_eq!(
+            deployment(Some(&d), None, "ns/syncgc", &[]).status,
+            Status::Fail
+        );
         d.status = Some(Default::default());
         d.status.as_mut().unwrap().ready_replicas = Some(1);
-        let ready = deployment(Some(&d), None, "ns/syncgc");
+        let ready = deployment(Some(&d), None, "ns/syncgc", &[]);
         assert_eq!(ready.status, Status::Pass);
         assert_eq!(ready.message, "ns/syncgc: 1 of 2 replicas ready");
+    }
+
+    #[test]
+    fn a_webhook_service_without_endpoints_fails() {
+        let configuration: MutatingWebhookConfiguration =
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": "syncgc" },
+                "webhooks": [{
+                    "name": "arm.syncgc.io", "admissionReviewVersions": ["v1"],
+                    "sideEffects": "NoneOnDryRun", "failurePolicy": "Ignore",
+                    "clientConfig": { "service": { "namespace": "syncgc-system",
+                                                   "name": "syncgc-webhook" } },
+                }],
+            }))
+            .unwrap();
+        let none = webhook(Some(&configuration), "syncgc", Some(0));
+        assert_eq!(none.status, Status::Fail);
+        assert!(
+            none.message.contains("no ready endpoints"),
+            "{}",
+            none.message
+        );
+        assert!(none.message.contains("unarmed"), "{}", none.message);
+        assert!(none.fix.unwrap().contains("get endpoints syncgc-webhook"));
+        let two = webhook(Some(&configuration), "syncgc", Some(2));
+        assert_eq!(two.status, Status::Pass);
+        assert!(
+            two.message.ends_with("2 ready endpoint(s)"),
+            "{}",
+            two.message
+        );
+        assert_eq!(
+            webhook(Some(&configuration), "syncgc", None).status,
+            Status::Pass
+        );
+    }
+
+    /// A Pod of the release's image that the nodes cannot pull, as the kubelet reports it.
+    fn pulling(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "status": { "containerStatuses": [{
+                "name": "syncgc", "image": "ghcr.io/syncgc/syncgc:v0.1.0", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": { "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": "Back-off pulling image \"ghcr.io/syncgc/syncgc:v0.1.0\"" } },
+            }] },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn replicas_not_ready_say_why() {
+        let waiting: Vec<String> = [pulling("a"), pulling("b")]
+            .iter()
+            .filter_map(not_ready)
+            .collect();
+        assert_eq!(
+            waiting[0],
+            "pod a: ImagePullBackOff (Back-off pulling image \"ghcr.io/syncgc/syncgc:v0.1.0\")"
+        );
+        let mut d = Deployment {
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
+        d.spec.as_mut().unwrap().replicas = Some(2);
+        let none = deployment(Some(&d), None, "ns/syncgc", &waiting);
+        assert_eq!(none.status, Status::Fail);
+        assert!(
+            none.message.contains("pod b: ImagePullBackOff"),
+            "{}",
+            none.message
+        );
+        assert!(none.fix.unwrap().contains("cannot pull syncgc's image"));
+
+        let unscheduled: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "c" },
+            "status": { "conditions": [{ "type": "PodScheduled", "status": "False",
+                "message": "0/3 nodes are available: 3 Insufficient memory." }] },
+        }))
+        .unwrap();
+        assert_eq!(
+            not_ready(&unscheduled).unwrap(),
+            "pod c: not scheduled (0/3 nodes are available: 3 Insufficient memory.)"
+        );
+        let mut ready = pulling("d");
+        ready.status = Some(Default::default());
+        assert_eq!(not_ready(&ready), None);
     }
 
     fn certs(dns: &str) -> DevCerts {

@@ -9,13 +9,20 @@ pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/syncgc");
 
 /// The path of a tool `hack/tools.sh` installs (`helm`, `kubectl`), installing it first.
 pub fn tool(name: &str) -> String {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/tools.sh"))
-        .arg(name)
+    hack("tools.sh", &[name], &[])
+}
+
+/// What `hack/SCRIPT ARGS` printed, run with `env`; panics with what it said unless it succeeds.
+pub fn hack(script: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let path = format!("{}/hack/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(&path)
+        .args(args)
+        .envs(env.iter().copied())
         .output()
-        .expect("running hack/tools.sh");
+        .unwrap_or_else(|err| panic!("running {path}: {err}"));
     assert!(
         out.status.success(),
-        "hack/tools.sh {name}: {}",
+        "hack/{script} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
