@@ -13,7 +13,7 @@ pub const KINDS: [(&str, usize); 5] = [
     ("CronJob", 2),
 ];
 
-/// A container that stops three seconds after SIGTERM.
+/// A container that stops three seconds after SIGTERM, and is ready once it traps it.
 pub fn slow_pod_spec(restart: &str) -> Value {
     json!({
         "tolerations": [{ "key": "syncgc.io/node", "operator": "Exists" }],
@@ -23,7 +23,12 @@ pub fn slow_pod_spec(restart: &str) -> Value {
             "name": "app",
             "image": "syncgc.local/busybox:1.35",
             "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep 3600 & wait"],
+            "command": ["sh", "-c",
+                        "trap 'sleep 3; exit 0' TERM; touch /tmp/ready; sleep 3600 & wait"],
+            "readinessProbe": {
+                "exec": { "command": ["cat", "/tmp/ready"] },
+                "periodSeconds": 1,
+            },
         }],
     })
 }
