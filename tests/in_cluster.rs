@@ -40,6 +40,16 @@ fn overlay() -> &'static str {
     }
 }
 const UNINSTALL_JOB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/uninstall/job.yaml");
+/// How the tests install the chart. Earlier tests leave syncgc's RBAC in its namespace (as a
+/// user's earlier install would): the release takes it over.
+const INSTALL: [&str; 6] = [
+    "--namespace",
+    NAMESPACE,
+    "-f",
+    VALUES,
+    "--take-ownership",
+    "--force-conflicts",
+];
 /// Pods start, and stop, on a real node: image already there, a few seconds each.
 const ROLLOUT: Duration = Duration::from_secs(180);
 
@@ -246,19 +256,7 @@ async fn the_chart_installs_upgrades_tests_and_uninstalls_on_a_real_node() {
     labelled_namespace(&client).await;
     let _teardown = Teardown;
     let ns = TestNamespace::new(&client, "in-cluster-chart").await;
-    // Earlier tests leave syncgc's RBAC in its namespace (as a user's earlier install would):
-    // the release takes them over.
-    let install = [
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        VALUES,
-        "--take-ownership",
-        "--force-conflicts",
-        "--wait",
-        "--timeout",
-        "180s",
-    ];
+    let install = [&INSTALL[..], &["--wait", "--timeout", "180s"]].concat();
     let (repository, tag) = image.rsplit_once(':').unwrap();
     let image_values = [
         "--set",
@@ -404,19 +402,14 @@ async fn an_image_that_cannot_be_pulled_is_named_by_check() {
     labelled_namespace(&client).await;
     let _teardown = Teardown;
     let ns = TestNamespace::new(&client, "in-cluster-no-image").await;
-    helm(&[
-        "install",
-        "syncgc",
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        VALUES,
-        "--take-ownership",
-        "--force-conflicts",
-        "--set",
-        "image.tag=not-built",
-    ]);
+    helm(
+        &[
+            &["install", "syncgc", CHART][..],
+            &INSTALL,
+            &["--set", "image.tag=not-built"],
+        ]
+        .concat(),
+    );
     let said = eventually("syncgc check names the image", ROLLOUT, || async {
         let (ok, out) = syncgc(&["check"]);
         (!ok && out.contains("ErrImageNeverPull")).then_some(out)
