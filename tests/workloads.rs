@@ -1,7 +1,9 @@
 //! Workloads that take time to stop, on the local cluster's real node: each opted in, its Pods
 //! trapping SIGTERM and exiting seconds later. `kubectl delete` of the workload returns only
 //! once every Pod is gone (not merely Terminating); the same workload without the annotation
-//! returns while its Pods still stop (so each test can fail). Beside Kubernetes' own collector
+//! returns while its Pods still stop (so each test can fail). A namespace deleted around a
+//! running opted-in Deployment keeps the Deployment until its Pods are gone. Beside
+//! Kubernetes' own collector
 //! (cooperative mode), syncgc running as the tests' process, or, with `SYNCGC_IN_CLUSTER=1`,
 //! the syncgc installed in the cluster (where the apiserver cannot reach this machine's
 //! loopback, as on kind).
@@ -10,9 +12,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, TIMEOUT_ANNOTATION};
 
@@ -257,4 +261,70 @@ impl Drop for Volume {
             .env("KUBECONFIG", support::kubeconfig_path())
             .output();
     }
+}
+
+/// A namespace deleted while an opted-in Deployment's Pods run: the namespace controller deletes
+/// everything in it at once, and syncgc keeps the Deployment until its Pods are gone, so its
+/// deletion comes after the last of theirs; not opted in, it comes while they still stop.
+/// Ordered by the deletions' resource versions (one etcd revision sequence), not by polling.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_namespace_keeps_an_opted_in_workload_until_its_pods_are_gone() {
+    collector();
+    let client = support::client().await;
+    for opted_in in [true, false] {
+        let ns = TestNamespace::new(&client, "wl-namespace").await;
+        let mut object = workload("Deployment", "app", opted_in, support::server().minor);
+        if opted_in {
+            object["metadata"]["annotations"][TIMEOUT_ANNOTATION] = json!(KUBELET_BOUND);
+        }
+        apply(&ns.name, &object);
+        running(&client, &ns.name, "app", 2).await;
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+        let from = pods.list(&ListParams::default()).await.unwrap().metadata;
+        let from = from.resource_version.unwrap();
+        let deployment = tokio::spawn(deleted_at(
+            Api::<Deployment>::namespaced(client.clone(), &ns.name),
+            from.clone(),
+            1,
+        ));
+        let last_pod = tokio::spawn(deleted_at(pods, from, 2));
+        let took = kubectl_delete(&ns.name, &format!("namespace/{}", ns.name)).await;
+        let (deployment, last_pod) = (deployment.await.unwrap(), last_pod.await.unwrap());
+        if opted_in {
+            assert!(
+                deployment > last_pod,
+                "the opted-in Deployment was deleted at resourceVersion {deployment}, before its \
+                 last Pod at {last_pod} (the namespace went in {took:?})"
+            );
+        } else {
+            assert!(
+                deployment < last_pod,
+                "without the annotation the Deployment was deleted at {deployment}, after its \
+                 last Pod at {last_pod}: the test could not tell synchronous deletion from plain"
+            );
+        }
+    }
+}
+
+/// The resourceVersion at which the last of `count` objects of `api` was deleted, watching from
+/// resourceVersion `from`.
+async fn deleted_at<K>(api: Api<K>, from: String, count: usize) -> u64
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let params = WatchParams::default().timeout(290);
+    let events = api.watch(&params, &from).await.unwrap().boxed();
+    let deletions = events.try_filter_map(|event| async move {
+        Ok(match event {
+            WatchEvent::Deleted(object) => object.meta().resource_version.clone(),
+            _ => None,
+        })
+    });
+    let versions: Vec<String> = deletions.take(count).try_collect().await.unwrap();
+    assert_eq!(
+        versions.len(),
+        count,
+        "the watch ended before {count} deletions"
+    );
+    versions.iter().map(|v| v.parse().unwrap()).max().unwrap()
 }
