@@ -500,6 +500,7 @@ impl RunArgs {
                 name: leader_election_lease,
                 identity,
                 timing,
+                mode: mode.as_str(),
             };
             // Not rate-limited with the collector's calls, and answered within the renew deadline.
             let cluster =

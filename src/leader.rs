@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, Cluster, Fence, Verb};
 use crate::metrics::{Condition, Metrics, Readiness};
+use crate::names::MODE_ANNOTATION;
 
 /// Where the Lease lives when neither the flag nor the pod's own namespace says.
 pub const DEFAULT_NAMESPACE: &str = "syncgc-system";
@@ -387,6 +388,9 @@ pub struct Election {
     pub name: String,
     pub identity: String,
     pub timing: Timing,
+    /// The collector's mode (`cooperative`, `standalone`), written on the Lease
+    /// ([`MODE_ANNOTATION`]) for `syncgc plan`.
+    pub mode: &'static str,
 }
 
 impl Election {
@@ -567,6 +571,9 @@ impl Election {
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
+                        annotations: Some(
+                            [(MODE_ANNOTATION.to_owned(), self.mode.to_owned())].into(),
+                        ),
                         ..Default::default()
                     },
                     spec: Some(spec),
@@ -579,6 +586,11 @@ impl Election {
             Some(mut lease) => {
                 // The read resourceVersion makes this a compare-and-swap.
                 lease.spec = Some(spec);
+                lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(MODE_ANNOTATION.to_owned(), self.mode.to_owned());
                 cluster
                     .replace_whole(&self.api(cluster), &lease)
                     .await

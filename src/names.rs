@@ -17,6 +17,9 @@ pub const DEADLINE_ANNOTATION: &str = "syncgc.io/deadline";
 /// highest wave is deleted first, and each wave is gone before the next starts.
 pub const DELETION_ORDER_ANNOTATION: &str = "syncgc.io/deletion-order";
 
+/// On the leader Lease: the mode of the syncgc that holds it (`cooperative`, `standalone`),
+/// for `syncgc plan` to predict the collector that acts.
+pub const MODE_ANNOTATION: &str = "syncgc.io/mode";
 /// The apiserver's finalizer for foreground cascading deletion.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 /// The apiserver's finalizer for orphaning dependents.

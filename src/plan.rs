@@ -2,25 +2,30 @@
 //! down, as the garbage collector would run it. The metadata of the object's scope (its
 //! namespace; every namespace for a cluster-scoped object) is listed through the project's
 //! Kubernetes seam into a graph, the owners of its tree found elsewhere are read one by one,
-//! and the DELETE is run on that graph by the workers' own rules ([`crate::gc::cascade`]).
-//! The report says what would be deleted (in which wave), orphaned, kept (by which owner),
-//! what would wait on finalizers of others (and who removes them), which resources could not
-//! be listed (the plan is then incomplete), the timeout syncgc would fix, and how long the
-//! requests would take at the collector's rate.
+//! and the DELETE is run on that graph by the collectors' own rules ([`crate::gc::cascade`]):
+//! syncgc's, and beside it (cooperative mode, read from the running syncgc's leader Lease)
+//! Kubernetes' collector's. The report puts every object the DELETE touches in one list: what
+//! would be deleted (in which wave, with which propagation, by which collector), orphaned,
+//! kept (by which owner, or behind which wave of a deletion order), and what would stay being
+//! deleted (held by which finalizer, removed by whom, waiting for what); which resources
+//! could not be listed (the plan is then incomplete), the timeout syncgc would fix, and how
+//! long the requests would take at the collector's rate.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
 use serde::Serialize;
 
 use crate::api::Propagation;
 use crate::gc::CollectorArgs;
-use crate::gc::cascade::{self, Fate, Outcome};
+use crate::gc::cascade::{self, Collector, Fate, Hold, Outcome};
 use crate::gc::discovery::Resources;
 use crate::gc::snapshot::{Named, Snapshot, Unlisted};
-use crate::graph::Uid;
-use crate::names::{PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
+use crate::graph::{Mode, Uid};
+use crate::names::{MODE_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -34,6 +39,16 @@ pub struct PlanArgs {
     /// background (as `kubectl delete`).
     #[arg(long, value_enum)]
     pub cascade: Option<Cascade>,
+    /// The collector that acts beside syncgc's: by default the running syncgc's mode, from
+    /// the `syncgc.io/mode` of its leader Lease (cooperative when there is none).
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    /// The namespace of syncgc's leader Lease.
+    #[arg(long, default_value = crate::leader::DEFAULT_NAMESPACE)]
+    pub syncgc_namespace: String,
+    /// The name of syncgc's leader Lease.
+    #[arg(long, default_value = "syncgc")]
+    pub leader_election_lease: String,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
     pub output: Format,
@@ -92,7 +107,10 @@ pub struct Deleted {
     pub object: Entry,
     /// 1 for the first DELETEs after the object's own.
     pub wave: usize,
+    /// The propagation its DELETE is sent with.
     pub propagation: &'static str,
+    /// The collector that sends it: `syncgc` or `kubernetes`.
+    pub deleted_by: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -102,6 +120,10 @@ pub struct Kept {
     pub object: Entry,
     /// The owners it lives on with.
     pub kept_by: Vec<Entry>,
+    /// Its owner deletes its dependents in order, and this wave of that order (a
+    /// `syncgc.io/deletion-order` value) never ends, so its own never comes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by_wave: Option<i32>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -109,6 +131,11 @@ pub struct Kept {
 pub struct Waiting {
     #[serde(flatten)]
     pub object: Entry,
+    /// Its DELETE's wave and propagation; none when it was being deleted before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wave: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<&'static str>,
     pub finalizers: Vec<Finalizer>,
 }
 
@@ -117,6 +144,9 @@ pub struct Waiting {
 pub struct Finalizer {
     pub name: String,
     pub removed_by: &'static str,
+    /// The dependents it waits for (a collector's finalizer), which stay.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<Entry>,
 }
 
 /// The plan, as `-o json` prints it (a stable format: see docs/commands.md).
@@ -127,10 +157,18 @@ pub struct Plan {
     pub propagation: &'static str,
     /// Where the propagation comes from: `--cascade`, `annotation` or `default`.
     pub propagation_from: &'static str,
+    /// The mode predicted: `cooperative` (Kubernetes' collector beside syncgc) or
+    /// `standalone`.
+    pub mode: &'static str,
+    /// Where the mode comes from: `--mode`, `lease` (the running syncgc's) or `default`.
+    pub mode_from: &'static str,
     /// Armed: the DELETE returns only once the tree is gone, or the timeout passes.
     pub synchronous: bool,
     /// The object is gone at the end (not held by a finalizer of another controller).
     pub goes: bool,
+    /// What holds the object when it stays.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<Finalizer>,
     /// The timeout syncgc would fix, armed only (seconds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<f64>,
@@ -156,6 +194,16 @@ impl PlanArgs {
         // 50 a second took 5 s).
         let cluster = self.access.cluster(None, Duration::from_secs(30)).await?;
         let named = Named::find(&cluster, &self.object, self.namespace.as_deref()).await?;
+        if let Some(namespace) = named.scope() {
+            not_being_deleted(&cluster, namespace).await?;
+        }
+        let (mode, mode_from) = match self.mode {
+            Some(mode) => (mode, "--mode"),
+            None => match self.running_mode(&cluster).await {
+                Some(mode) => (mode, "lease"),
+                None => (Mode::Cooperative, "default"),
+            },
+        };
         let resources = &named.table;
         let mut read = Snapshot::read(&cluster, resources, named.scope()).await;
         read.unlisted
@@ -185,8 +233,8 @@ impl PlanArgs {
                 meta.annotations.get(crate::names::TIMEOUT_ANNOTATION),
             )
         });
-        let outcome = cascade::run(&mut read.graph, &read.facts, uid, propagation);
-        Ok(plan(
+        let outcome = cascade::run(&mut read.graph, &read.facts, mode, uid, propagation);
+        let mut plan = plan(
             resources,
             &read,
             uid,
@@ -195,7 +243,32 @@ impl PlanArgs {
             timeout,
             &outcome,
             &self.collector,
-        ))
+        );
+        (plan.mode, plan.mode_from) = (mode.as_str(), mode_from);
+        Ok(plan)
+    }
+
+    /// The mode of the running syncgc, from its leader Lease.
+    async fn running_mode(&self, cluster: &crate::api::Cluster) -> Option<Mode> {
+        let leases = cluster.namespaced::<Lease>(&self.syncgc_namespace);
+        let lease = cluster
+            .get_whole(&leases, &self.leader_election_lease)
+            .await
+            .ok()??;
+        Mode::parse(lease.metadata.annotations?.get(MODE_ANNOTATION)?)
+    }
+}
+
+/// A plan of an object in a namespace being deleted would be a plan of nothing: the namespace
+/// controller deletes everything in it.
+async fn not_being_deleted(cluster: &crate::api::Cluster, namespace: &str) -> anyhow::Result<()> {
+    let namespaces = cluster.all::<Namespace>();
+    match cluster.get_whole(&namespaces, namespace).await? {
+        None => anyhow::bail!("the namespace {namespace} does not exist"),
+        Some(ns) if ns.metadata.deletion_timestamp.is_some() => anyhow::bail!(
+            "the namespace {namespace} is being deleted: everything in it goes with it, whatever a plan says"
+        ),
+        Some(_) => Ok(()),
     }
 }
 
@@ -211,12 +284,24 @@ fn plan(
     collector: &CollectorArgs,
 ) -> Plan {
     let entry = |uid: &Uid| entry(resources, read, *uid);
+    let finalizers = |held: &[Hold]| -> Vec<Finalizer> {
+        held.iter()
+            .map(|hold| Finalizer {
+                name: hold.finalizer.clone(),
+                removed_by: remover(&hold.finalizer),
+                waits_for: hold.waits_for.iter().map(entry).collect(),
+            })
+            .collect()
+    };
     let mut plan = Plan {
         object: entry(&target),
         propagation: propagation.as_str(),
         propagation_from: from,
+        mode: Mode::Cooperative.as_str(),
+        mode_from: "default",
         synchronous: timeout.is_some(),
         goes: outcome.gone,
+        held_by: finalizers(&outcome.held),
         timeout_seconds: timeout.map(|t| t.as_secs_f64()),
         waves: outcome.waves,
         requests: outcome.requests,
@@ -230,29 +315,37 @@ fn plan(
     };
     for (uid, fate) in &outcome.fates {
         match fate {
-            Fate::Deleted { wave, propagation } => plan.delete.push(Deleted {
+            Fate::Deleted {
+                wave,
+                propagation,
+                by,
+            } => plan.delete.push(Deleted {
                 object: entry(uid),
                 wave: *wave,
                 propagation: propagation.as_str(),
+                deleted_by: match by {
+                    Collector::Syncgc => "syncgc",
+                    Collector::Kubernetes => "kubernetes",
+                },
+            }),
+            Fate::Terminating { sent, held } => plan.wait.push(Waiting {
+                object: entry(uid),
+                wave: sent.map(|(wave, _)| wave),
+                propagation: sent.map(|(_, p)| p.as_str()),
+                finalizers: finalizers(held),
             }),
             Fate::Orphaned => plan.orphan.push(entry(uid)),
             Fate::Kept { by } => plan.keep.push(Kept {
                 object: entry(uid),
                 kept_by: by.iter().map(entry).collect(),
+                blocked_by_wave: None,
+            }),
+            Fate::Unreached { owner, blocked_by } => plan.keep.push(Kept {
+                object: entry(uid),
+                kept_by: vec![entry(owner)],
+                blocked_by_wave: Some(blocked_by.0),
             }),
         }
-    }
-    for (uid, finalizers) in &outcome.waiting {
-        plan.wait.push(Waiting {
-            object: entry(uid),
-            finalizers: finalizers
-                .iter()
-                .map(|f| Finalizer {
-                    name: f.clone(),
-                    removed_by: remover(f),
-                })
-                .collect(),
-        });
     }
     plan.delete
         .sort_by(|a, b| (a.wave, &a.object).cmp(&(b.wave, &b.object)));
@@ -331,6 +424,19 @@ impl Plan {
                 ""
             }
         );
+        let _ = writeln!(
+            out,
+            "  collectors: {} ({})",
+            match self.mode {
+                "standalone" => "syncgc alone",
+                _ => "syncgc for armed owners, Kubernetes' garbage collector for the rest",
+            },
+            match self.mode_from {
+                "--mode" => "--mode",
+                "lease" => "the running syncgc's mode",
+                _ => "no running syncgc found: cooperative",
+            }
+        );
         let mut waves: BTreeMap<usize, Vec<&Deleted>> = BTreeMap::new();
         for deleted in &self.delete {
             waves.entry(deleted.wave).or_default().push(deleted);
@@ -340,9 +446,10 @@ impl Plan {
             for deleted in objects {
                 let _ = writeln!(
                     out,
-                    "    - {} ({})",
+                    "    - {} ({}, by {})",
                     what(&deleted.object),
-                    deleted.propagation
+                    deleted.propagation,
+                    deleted.deleted_by
                 );
             }
         }
@@ -360,16 +467,35 @@ impl Plan {
             } else {
                 by.join(", ")
             };
-            let _ = writeln!(out, "  kept: {}, while {by} lives", what(&kept.object));
+            match kept.blocked_by_wave {
+                Some(wave) => {
+                    let _ = writeln!(
+                        out,
+                        "  kept: {}, its turn in {by}'s deletion order never comes: wave {wave} does not end",
+                        what(&kept.object)
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  kept: {}, while {by} lives", what(&kept.object));
+                }
+            }
         }
-        for waiting in &self.wait {
-            for finalizer in &waiting.finalizers {
+        let holds = std::iter::once((&self.object, &self.held_by))
+            .chain(self.wait.iter().map(|w| (&w.object, &w.finalizers)));
+        for (object, finalizers) in holds {
+            for finalizer in finalizers {
+                let waits_for: Vec<String> = finalizer.waits_for.iter().map(what).collect();
                 let _ = writeln!(
                     out,
-                    "  waits: {} for its finalizer {}, removed by {}",
-                    what(&waiting.object),
+                    "  stays being deleted: {} for its finalizer {}, removed by {}{}",
+                    what(object),
                     finalizer.name,
-                    finalizer.removed_by
+                    finalizer.removed_by,
+                    if waits_for.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; it waits for {}", waits_for.join(", "))
+                    }
                 );
             }
         }

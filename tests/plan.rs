@@ -13,6 +13,7 @@ use support::process::{WEBHOOK_LABEL, shared};
 async fn namespace(test: &str) -> TestNamespace {
     support::kcm(support::Kcm::Gc);
     let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
+    support::plan::predicting(syncgc, "cooperative");
     let client = support::client().await;
     TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
 }
@@ -30,6 +31,25 @@ async fn an_unarmed_tree_goes_as_planned() {
 #[tokio::test]
 async fn the_deletion_order_goes_in_the_planned_waves() {
     support::plan::waves_of_the_deletion_order(&namespace("plan-order").await).await;
+}
+
+#[tokio::test]
+async fn the_deletion_order_of_a_foreground_owner() {
+    support::plan::the_deletion_order_of_a_foreground_owner(&namespace("plan-fg-order").await)
+        .await;
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_dependent_of_a_namespaced_owner() {
+    support::plan::a_cluster_scoped_dependent_of_a_namespaced_owner(
+        &namespace("plan-cluster-scoped").await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_reference_at_a_version_not_served() {
+    support::plan::a_reference_at_a_version_not_served(&namespace("plan-unserved").await).await;
 }
 
 #[tokio::test]
@@ -158,11 +178,11 @@ async fn a_dry_run_delete_is_told_the_plan() {
     let want = [
         format!(
             "Warning: syncgc: dry run; in full: syncgc plan configmap/owner -n {}. ConfigMap {}/owner \
-             (background) would delete 3 object(s) in 1 wave(s): 2 ConfigMap, 1 Secret",
+             (background) would delete 2 object(s) in 1 wave(s): 1 ConfigMap, 1 Secret",
             ns.name, ns.name
         ),
-        "Warning: syncgc: dry run: 1 would live on with other owners, 1 would wait on finalizers of \
-         other controllers"
+        "Warning: syncgc: dry run: 1 would live on with other owners, 1 would stay Terminating, held \
+         by finalizers"
             .to_owned(),
         format!(
             "Warning: syncgc: dry run: ConfigMap {}/owner would stay 1m0.4s, until syncgc releases it: \

@@ -42,7 +42,8 @@ fn syncgc() -> &'static Syncgc {
 
 async fn namespace(test: &str) -> TestNamespace {
     support::kcm(support::Kcm::NoGc);
-    tokio::task::spawn_blocking(syncgc).await.unwrap();
+    let collector = tokio::task::spawn_blocking(syncgc).await.unwrap();
+    support::plan::predicting(collector, "standalone");
     let client = support::client().await;
     let ns = TestNamespace::new(&client, test).await;
     service_account_ready(&ns).await;
@@ -851,6 +852,25 @@ async fn foreground_deletion_goes_in_waves() {
 #[tokio::test]
 async fn a_tree_goes_as_planned() {
     support::plan::a_tree(&namespace("plan-tree").await, false).await;
+}
+
+#[tokio::test]
+async fn the_deletion_order_of_a_foreground_owner() {
+    support::plan::the_deletion_order_of_a_foreground_owner(&namespace("plan-fg-order").await)
+        .await;
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_dependent_of_a_namespaced_owner() {
+    support::plan::a_cluster_scoped_dependent_of_a_namespaced_owner(
+        &namespace("plan-cluster-scoped").await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_reference_at_a_version_not_served() {
+    support::plan::a_reference_at_a_version_not_served(&namespace("plan-unserved").await).await;
 }
 
 #[tokio::test]

@@ -1,29 +1,34 @@
-//! A cascade run on a copy of the graph: what the garbage collector would do if an object
+//! A cascade run on a copy of the graph: what the garbage collectors would do if an object
 //! were deleted now (`syncgc plan`, and the summary a dry-run DELETE gets). The copy plays the
 //! apiserver: a DELETE sets the object's `deletionTimestamp` and the finalizers its
 //! propagation asks for, or removes it when it has none; the work the graph brings up is
-//! decided by the workers' own rules — [`decide::attempt_to_delete`], [`Orders::next`] for
-//! deletion order, the waiting owners' releases — in rounds: each round takes the work the
-//! last one brought up, so the round in which an object's DELETE is sent is its wave. What
-//! nobody in the copy can do (a finalizer of another controller) stays, and what waits on it
-//! waits.
+//! decided by the collectors' own rules — [`decide::attempt_to_delete`], [`Orders::next`] for
+//! deletion order, the waiting owners' releases. What nobody in the copy can do (a finalizer
+//! of another controller) stays, and what waits on it waits.
 //!
-//! Both modes run the same rules: in cooperative mode Kubernetes' own collector does the
-//! background, foreground and orphan parts, as syncgc's standalone mode does them.
+//! The mode says which collector acts. In standalone mode syncgc does everything. In
+//! cooperative mode both look at every dependent, as both watch it: syncgc acts for armed
+//! owners (in their deletion order), and Kubernetes' collector for the rest by its own rules —
+//! no deletion order; every object that names an owner's uid is in its graph, so a
+//! cluster-scoped dependent of a namespaced owner (which it never collects) holds that owner's
+//! foreground deletion, and loses its reference under `orphan`; a reference whose apiVersion
+//! the apiserver does not serve cannot be resolved, and its dependent stays.
+//!
+//! A DELETE's wave is the number of DELETEs on its causal chain: the first DELETEs after the
+//! object's own are wave 1, and those their deletions bring about wave 2; a patch (arming a
+//! dependent, dropping a reference) starts no wave, so siblings deleted in one step share one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::Propagation;
-use crate::graph::{Flags, Graph, Mode, OwnerLink, ResourceId, Uid, Work};
+use crate::graph::{Flags, Graph, Mode, OwnerLink, ResourceId, Uid, Wave, Work};
+use crate::names::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER};
 
 use super::decide::{self, Attempt, Dependent, OwnerState};
 use super::order::Orders;
 
-/// The finalizers the garbage collector removes.
+/// The finalizers the garbage collectors remove.
 const COLLECTORS: [Flags; 3] = [Flags::ARMED, Flags::FOREGROUND, Flags::ORPHAN];
-
-/// More rounds than any tree needs: a cascade that has not ended by then is not going to.
-const ROUNDS: usize = 10_000;
 
 /// What the copy needs besides the graph.
 #[derive(Debug, Default)]
@@ -31,25 +36,55 @@ pub struct Facts {
     /// The finalizers of others (not `syncgc.io/synchronous`, `foregroundDeletion`, `orphan`)
     /// on each object that has some: nothing in the copy removes them.
     pub foreign: HashMap<Uid, Vec<String>>,
-    /// References (dependent, owner) whose owner cannot be looked up: a kind that is not
-    /// served or could not be listed, or a namespaced owner of a cluster-scoped object.
+    /// References (dependent, owner) whose owner cannot be looked up by either collector: a
+    /// kind that is not served or could not be listed, or a namespaced owner of a
+    /// cluster-scoped object.
     pub unresolvable: HashSet<(Uid, Uid)>,
+    /// References (dependent, owner) whose apiVersion is not served while their group and
+    /// kind are: syncgc looks the owner up by group and kind, Kubernetes' collector cannot map
+    /// the reference and retries it forever.
+    pub unserved_version: HashSet<(Uid, Uid)>,
+}
+
+/// The collector that acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collector {
+    Syncgc,
+    Kubernetes,
+}
+
+/// What holds an object that stays being deleted: a finalizer and, for a collector's, the
+/// dependents it waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub finalizer: String,
+    pub waits_for: Vec<Uid>,
 }
 
 /// What the cascade does to one object of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fate {
-    /// Its DELETE is sent in `wave` (1 for the first DELETEs after the object's own), with
-    /// `propagation`.
+    /// Its DELETE is sent in `wave` with `propagation` by `by` (wave 0: it was being deleted
+    /// before, with the propagation its finalizers say), and it is gone at the end.
     Deleted {
         wave: usize,
         propagation: Propagation,
+        by: Collector,
+    },
+    /// It stays being deleted: its DELETE sent in a wave (or before the plan, `None`), held
+    /// by these finalizers.
+    Terminating {
+        sent: Option<(usize, Propagation)>,
+        held: Vec<Hold>,
     },
     /// Its references to the tree are removed: it lives on.
     Orphaned,
     /// It lives on while these owners of it do: owners outside the tree, or owners that
     /// stay (for a finalizer of another controller) or cannot be looked up.
     Kept { by: Vec<Uid> },
+    /// Its owner deletes its dependents in order, and the wave before its own never ends:
+    /// `blocked_by` is the order value of that wave.
+    Unreached { owner: Uid, blocked_by: Wave },
 }
 
 /// The outcome of a cascade.
@@ -57,28 +92,34 @@ pub enum Fate {
 pub struct Outcome {
     /// Every object of the tree the cascade reached, but the object deleted.
     pub fates: BTreeMap<Uid, Fate>,
-    /// Objects being deleted that stay for finalizers of others (each with them); what waits
-    /// for them waits too.
-    pub waiting: BTreeMap<Uid, Vec<String>>,
     /// Whether the object deleted is gone at the end.
     pub gone: bool,
-    /// Requests the collector sends: DELETEs and patches.
+    /// What holds the object deleted when it stays.
+    pub held: Vec<Hold>,
+    /// Requests the collectors send: DELETEs and patches.
     pub requests: usize,
-    /// Rounds in which DELETEs were sent.
+    /// Waves in which DELETEs were sent.
     pub waves: usize,
 }
 
 /// Runs the DELETE of `target` with `propagation` on `graph` (a copy, changed as the
-/// apiserver would change it) to its end.
-pub fn run(graph: &mut Graph, facts: &Facts, target: Uid, propagation: Propagation) -> Outcome {
+/// apiserver would change it) to its end, with the collectors of `mode`.
+pub fn run(
+    graph: &mut Graph,
+    facts: &Facts,
+    mode: Mode,
+    target: Uid,
+    propagation: Propagation,
+) -> Outcome {
     Cascade {
         graph,
         facts,
+        mode,
         orders: Orders::default(),
         outcome: Outcome::default(),
-        sent: HashSet::new(),
-        rounds_with_deletes: Vec::new(),
-        round: 0,
+        sent: HashMap::new(),
+        before: HashMap::new(),
+        queue: BTreeMap::new(),
     }
     .run(target, propagation)
 }
@@ -86,69 +127,151 @@ pub fn run(graph: &mut Graph, facts: &Facts, target: Uid, propagation: Propagati
 struct Cascade<'a> {
     graph: &'a mut Graph,
     facts: &'a Facts,
+    mode: Mode,
     orders: Orders,
     outcome: Outcome,
-    /// The objects a DELETE was sent for.
-    sent: HashSet<Uid>,
-    rounds_with_deletes: Vec<usize>,
-    round: usize,
+    /// The objects a DELETE was sent for, with its wave, propagation and sender.
+    sent: HashMap<Uid, (usize, Propagation, Collector)>,
+    /// The objects of the tree being deleted already, with the propagation their finalizers
+    /// say and the collector that works on them.
+    before: HashMap<Uid, (Propagation, Collector)>,
+    /// The work to do, by the wave that brought it up.
+    queue: BTreeMap<usize, Vec<Work>>,
 }
 
 impl Cascade<'_> {
     fn run(mut self, target: Uid, propagation: Propagation) -> Outcome {
-        let tree = self.tree(target);
-        let mut work = self.delete(target, propagation);
+        let tree: HashSet<Uid> = self.graph.tree(target).collect();
+        // Enough steps for any tree: a cascade that has not ended by then is not going to.
+        let mut steps = 64 * tree.len() + 10_000;
+        // What the collectors are doing already: the objects being deleted.
+        for uid in &tree {
+            if let Some(node) = self.graph.node(*uid).filter(|n| n.is(Flags::DELETING)) {
+                let flags = node.flags;
+                let propagation = Propagation::from_finalizers(
+                    flags.contains(Flags::ORPHAN),
+                    flags.contains(Flags::FOREGROUND),
+                );
+                let by = if self.mode == Mode::Standalone || flags.contains(Flags::ARMED) {
+                    Collector::Syncgc
+                } else {
+                    Collector::Kubernetes
+                };
+                self.before.insert(*uid, (propagation, by));
+                let mut work = vec![Work::SyncOwner(*uid)];
+                if flags.contains(Flags::ORPHAN) {
+                    work.push(Work::Orphan(*uid));
+                }
+                self.enqueue(0, work);
+            }
+        }
+        let work = self.delete(target, propagation);
+        self.sent.clear();
         self.outcome.requests = 0;
-        while !work.is_empty() && self.round < ROUNDS {
-            self.round += 1;
+        self.enqueue(0, work);
+        while let Some((wave, mut work)) = self.queue.pop_first() {
             work.sort();
             work.dedup();
-            let mut next = Vec::new();
             for item in work {
-                let uid = item_uid(item);
-                if tree.contains(&uid) {
-                    next.extend(self.process(item));
+                if steps == 0 {
+                    break;
+                }
+                steps -= 1;
+                if tree.contains(&item_uid(item)) {
+                    self.process(wave, item);
                 }
             }
-            work = next;
         }
-        self.outcome.gone = self.graph.node(target).is_none_or(|n| n.is(Flags::VIRTUAL));
+        self.outcome.gone = self.gone(target);
+        if !self.outcome.gone {
+            self.outcome.held = self.holds(target);
+        }
         for uid in &tree {
-            self.settle(*uid);
+            if *uid != target {
+                self.settle(*uid);
+            }
         }
-        self.outcome.fates.remove(&target);
-        self.outcome.waves = self.rounds_with_deletes.len();
-        let waves = &self.rounds_with_deletes;
+        let mut waves: Vec<usize> = self.sent.values().map(|(wave, ..)| *wave).collect();
+        waves.sort_unstable();
+        waves.dedup();
+        self.outcome.waves = waves.len();
+        // Waves numbered from 1 without gaps.
+        let number = |wave: usize| {
+            if wave == 0 {
+                return 0;
+            }
+            waves.iter().position(|w| *w == wave).map_or(0, |i| i + 1)
+        };
         for fate in self.outcome.fates.values_mut() {
-            if let Fate::Deleted { wave, .. } = fate {
-                *wave = waves.iter().position(|r| r == wave).map_or(0, |i| i + 1);
+            match fate {
+                Fate::Deleted { wave, .. } => *wave = number(*wave),
+                Fate::Terminating {
+                    sent: Some((wave, _)),
+                    ..
+                } => *wave = number(*wave),
+                _ => {}
             }
         }
         self.outcome
     }
 
-    /// What is left of `uid` at the end: being deleted, it waits on the finalizers of others
-    /// it carries; not reached, it stays while the owners of it that live (or cannot be
-    /// looked up) do.
+    fn enqueue(&mut self, wave: usize, work: Vec<Work>) {
+        if !work.is_empty() {
+            self.queue.entry(wave).or_default().extend(work);
+        }
+    }
+
+    fn gone(&self, uid: Uid) -> bool {
+        self.graph.node(uid).is_none_or(|n| n.is(Flags::VIRTUAL))
+    }
+
+    /// What is left of `uid` at the end: gone after its DELETE; being deleted, held by its
+    /// finalizers; not reached, living on with the owners of it that live (or cannot be
+    /// looked up), or behind a wave of its owner's deletion order that never ends.
     fn settle(&mut self, uid: Uid) {
-        let Some(node) = self.graph.node(uid).filter(|n| !n.is(Flags::VIRTUAL)) else {
-            return;
-        };
-        if node.is(Flags::DELETING) {
-            if let Some(finalizers) = self.facts.foreign.get(&uid) {
-                self.outcome.waiting.insert(uid, finalizers.clone());
+        let sent = self.sent.get(&uid).copied();
+        let before = self.before.get(&uid).map(|(p, by)| (0, *p, *by));
+        if self.gone(uid) {
+            // Wave 0: being deleted before.
+            if let Some((wave, propagation, by)) = sent.or(before) {
+                self.outcome.fates.insert(
+                    uid,
+                    Fate::Deleted {
+                        wave,
+                        propagation,
+                        by,
+                    },
+                );
             }
+            return;
+        }
+        if self.graph.node(uid).is_some_and(|n| n.is(Flags::DELETING)) {
+            let held = self.holds(uid);
+            let sent = sent.map(|(wave, propagation, _)| (wave, propagation));
+            self.outcome
+                .fates
+                .insert(uid, Fate::Terminating { sent, held });
             return;
         }
         if self.outcome.fates.contains_key(&uid) {
             return;
         }
-        let by = node
-            .owners
+        if let Some((owner, blocked_by)) = self.unreached(uid) {
+            self.outcome
+                .fates
+                .insert(uid, Fate::Unreached { owner, blocked_by });
+            return;
+        }
+        let Some(node) = self.graph.node(uid) else {
+            return;
+        };
+        let links = node.owners.to_vec();
+        let collector = self.collector_for(uid, &links);
+        let by = links
             .iter()
             .filter(|link| {
                 matches!(
-                    self.owner_state(uid, link),
+                    self.owner_state(uid, link, collector),
                     OwnerState::Solid | OwnerState::Unresolvable
                 )
             })
@@ -157,62 +280,161 @@ impl Cascade<'_> {
         self.outcome.fates.insert(uid, Fate::Kept { by });
     }
 
-    /// `target` and the objects whose references reach it, transitively.
-    fn tree(&self, target: Uid) -> HashSet<Uid> {
-        let mut tree = HashSet::from([target]);
-        let mut stack = vec![target];
-        while let Some(next) = stack.pop() {
-            for (dependent, ..) in self.graph.valid_dependents(next) {
-                if tree.insert(dependent) {
-                    stack.push(dependent);
-                }
+    /// The waiting owner of `uid` whose deletion order has not reached it, with the wave that
+    /// holds it there: the highest left among that owner's dependents.
+    fn unreached(&self, uid: Uid) -> Option<(Uid, Wave)> {
+        let wave = self.graph.wave(uid);
+        self.graph.waiting_owners_of(uid).find_map(|owner| {
+            let highest = self
+                .graph
+                .valid_dependents(owner)
+                .map(|(d, ..)| self.graph.wave(d))
+                .max()?;
+            (highest > wave).then_some((owner, highest))
+        })
+    }
+
+    /// The finalizers that hold `uid`, each with the dependents it waits for.
+    fn holds(&self, uid: Uid) -> Vec<Hold> {
+        let Some(node) = self.graph.node(uid) else {
+            return Vec::new();
+        };
+        let mut held = Vec::new();
+        let collectors = [
+            (Flags::ARMED, SYNCHRONOUS_FINALIZER),
+            (Flags::FOREGROUND, FOREGROUND_FINALIZER),
+            (Flags::ORPHAN, ORPHAN_FINALIZER),
+        ];
+        for (flag, finalizer) in collectors {
+            if node.is(flag) {
+                held.push(Hold {
+                    finalizer: finalizer.to_owned(),
+                    waits_for: self.blocking(uid, flag),
+                });
             }
         }
-        tree
+        for finalizer in self.facts.foreign.get(&uid).into_iter().flatten() {
+            held.push(Hold {
+                finalizer: finalizer.clone(),
+                waits_for: Vec::new(),
+            });
+        }
+        held
     }
 
-    fn process(&mut self, work: Work) -> Vec<Work> {
+    /// The dependents of `uid` that keep it from losing the collector's `finalizer`: for
+    /// `foregroundDeletion` beside Kubernetes' collector, every object naming its uid with
+    /// `blockOwnerDeletion` (its graph links by uid alone); otherwise those whose references
+    /// reach it.
+    fn blocking(&self, uid: Uid, finalizer: Flags) -> Vec<Uid> {
+        if finalizer == Flags::FOREGROUND && self.mode == Mode::Cooperative {
+            return self
+                .graph
+                .dependents(uid)
+                .iter()
+                .copied()
+                .filter(|d| self.link(*d, uid).is_some_and(|l| l.blocks(finalizer)))
+                .collect();
+        }
+        self.graph
+            .valid_dependents(uid)
+            .filter(|(.., link)| link.blocks(finalizer))
+            .map(|(d, ..)| d)
+            .collect()
+    }
+
+    /// The reference of `dependent` to `owner`.
+    fn link(&self, dependent: Uid, owner: Uid) -> Option<OwnerLink> {
+        let node = self.graph.node(dependent)?;
+        node.owners.iter().find(|l| l.uid == owner).copied()
+    }
+
+    fn process(&mut self, wave: usize, work: Work) {
         match work {
-            Work::AttemptToDelete(uid) => self.attempt_to_delete(uid),
-            Work::SyncOwner(uid) => self.sync_owner(uid),
-            Work::Orphan(uid) => self.orphan(uid),
-            Work::Arm(_) => Vec::new(),
+            Work::AttemptToDelete(uid) => self.attempt_to_delete(wave, uid),
+            Work::SyncOwner(uid) => self.sync_owner(wave, uid),
+            Work::Orphan(uid) => self.orphan(wave, uid),
+            Work::Arm(_) => {}
         }
     }
 
-    /// How the dependent `uid` sees its owner through `link`.
-    fn owner_state(&self, uid: Uid, link: &OwnerLink) -> OwnerState {
-        if self.facts.unresolvable.contains(&(uid, link.uid)) {
+    /// Which collector decides about the dependent `uid` with owners `links`: syncgc in
+    /// standalone mode or for an owner that waits synchronously, Kubernetes' otherwise.
+    fn collector_for(&self, uid: Uid, links: &[OwnerLink]) -> Collector {
+        let synchronous = links.iter().any(|link| {
+            self.owner_state(uid, link, Collector::Syncgc) == OwnerState::WaitingSynchronous
+        });
+        if self.mode == Mode::Standalone || synchronous {
+            Collector::Syncgc
+        } else {
+            Collector::Kubernetes
+        }
+    }
+
+    /// How the dependent `uid` sees its owner through `link`, in the eyes of `collector`.
+    fn owner_state(&self, uid: Uid, link: &OwnerLink, collector: Collector) -> OwnerState {
+        let key = (uid, link.uid);
+        if self.facts.unresolvable.contains(&key)
+            || (collector == Collector::Kubernetes && self.facts.unserved_version.contains(&key))
+        {
             return OwnerState::Unresolvable;
         }
         let from = self.graph.node(uid).and_then(|n| n.namespace());
         match self.graph.node(link.uid) {
+            // A namespaced owner of a cluster-scoped object cannot be looked up.
+            Some(owner) if from.is_none() && owner.seen() && owner.namespace().is_some() => {
+                OwnerState::Unresolvable
+            }
             Some(owner)
                 if owner.seen()
                     && owner.coordinates == link.coordinates
                     && owner.in_reach_of(from) =>
             {
-                OwnerState::of(owner.flags)
+                match collector {
+                    Collector::Syncgc => OwnerState::of(owner.flags),
+                    // Kubernetes' collector knows nothing of syncgc's finalizer.
+                    Collector::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),
+                }
             }
             // Not listed, or not what the reference names: no such owner.
             _ => OwnerState::Absent,
         }
     }
 
-    fn attempt_to_delete(&mut self, uid: Uid) -> Vec<Work> {
+    /// Both collectors look at a dependent (in cooperative mode; syncgc alone in standalone):
+    /// syncgc first, then Kubernetes' collector if syncgc left it.
+    fn attempt_to_delete(&mut self, wave: usize, uid: Uid) {
+        self.attempt_by(wave, uid, Collector::Syncgc);
+        if self.mode == Mode::Cooperative {
+            self.attempt_by(wave, uid, Collector::Kubernetes);
+        }
+    }
+
+    fn attempt_by(&mut self, wave: usize, uid: Uid, collector: Collector) {
         let Some(node) = self.graph.node(uid) else {
-            return Vec::new();
+            return;
         };
         if node.is(Flags::VIRTUAL) || node.is(Flags::DELETING) {
-            return Vec::new();
+            return;
         }
         let links = node.owners.to_vec();
         let flags = node.flags;
-        let owners: Vec<OwnerState> = links.iter().map(|l| self.owner_state(uid, l)).collect();
-        let in_turn = self.orders.in_turn(self.graph, uid, self.graph.wave(uid));
-        let dependent = Dependent::of(self.graph, uid, flags, in_turn);
-        match decide::attempt_to_delete(Mode::Standalone, &owners, dependent) {
-            Attempt::Wait => Vec::new(),
+        let owners: Vec<OwnerState> = links
+            .iter()
+            .map(|l| self.owner_state(uid, l, collector))
+            .collect();
+        let (mode, dependent) = match collector {
+            Collector::Syncgc => {
+                let in_turn = self.orders.in_turn(self.graph, uid, self.graph.wave(uid));
+                (self.mode, Dependent::of(self.graph, uid, flags, in_turn))
+            }
+            Collector::Kubernetes => (
+                Mode::Standalone,
+                Dependent::as_kubernetes_sees(self.graph, uid, flags),
+            ),
+        };
+        match decide::attempt_to_delete(mode, &owners, dependent) {
+            Attempt::Wait => {}
             Attempt::Keep { drop } => {
                 let by = links
                     .iter()
@@ -222,96 +444,104 @@ impl Cascade<'_> {
                     .collect();
                 self.outcome.fates.insert(uid, Fate::Kept { by });
                 let dropped: Vec<Uid> = drop.iter().map(|i| links[*i].uid).collect();
-                self.rewrite(uid, |links| links.retain(|l| !dropped.contains(&l.uid)))
+                let work = self.rewrite(uid, |links| links.retain(|l| !dropped.contains(&l.uid)));
+                self.enqueue(wave, work);
             }
             Attempt::Arm => {
                 let mut work = self.change(uid, |flags| flags.with(Flags::ARMED, true));
                 work.push(Work::AttemptToDelete(uid));
-                work
+                self.enqueue(wave, work);
             }
             Attempt::Delete {
                 propagation,
                 unblock,
             } => {
-                let mut work = Vec::new();
                 if !unblock.is_empty() {
                     let unblocked: Vec<Uid> = unblock.iter().map(|i| links[*i].uid).collect();
-                    work.extend(self.rewrite(uid, |links| {
+                    let work = self.rewrite(uid, |links| {
                         for link in links.iter_mut().filter(|l| unblocked.contains(&l.uid)) {
                             link.block_owner_deletion = false;
                         }
-                    }));
+                    });
+                    self.enqueue(wave, work);
                 }
-                self.outcome.fates.insert(
-                    uid,
-                    Fate::Deleted {
-                        wave: self.round,
-                        propagation,
-                    },
-                );
-                if self.rounds_with_deletes.last() != Some(&self.round) {
-                    self.rounds_with_deletes.push(self.round);
-                }
-                work.extend(self.delete(uid, propagation));
-                work
+                self.sent.insert(uid, (wave + 1, propagation, collector));
+                let work = self.delete(uid, propagation);
+                self.enqueue(wave + 1, work);
             }
         }
     }
 
-    /// A waiting owner: its dependents deleted in their turn (unless it orphans them), and
-    /// its finalizers removed once what they wait for is gone.
-    fn sync_owner(&mut self, uid: Uid) -> Vec<Work> {
+    /// A waiting owner: its dependents deleted — in their turn by syncgc, all at once by
+    /// Kubernetes' collector — unless it orphans them, and its finalizers removed once what
+    /// they wait for is gone.
+    fn sync_owner(&mut self, wave: usize, uid: Uid) {
         let Some(node) = self.graph.node(uid) else {
-            return Vec::new();
+            return;
         };
         let flags = node.flags;
         if !flags.contains(Flags::DELETING) || flags.contains(Flags::VIRTUAL) {
-            return Vec::new();
+            return;
         }
-        let mut work = Vec::new();
+        let kubernetes_foreground =
+            self.mode == Mode::Cooperative && flags.contains(Flags::FOREGROUND);
         if !flags.contains(Flags::ORPHAN) {
             let sent = &self.sent;
-            let batch = self.orders.next(self.graph, uid, |d| sent.contains(&d));
-            work.extend(batch.uids.into_iter().map(Work::AttemptToDelete));
+            let batch = self.orders.next(self.graph, uid, |d| sent.contains_key(&d));
+            let mut work: Vec<Work> = batch.uids.into_iter().map(Work::AttemptToDelete).collect();
+            if kubernetes_foreground {
+                work.extend(
+                    self.graph
+                        .dependents(uid)
+                        .iter()
+                        .map(|d| Work::AttemptToDelete(*d)),
+                );
+            }
+            self.enqueue(wave, work);
         }
         for finalizer in [Flags::FOREGROUND, Flags::ARMED] {
-            let left = self
-                .graph
-                .valid_dependents(uid)
-                .filter(|(.., link)| link.blocks(finalizer))
-                .count();
+            let left = self.blocking(uid, finalizer).len();
             let done = if finalizer == Flags::FOREGROUND {
                 decide::foreground_done(left)
             } else {
                 left == 0
             };
             if flags.contains(finalizer) && done {
-                work.extend(self.change(uid, |flags| flags.with(finalizer, false)));
+                let work = self.change(uid, |flags| flags.with(finalizer, false));
+                self.enqueue(wave, work);
             }
         }
-        work
     }
 
-    /// An owner deleted with `orphan`: its dependents' references to it removed, then the
-    /// finalizer.
-    fn orphan(&mut self, uid: Uid) -> Vec<Work> {
-        let dependents: Vec<Uid> = self
+    /// An owner deleted with `orphan`: its dependents' references to it removed (every
+    /// object naming its uid, beside Kubernetes' collector), then the finalizer.
+    fn orphan(&mut self, wave: usize, uid: Uid) {
+        let orphaning = self
             .graph
-            .valid_dependents(uid)
-            .map(|(dependent, ..)| dependent)
-            .collect();
-        let mut work = Vec::new();
+            .node(uid)
+            .is_some_and(|n| n.is(Flags::ORPHAN) && n.is(Flags::DELETING));
+        if !orphaning {
+            return;
+        }
+        let dependents: Vec<Uid> = match self.mode {
+            Mode::Cooperative => self.graph.dependents(uid).to_vec(),
+            Mode::Standalone => self
+                .graph
+                .valid_dependents(uid)
+                .map(|(dependent, ..)| dependent)
+                .collect(),
+        };
         for dependent in dependents {
             self.outcome.fates.insert(dependent, Fate::Orphaned);
-            work.extend(self.rewrite(dependent, |links| links.retain(|l| l.uid != uid)));
+            let work = self.rewrite(dependent, |links| links.retain(|l| l.uid != uid));
+            self.enqueue(wave, work);
         }
-        work.extend(self.change(uid, |flags| flags.with(Flags::ORPHAN, false)));
-        work
+        let work = self.change(uid, |flags| flags.with(Flags::ORPHAN, false));
+        self.enqueue(wave, work);
     }
 
     /// The DELETE of `uid` with `propagation`, as the apiserver takes it.
     fn delete(&mut self, uid: Uid, propagation: Propagation) -> Vec<Work> {
-        self.sent.insert(uid);
         self.change(uid, |flags| {
             flags
                 .with(Flags::DELETING, true)
@@ -375,31 +605,24 @@ pub fn preview(
     let mut copy = Graph::new(Mode::Standalone);
     let mut facts = Facts::default();
     let mut kinds = HashMap::new();
-    let mut stack = vec![target];
-    let mut tree = HashSet::from([target]);
-    while let Some(uid) = stack.pop() {
-        if let Some((resource, observed)) = graph.observed(uid) {
-            for owner in &observed.owners {
-                if let Some((resource, observed)) = graph.observed(owner.uid) {
-                    copy.apply(resource, observed);
-                }
-            }
-            if observed.places.others() {
-                facts.foreign.insert(uid, Vec::new());
-            }
-            kinds.insert(uid, kind(resource));
-            copy.apply(resource, observed);
-        }
-        for (dependent, ..) in graph.valid_dependents(uid) {
-            if tree.insert(dependent) {
-                stack.push(dependent);
+    for uid in graph.tree(target) {
+        let Some((resource, observed)) = graph.observed(uid) else {
+            continue;
+        };
+        for owner in &observed.owners {
+            if let Some((resource, observed)) = graph.observed(owner.uid) {
+                copy.apply(resource, observed);
             }
         }
+        if observed.places.others() {
+            facts.foreign.insert(uid, Vec::new());
+        }
+        kinds.insert(uid, kind(resource));
+        copy.apply(resource, observed);
     }
-    let outcome = run(&mut copy, &facts, target, propagation);
+    let outcome = run(&mut copy, &facts, graph.mode(), target, propagation);
     let mut preview = Preview {
         waves: outcome.waves,
-        waiting: outcome.waiting.len(),
         gone: outcome.gone,
         ..Preview::default()
     };
@@ -409,8 +632,9 @@ pub fn preview(
                 let kind = kinds.get(uid).cloned().unwrap_or_default();
                 *preview.deleted.entry(kind).or_default() += 1;
             }
+            Fate::Terminating { .. } => preview.waiting += 1,
             Fate::Orphaned => preview.orphaned += 1,
-            Fate::Kept { .. } => preview.kept += 1,
+            Fate::Kept { .. } | Fate::Unreached { .. } => preview.kept += 1,
         }
     }
     preview
@@ -463,7 +687,13 @@ mod tests {
             (3, &[1], NONE),
             (4, &[2], NONE),
         ]);
-        let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Background);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Background,
+        );
         assert!(outcome.gone);
         assert_eq!(deleted(&outcome), [(2, 1), (3, 1), (4, 2)]);
         assert_eq!(outcome.waves, 2);
@@ -473,7 +703,13 @@ mod tests {
     #[test]
     fn an_armed_owner_waits_and_its_dependents_with_dependents_are_armed_first() {
         let mut g = graph(&[(1, &[], Flags::ARMED), (2, &[1], NONE), (3, &[2], NONE)]);
-        let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Background);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Background,
+        );
         assert!(outcome.gone);
         // o2 is armed (a patch), then deleted; o3 goes while o2 waits for it.
         assert_eq!(deleted(&outcome), [(2, 1), (3, 2)]);
@@ -484,7 +720,13 @@ mod tests {
     #[test]
     fn a_dependent_with_another_living_owner_is_kept_and_named() {
         let mut g = graph(&[(1, &[], NONE), (9, &[], NONE), (2, &[1, 9], NONE)]);
-        let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Foreground);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Foreground,
+        );
         assert!(outcome.gone);
         assert_eq!(
             outcome.fates.get(&uid(2)),
@@ -495,7 +737,13 @@ mod tests {
     #[test]
     fn an_orphaning_delete_leaves_the_dependents() {
         let mut g = graph(&[(1, &[], NONE), (2, &[1], NONE), (3, &[2], NONE)]);
-        let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Orphan);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Orphan,
+        );
         assert!(outcome.gone);
         assert_eq!(outcome.fates.get(&uid(2)), Some(&Fate::Orphaned));
         // o3's owner lives: nothing happens to it.
@@ -513,14 +761,260 @@ mod tests {
             foreign: HashMap::from([(uid(2), vec!["example.com/hold".to_owned()])]),
             ..Facts::default()
         };
-        let outcome = run(&mut g, &facts, uid(1), Propagation::Foreground);
-        assert!(!outcome.gone, "the owner waits for o2 in foreground");
-        assert_eq!(
-            outcome.waiting,
-            BTreeMap::from([(uid(2), vec!["example.com/hold".to_owned()])])
+        let outcome = run(
+            &mut g,
+            &facts,
+            Mode::Standalone,
+            uid(1),
+            Propagation::Foreground,
         );
+        assert!(!outcome.gone, "the owner waits for o2 in foreground");
+        assert_eq!(outcome.held, [hold(FOREGROUND_FINALIZER, &[2])]);
         // o2 was deleted in foreground: o3 goes, o2 stays for the finalizer.
-        assert_eq!(deleted(&outcome), [(2, 1), (3, 2)]);
+        assert_eq!(
+            outcome.fates.get(&uid(2)),
+            Some(&Fate::Terminating {
+                sent: Some((1, Propagation::Foreground)),
+                held: vec![hold("example.com/hold", &[])],
+            })
+        );
+        assert_eq!(deleted(&outcome), [(3, 2)]);
+    }
+
+    fn hold(finalizer: &str, waits_for: &[u128]) -> Hold {
+        Hold {
+            finalizer: finalizer.to_owned(),
+            waits_for: waits_for.iter().map(|n| uid(*n)).collect(),
+        }
+    }
+
+    fn both(
+        objects: &[(u128, &[u128], Flags)],
+        facts: &Facts,
+        propagation: Propagation,
+    ) -> [Outcome; 2] {
+        [Mode::Cooperative, Mode::Standalone].map(|mode| {
+            let mut g = graph(objects);
+            run(&mut g, facts, mode, uid(1), propagation)
+        })
+    }
+
+    #[test]
+    fn an_owner_held_behind_a_held_descendant_stays_being_deleted_and_says_why() {
+        let facts = Facts {
+            foreign: HashMap::from([(uid(3), vec!["example.com/hold".to_owned()])]),
+            ..Facts::default()
+        };
+        let objects: &[(u128, &[u128], Flags)] = &[
+            (1, &[], NONE),
+            (2, &[1], NONE),
+            (3, &[2], NONE),
+            (4, &[3], NONE),
+        ];
+        for outcome in both(objects, &facts, Propagation::Foreground) {
+            assert!(!outcome.gone);
+            assert_eq!(outcome.held, [hold(FOREGROUND_FINALIZER, &[2])]);
+            // o2 and o3 are deleted in foreground (each has a dependent) and stay.
+            assert_eq!(
+                outcome.fates.get(&uid(2)),
+                Some(&Fate::Terminating {
+                    sent: Some((1, Propagation::Foreground)),
+                    held: vec![hold(FOREGROUND_FINALIZER, &[3])],
+                })
+            );
+            assert_eq!(
+                outcome.fates.get(&uid(3)),
+                Some(&Fate::Terminating {
+                    sent: Some((2, Propagation::Foreground)),
+                    held: vec![hold("example.com/hold", &[])],
+                })
+            );
+            assert_eq!(deleted(&outcome), [(4, 3)]);
+        }
+    }
+
+    #[test]
+    fn an_object_being_deleted_already_is_in_the_outcome() {
+        let objects: &[(u128, &[u128], Flags)] = &[
+            (1, &[], NONE),
+            (2, &[1], Flags::DELETING.with(Flags::FOREGROUND, true)),
+            (3, &[2], NONE),
+        ];
+        for outcome in both(objects, &Facts::default(), Propagation::Background) {
+            assert!(outcome.gone);
+            assert_eq!(deleted(&outcome), [(2, 0), (3, 1)]);
+            assert_eq!(outcome.waves, 1);
+        }
+    }
+
+    #[test]
+    fn beside_kubernetes_a_foreground_owner_deletes_every_dependent_at_once() {
+        let mut g = Graph::new(Mode::Standalone);
+        let resource = ResourceId::new(1);
+        g.apply(resource, Observed::config_map(1, &[], NONE));
+        for (n, wave) in [(2, 1), (3, 0)] {
+            g.apply(
+                resource,
+                Observed {
+                    order: Order::Wave(Wave(wave)),
+                    ..Observed::config_map(n, &[1], NONE)
+                },
+            );
+        }
+        g.apply(resource, Observed::config_map(4, &[3], NONE));
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Cooperative,
+            uid(1),
+            Propagation::Foreground,
+        );
+        assert!(outcome.gone);
+        assert_eq!(deleted(&outcome), [(2, 1), (3, 1), (4, 2)]);
+        assert_eq!(
+            outcome.fates.get(&uid(3)),
+            Some(&Fate::Deleted {
+                wave: 1,
+                propagation: Propagation::Foreground,
+                by: Collector::Kubernetes,
+            })
+        );
+    }
+
+    #[test]
+    fn siblings_deleted_in_one_step_share_a_wave_and_each_says_its_propagation() {
+        // An armed owner: o2 (with a dependent) is armed, then deleted, with o3.
+        let objects: &[(u128, &[u128], Flags)] = &[
+            (1, &[], Flags::ARMED),
+            (2, &[1], NONE),
+            (3, &[1], NONE),
+            (4, &[2], NONE),
+        ];
+        for outcome in both(objects, &Facts::default(), Propagation::Background) {
+            assert_eq!(deleted(&outcome), [(2, 1), (3, 1), (4, 2)]);
+            assert_eq!(
+                outcome.fates.get(&uid(2)),
+                Some(&Fate::Deleted {
+                    wave: 1,
+                    propagation: Propagation::Background,
+                    by: Collector::Syncgc,
+                })
+            );
+        }
+    }
+
+    /// A cluster-scoped object o5 naming the namespaced o1 with blockOwnerDeletion.
+    fn with_cluster_scoped_dependent(owner_flags: Flags) -> Graph {
+        let mut g = graph(&[(1, &[], owner_flags), (2, &[1], NONE)]);
+        g.apply(
+            ResourceId::new(2),
+            Observed {
+                namespace: None,
+                ..Observed::config_map(5, &[1], NONE)
+            },
+        );
+        g
+    }
+
+    #[test]
+    fn a_cluster_scoped_dependent_holds_a_foreground_delete_beside_kubernetes_only() {
+        let mut g = with_cluster_scoped_dependent(NONE);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Cooperative,
+            uid(1),
+            Propagation::Foreground,
+        );
+        assert!(!outcome.gone, "Kubernetes' collector waits for o5 for good");
+        assert_eq!(outcome.held, [hold(FOREGROUND_FINALIZER, &[5])]);
+        assert_eq!(
+            outcome.fates.get(&uid(5)),
+            Some(&Fate::Kept { by: vec![uid(1)] })
+        );
+        assert_eq!(deleted(&outcome), [(2, 1)]);
+
+        let mut g = with_cluster_scoped_dependent(NONE);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Foreground,
+        );
+        assert!(
+            outcome.gone,
+            "syncgc does not take o5 for a dependent of o1"
+        );
+        assert_eq!(
+            outcome.fates.get(&uid(5)),
+            Some(&Fate::Kept { by: vec![uid(1)] })
+        );
+    }
+
+    #[test]
+    fn an_orphaning_delete_beside_kubernetes_drops_a_cluster_scoped_reference_too() {
+        let mut g = with_cluster_scoped_dependent(NONE);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Cooperative,
+            uid(1),
+            Propagation::Orphan,
+        );
+        assert!(outcome.gone);
+        assert_eq!(outcome.fates.get(&uid(5)), Some(&Fate::Orphaned));
+        assert_eq!(outcome.fates.get(&uid(2)), Some(&Fate::Orphaned));
+    }
+
+    #[test]
+    fn a_reference_at_a_version_not_served_keeps_its_dependent_beside_kubernetes() {
+        let facts = Facts {
+            unserved_version: HashSet::from([(uid(2), uid(1))]),
+            ..Facts::default()
+        };
+        let objects: &[(u128, &[u128], Flags)] = &[(1, &[], NONE), (2, &[1], NONE)];
+        let [cooperative, standalone] = both(objects, &facts, Propagation::Background);
+        assert_eq!(
+            cooperative.fates.get(&uid(2)),
+            Some(&Fate::Kept { by: vec![uid(1)] })
+        );
+        assert_eq!(deleted(&standalone), [(2, 1)]);
+    }
+
+    #[test]
+    fn a_wave_that_never_ends_says_it_blocks_the_next() {
+        let mut g = Graph::new(Mode::Standalone);
+        let resource = ResourceId::new(1);
+        g.apply(resource, Observed::config_map(1, &[], Flags::ARMED));
+        for (n, wave) in [(2, 1), (3, 0)] {
+            g.apply(
+                resource,
+                Observed {
+                    order: Order::Wave(Wave(wave)),
+                    ..Observed::config_map(n, &[1], NONE)
+                },
+            );
+        }
+        let facts = Facts {
+            foreign: HashMap::from([(uid(2), vec!["example.com/hold".to_owned()])]),
+            ..Facts::default()
+        };
+        let outcome = run(
+            &mut g,
+            &facts,
+            Mode::Cooperative,
+            uid(1),
+            Propagation::Background,
+        );
+        assert!(!outcome.gone);
+        assert_eq!(
+            outcome.fates.get(&uid(3)),
+            Some(&Fate::Unreached {
+                owner: uid(1),
+                blocked_by: Wave(1)
+            })
+        );
     }
 
     #[test]
@@ -530,7 +1024,13 @@ mod tests {
             unresolvable: HashSet::from([(uid(2), uid(7))]),
             ..Facts::default()
         };
-        let outcome = run(&mut g, &facts, uid(1), Propagation::Background);
+        let outcome = run(
+            &mut g,
+            &facts,
+            Mode::Standalone,
+            uid(1),
+            Propagation::Background,
+        );
         assert_eq!(
             outcome.fates.get(&uid(2)),
             Some(&Fate::Kept { by: vec![uid(7)] })
@@ -551,7 +1051,13 @@ mod tests {
                 },
             );
         }
-        let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Background);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Background,
+        );
         assert!(outcome.gone);
         assert_eq!(deleted(&outcome), [(2, 1), (3, 2), (4, 2), (5, 3)]);
     }
@@ -571,7 +1077,8 @@ mod tests {
         assert_eq!(
             preview,
             Preview {
-                deleted: [("ConfigMap".to_owned(), 1), ("Pod".to_owned(), 1)].into(),
+                // The Pod's DELETE is sent; it stays, held.
+                deleted: [("ConfigMap".to_owned(), 1)].into(),
                 waves: 1,
                 orphaned: 0,
                 kept: 1,
@@ -586,7 +1093,13 @@ mod tests {
     #[test]
     fn a_cycle_ends() {
         let mut g = graph(&[(1, &[3], NONE), (2, &[1], NONE), (3, &[2], NONE)]);
-        let outcome = run(&mut g, &Facts::default(), uid(1), Propagation::Foreground);
+        let outcome = run(
+            &mut g,
+            &Facts::default(),
+            Mode::Standalone,
+            uid(1),
+            Propagation::Foreground,
+        );
         assert!(outcome.gone);
         assert_eq!(deleted(&outcome).len(), 2);
     }

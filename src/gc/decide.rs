@@ -85,6 +85,27 @@ impl Dependent {
     }
 }
 
+impl Dependent {
+    /// The dependent `uid` with `flags` as Kubernetes' collector sees it: its dependents are
+    /// every object naming its uid, a dependent waits only in foreground deletion, and no
+    /// deletion order holds it.
+    pub fn as_kubernetes_sees(graph: &Graph, uid: Uid, flags: Flags) -> Self {
+        let dependents = graph.dependents(uid);
+        Self {
+            has_dependents: !dependents.is_empty(),
+            dependent_waits: dependents
+                .iter()
+                .any(|d| graph.node(*d).is_some_and(Node::waiting_in_foreground)),
+            armed: false,
+            own: Propagation::from_finalizers(
+                flags.contains(Flags::ORPHAN),
+                flags.contains(Flags::FOREGROUND),
+            ),
+            in_turn: true,
+        }
+    }
+}
+
 /// What the graph alone says about a dependent (the fast path of `attemptToDeleteItem`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {

@@ -73,6 +73,9 @@ pub struct Found {
     /// Every group version listed, named as its APIService is (`v1.apps`, `v1.` for the core
     /// group), whether or not it serves a resource that is watched.
     pub group_versions: BTreeSet<String>,
+    /// Every (apiVersion, kind) served, at every version: what an ownerReference may name for
+    /// Kubernetes' collector to map it.
+    pub kinds: BTreeSet<(String, String)>,
 }
 
 /// A kind served under `group` that is the same objects as under `canonical`.
@@ -93,6 +96,7 @@ pub struct Resources {
     aliases: Aliases,
     failed: BTreeSet<String>,
     group_versions: BTreeSet<String>,
+    kinds: BTreeSet<(String, String)>,
 }
 
 /// The table of resources as the last discovery left it, written by the graph builder alone:
@@ -218,6 +222,17 @@ impl Resources {
         &self.group_versions
     }
 
+    /// Whether the apiserver serves `kind` at `api_version` (or cannot tell: its group's
+    /// discovery failed). A reference naming a version that is not served cannot be mapped
+    /// by Kubernetes' collector.
+    pub fn serves(&self, api_version: &str, kind: &str) -> bool {
+        self.kinds.is_empty()
+            || self.failed.contains(group_of(api_version))
+            || self
+                .kinds
+                .contains(&(api_version.to_owned(), kind.to_owned()))
+    }
+
     /// The kinds served under two groups, for the watches' coordinates.
     pub fn aliases(&self) -> &Aliases {
         &self.aliases
@@ -232,6 +247,7 @@ impl Resources {
             aliases,
             failed,
             group_versions,
+            kinds,
         } = found;
         let mut changes = Changes {
             failed_changed: failed != self.failed,
@@ -292,6 +308,7 @@ impl Resources {
         }
         self.failed = failed;
         self.group_versions = group_versions;
+        self.kinds = kinds;
         changes
     }
 }
@@ -389,6 +406,19 @@ pub fn choose(groups: &[Group], ignored: &[String]) -> Found {
                     .iter()
                     .filter(|(v, _)| Some(v.as_str()) != preferred),
             );
+        for (version, resources) in &group.versions {
+            let api_version = match group.name.as_str() {
+                "" => version.clone(),
+                name => format!("{name}/{version}"),
+            };
+            for resource in resources.iter().flatten() {
+                if !resource.name.contains('/') {
+                    found
+                        .kinds
+                        .insert((api_version.clone(), resource.kind.clone()));
+                }
+            }
+        }
         for (version, resources) in ordered {
             for resource in resources.iter().flatten() {
                 let deletable = ["list", "watch", "delete"]

@@ -8,7 +8,7 @@ use kube::runtime::events::EventType;
 use super::barrier::{self, Barrier, Verdict};
 use super::context::Context;
 use super::decide;
-use super::order::Waves;
+use super::waves::Waves;
 use crate::api::{ApiError, Target};
 use crate::graph::{Flags, Uid, Work};
 use crate::names::{FOREGROUND_FINALIZER, Reason};

@@ -20,7 +20,8 @@
 //!   the wait and the release.
 //! - [`foreground`]: the foreground wait (`foregroundDeletion`, standalone mode).
 //! - [`order`]: deletion order: which of a waiting owner's dependents go next, in waves
-//!   ([`order::Orders`], decided from the graph; [`order::Waves`] says and queues it).
+//!   ([`order::Orders`], pure, decided from the graph); [`waves`]: the workers' side, which
+//!   says and queues it.
 //! - [`barrier`]: the release barrier: no owner goes before a fresh read confirms that
 //!   nothing refers to it any more (its bookkeeping; what holds an owner; a round's reads).
 //! - [`cascade`]: a cascade run on a copy of the graph by the same rules, to its end: what a
@@ -49,6 +50,7 @@ pub mod queue;
 pub mod snapshot;
 pub mod synchronous;
 pub mod watch;
+pub mod waves;
 
 use std::sync::Arc;
 use std::time::Duration;

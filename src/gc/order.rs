@@ -4,17 +4,12 @@
 //! The graph keeps each object's order; [`Orders`] keeps, per waiting owner, the wave its
 //! deletion has reached, so that a dependent's turn costs one look-up; [`Wave::is_highest_of`] is
 //! the rule. The owner's deadline bounds the whole sequence: when it passes, the order is
-//! abandoned and the remaining waves go at once.
+//! abandoned and the remaining waves go at once. Pure: the workers' side, which says and
+//! queues what it decides, is [`super::waves`]; `syncgc plan` runs it on a copy.
 
 use std::collections::{HashMap, HashSet};
 
-use kube::runtime::events::EventType;
-use parking_lot::Mutex;
-
-use super::context::Context;
-use crate::api::Target;
-use crate::graph::{Flags, Graph, Uid, Wave, Work};
-use crate::names::{DELETION_ORDER_ANNOTATION, Reason};
+use crate::graph::{Flags, Graph, Uid, Wave};
 
 /// The deletion order of each waiting owner, as far as its deletion has gone.
 #[derive(Debug, Default)]
@@ -153,75 +148,6 @@ fn waves_of(graph: &Graph, uid: Uid) -> Vec<Wave> {
         .valid_dependents(uid)
         .map(|(d, ..)| graph.wave(d))
         .collect()
-}
-
-/// The workers' deletion orders: [`Orders`] behind a lock, and what moving them on says and
-/// queues.
-#[derive(Debug, Default)]
-pub struct Waves(Mutex<Orders>);
-
-impl Waves {
-    /// Whether `uid` may be deleted now for every owner of it that waits (its wave reached).
-    pub fn in_turn(&self, graph: &Graph, uid: Uid) -> bool {
-        self.0.lock().in_turn(graph, uid, graph.wave(uid))
-    }
-
-    pub fn forget(&self, graph: &Graph) {
-        self.0.lock().forget(graph);
-    }
-
-    /// Queues the attempts to delete the dependents of the waiting owner `uid` that its order
-    /// has reached ([`Orders::next`]). A wave that starts gets a `SyncGCWave` Event on
-    /// `target`; a dependent with an invalid order, a Warning of its own the first time.
-    pub async fn delete_next(&self, cx: &Context, uid: Uid, target: &Target) {
-        let batch = {
-            let graph = cx.graph();
-            self.0
-                .lock()
-                .next(&graph, uid, |dependent| cx.recently_deleted(dependent))
-        };
-        if let Some((wave, count)) = batch.started {
-            cx.metrics.waves_started.inc();
-            tracing::info!(owner = %target, wave = wave.0, count, "deleting a wave of dependents");
-            let note = format!("deleting wave {}: {count} dependent(s)", wave.0);
-            cx.new_event(target, EventType::Normal, Reason::Wave, note)
-                .await;
-        }
-        for (dependent, value) in batch.invalid {
-            let Some((dependent, _)) = cx.observed(dependent) else {
-                continue;
-            };
-            let note = format!(
-                "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer; it is deleted in wave 0"
-            );
-            tracing::warn!(%dependent, "{note}");
-            cx.event(&dependent, EventType::Warning, Reason::InvalidOrder, note)
-                .await;
-        }
-        for dependent in batch.uids {
-            cx.enqueue(Work::AttemptToDelete(dependent));
-        }
-    }
-
-    /// The owner `uid`'s deadline passed: abandons its order if waves are left besides the
-    /// current one ([`Orders::abandon`]), saying so on `target`. Whether it did.
-    pub async fn abandon(&self, cx: &Context, uid: Uid, target: &Target) -> bool {
-        let abandoned = {
-            let graph = cx.graph();
-            self.0.lock().abandon(&graph, uid)
-        };
-        let Some(Abandoned { current, later }) = abandoned else {
-            return false;
-        };
-        tracing::warn!(owner = %target, wave = current.0, later, "the deadline passed before the last wave: the order is abandoned");
-        let note = format!(
-            "the deadline passed while wave {} was being deleted: the order is abandoned and the {later} dependent(s) of the later waves are deleted at once",
-            current.0
-        );
-        cx.new_event(target, EventType::Warning, Reason::OrderAbandoned, note)
-            .await;
-        true
-    }
 }
 
 #[cfg(test)]

@@ -103,7 +103,8 @@ impl Snapshot {
     }
 
     /// Lists every resource of the scope (`namespace`, or the whole cluster), metadata only,
-    /// into a graph.
+    /// into a graph. A namespace's scope takes in the cluster-scoped objects that name one of
+    /// its objects as an owner: Kubernetes' collector links them by uid.
     pub async fn read(cluster: &Cluster, resources: &Resources, namespace: Option<&str>) -> Self {
         let mut read = Self {
             graph: Graph::new(Mode::Standalone),
@@ -111,11 +112,10 @@ impl Snapshot {
             objects: HashMap::new(),
             unlisted: Vec::new(),
         };
+        let mut cluster_scoped = Vec::new();
         for (id, resource) in resources.served() {
-            if namespace.is_some() && !resource.namespaced {
-                continue;
-            }
-            let collection = Target::collection(&resource.api, namespace);
+            let elsewhere = namespace.is_some() && !resource.namespaced;
+            let collection = Target::collection(&resource.api, namespace.filter(|_| !elsewhere));
             let mut listed = Vec::new();
             let result = cluster
                 .list_metadata(&collection, |page: Vec<Meta>| listed.extend(page))
@@ -132,14 +132,30 @@ impl Snapshot {
                 else {
                     continue;
                 };
+                if elsewhere {
+                    if !observed.owners.is_empty() {
+                        cluster_scoped.push((id, observed, meta));
+                    }
+                } else {
+                    Self::take(&mut read, id, observed, meta);
+                }
+            }
+        }
+        for (id, observed, meta) in cluster_scoped {
+            if observed
+                .owners
+                .iter()
+                .any(|o| read.objects.contains_key(&o.uid))
+            {
                 Self::take(&mut read, id, observed, meta);
             }
         }
         // References whose owners cannot be looked up: of a kind not served or not listed, or a
-        // namespaced owner of a cluster-scoped object.
+        // namespaced owner of a cluster-scoped object; and those whose version is not served.
         let unlisted: HashSet<&str> = read.unlisted.iter().map(|u| u.resource.as_str()).collect();
         for (uid, (_, meta)) in &read.objects {
             for reference in &meta.owner_references {
+                let key = (*uid, Uid::parse(&reference.uid));
                 let resolvable = resources
                     .by_kind(&reference.api_version, &reference.kind)
                     .is_some_and(|(_, r)| {
@@ -147,9 +163,9 @@ impl Snapshot {
                             && (!r.namespaced || meta.namespace.is_some())
                     });
                 if !resolvable {
-                    read.facts
-                        .unresolvable
-                        .insert((*uid, Uid::parse(&reference.uid)));
+                    read.facts.unresolvable.insert(key);
+                } else if !resources.serves(&reference.api_version, &reference.kind) {
+                    read.facts.unserved_version.insert(key);
                 }
             }
         }
@@ -183,15 +199,7 @@ impl Snapshot {
     /// owner of a namespaced object), so that an owner that lives keeps its dependents.
     pub async fn read_owners(&mut self, cluster: &Cluster, resources: &Resources, target: Uid) {
         let read = self;
-        let mut tree = HashSet::from([target]);
-        let mut stack = vec![target];
-        while let Some(next) = stack.pop() {
-            for dependent in read.graph.dependents(next).to_vec() {
-                if tree.insert(dependent) {
-                    stack.push(dependent);
-                }
-            }
-        }
+        let tree: Vec<Uid> = read.graph.tree(target).collect();
         let mut missing = Vec::new();
         for uid in &tree {
             let Some((_, meta)) = read.objects.get(uid) else {

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use super::barrier::{self, Barrier, Verdict};
 use super::context::Context;
 use super::decide::{self, Deadline, OwnerState, Release, Unproven};
-use super::order::Waves;
+use super::waves::Waves;
 use crate::api::{ApiError, Marks, Target};
 use crate::graph::{Flags, Graph, Uid, Work};
 use crate::metrics::Action;

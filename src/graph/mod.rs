@@ -30,6 +30,21 @@ pub enum Mode {
     Standalone,
 }
 
+impl Mode {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Cooperative => "cooperative",
+            Self::Standalone => "standalone",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        [Self::Cooperative, Self::Standalone]
+            .into_iter()
+            .find(|m| m.as_str() == value)
+    }
+}
+
 /// An index into the table of watched resources (see `gc::discovery`). Two bytes, and two
 /// as an `Option` too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -471,42 +486,42 @@ impl Graph {
         (self.nodes.len() - virtual_nodes, virtual_nodes)
     }
 
-    /// The number of direct and indirect dependents of `uid`, each counted once (cycles end).
-    pub fn transitive_dependents(&self, uid: Uid) -> usize {
+    /// `uid` and every object that names it as an owner, directly or not, each once (cycles
+    /// end), `uid` first: the one walk over dependents. By uid, as Kubernetes' collector links
+    /// them, whether or not a reference really reaches its owner.
+    pub fn tree(&self, uid: Uid) -> impl Iterator<Item = Uid> + '_ {
         let mut seen = HashSet::from([uid]);
         let mut stack = vec![uid];
-        while let Some(next) = stack.pop() {
+        std::iter::from_fn(move || {
+            let next = stack.pop()?;
             for dependent in self.dependents(next) {
                 if seen.insert(*dependent) {
                     stack.push(*dependent);
                 }
             }
-        }
-        seen.len() - 1
+            Some(next)
+        })
     }
 
-    /// The object `uid`, its owners, and its dependents, transitively (each once, so cycles
-    /// end); empty when the graph does not know `uid`.
+    /// The number of direct and indirect dependents of `uid`.
+    pub fn transitive_dependents(&self, uid: Uid) -> usize {
+        self.tree(uid).count() - 1
+    }
+
+    /// The object `uid`, its owners, and its dependents, transitively (each once); empty when
+    /// the graph does not know `uid`.
     pub fn neighbourhood(&self, uid: Uid) -> Vec<Uid> {
         let Some(node) = self.nodes.get(&uid) else {
             return Vec::new();
         };
         let mut seen: Vec<Uid> = vec![uid];
-        let mut known = HashSet::from([uid]);
         for owner in node.owners.iter() {
-            if known.insert(owner.uid) {
+            if !seen.contains(&owner.uid) {
                 seen.push(owner.uid);
             }
         }
-        let mut stack = vec![uid];
-        while let Some(next) = stack.pop() {
-            for dependent in self.dependents(next) {
-                if known.insert(*dependent) {
-                    seen.push(*dependent);
-                    stack.push(*dependent);
-                }
-            }
-        }
+        let owners = seen.clone();
+        seen.extend(self.tree(uid).filter(|d| !owners.contains(d)));
         seen
     }
 

@@ -405,7 +405,7 @@ pub fn dry_run_warnings(
         (preview.orphaned, "would be orphaned"),
         (
             preview.waiting,
-            "would wait on finalizers of other controllers",
+            "would stay Terminating, held by finalizers",
         ),
     ]
     .iter()
@@ -929,7 +929,7 @@ mod tests {
                 "syncgc: dry run; in full: syncgc plan deployment.apps/cm -n ns. \
                  Deployment ns/cm (background) would delete 4 object(s) in 2 wave(s): 3 Pod, 1 ReplicaSet",
                 "syncgc: dry run: 1 would live on with other owners, \
-                 2 would wait on finalizers of other controllers",
+                 2 would stay Terminating, held by finalizers",
                 "syncgc: dry run: Deployment ns/cm would stay until they are gone, for at most 1m0.5s",
             ]
         );

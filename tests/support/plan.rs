@@ -4,8 +4,11 @@
 //! on with which owners, which waited on a finalizer of another controller. The shapes: a
 //! dependent with two owners, one of them cluster-scoped; a foreign finalizer; deletion waves;
 //! orphan, background and foreground; a custom resource of a kind created a moment before the
-//! plan; a reference from another namespace. They run with Kubernetes' collector beside syncgc
-//! (tests/plan.rs) and with syncgc alone (tests/standalone_gc.rs).
+//! plan; a reference from another namespace; a foreground owner's dependents in a deletion
+//! order; a cluster-scoped dependent of a namespaced owner; a reference at an apiVersion that
+//! is not served. They run with Kubernetes' collector beside syncgc (tests/plan.rs) and with
+//! syncgc alone (tests/standalone_gc.rs): the plan reads the mode from the tests' syncgc's
+//! leader Lease, and where the two collectors differ each shape says what each does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -27,12 +30,29 @@ use super::{
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The syncgc whose mode the plans predict (its leader Lease's name), and that mode.
+static COLLECTOR: std::sync::OnceLock<(String, &'static str)> = std::sync::OnceLock::new();
+
+/// Plans predict `syncgc`, which runs in `mode` (`cooperative` or `standalone`).
+pub fn predicting(syncgc: &super::process::Syncgc, mode: &'static str) {
+    COLLECTOR.get_or_init(|| (syncgc.name.clone(), mode));
+}
+
+/// The mode the plans predict.
+fn mode() -> &'static str {
+    COLLECTOR.get().map_or("cooperative", |(_, mode)| mode)
+}
+
 /// `syncgc plan OBJECT -n NS -o json ARGS` with the tests' timeouts: the plan, or what the
 /// command said when it failed (its exit code and its error).
 pub fn try_plan(ns: &TestNamespace, object: &str, args: &[&str]) -> Result<Value, (i32, String)> {
+    let lease = COLLECTOR
+        .get()
+        .map(|(lease, _)| ["--leader-election-lease", lease.as_str()]);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
         .args(["plan", object, "-n", &ns.name, "-o", "json"])
         .args(TEST_TIMEOUTS)
+        .args(lease.iter().flatten())
         .args(args)
         .env("KUBECONFIG", super::kubeconfig_path())
         .output()
@@ -243,6 +263,11 @@ pub async fn a_tree(ns: &TestNamespace, armed: bool) {
     assert_eq!(plan["propagation"], "background", "{plan:#}");
     assert_eq!(plan["propagationFrom"], "default", "{plan:#}");
     assert_eq!(plan["synchronous"], armed, "{plan:#}");
+    assert_eq!(
+        (&plan["mode"], &plan["modeFrom"]),
+        (&json!(mode()), &json!("lease")),
+        "{plan:#}"
+    );
     // Kinds of other tests may come and go meanwhile; this test's are listed.
     let unlisted: Vec<&str> = plan["unlisted"]
         .as_array()
@@ -258,7 +283,7 @@ pub async fn a_tree(ns: &TestNamespace, armed: bool) {
     );
     assert_eq!(
         names(&plan, "delete"),
-        set(&["a", "a1", "a2", "held", "w"]),
+        set(&["a", "a1", "a2", "w"]),
         "{plan:#}"
     );
     assert_eq!(
@@ -436,6 +461,161 @@ pub async fn a_reference_from_another_namespace(ns: &TestNamespace, other: &Test
         exists(&there, "stranger").await,
         "the reference from elsewhere is no dependency"
     );
+}
+
+/// A foreground owner, not armed, whose dependents carry `syncgc.io/deletion-order` 2, 1 and
+/// none: syncgc deletes them in that order (standalone), Kubernetes' collector all at once.
+pub async fn the_deletion_order_of_a_foreground_owner(ns: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let reference = || vec![owner_ref(&owner, true)];
+    create(&api, &in_wave(config_map("first", reference()), "2")).await;
+    create(&api, &in_wave(config_map("second", reference()), "1")).await;
+    create(&api, &config_map("last", reference())).await;
+    let plan = plan(ns, "configmap/owner", &["--cascade", "foreground"]);
+    let (want, by) = match mode() {
+        "standalone" => ([1, 2, 3], "syncgc"),
+        _ => ([1, 1, 1], "kubernetes"),
+    };
+    let names = ["first", "second", "last"];
+    assert_eq!(
+        waves(&plan),
+        names
+            .iter()
+            .zip(want)
+            .map(|(n, w)| ((*n).to_owned(), w))
+            .collect(),
+        "{plan:#}"
+    );
+    for entry in plan["delete"].as_array().unwrap() {
+        assert_eq!(entry["deletedBy"], by, "{plan:#}");
+    }
+    let going = Going::record(&api).await;
+    super::delete(&api, "owner", &DeleteParams::foreground()).await;
+    settled(&api, &plan, &names).await;
+    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
+    if mode() == "standalone" {
+        going.follows(&plan, &[("first", "second"), ("second", "last")]);
+    }
+}
+
+/// A cluster-scoped object (a ClusterRole) naming a namespaced owner with `blockOwnerDeletion`,
+/// beside a namespaced dependent. Neither collector collects it. Kubernetes' collector links it
+/// by uid: it holds the owner's foreground deletion until it goes, and `orphan` removes its
+/// reference; syncgc does not take it for a dependent.
+pub async fn a_cluster_scoped_dependent_of_a_namespaced_owner(ns: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let roles = Api::<ClusterRole>::all(ns.client.clone());
+    let kubernetes = mode() == "cooperative";
+    for cascade in ["foreground", "orphan"] {
+        let owner = create(&api, &config_map(&format!("{cascade}-owner"), vec![])).await;
+        create(
+            &api,
+            &config_map(&format!("{cascade}-d"), vec![owner_ref(&owner, true)]),
+        )
+        .await;
+        let role: ClusterRole = serde_json::from_value(json!({ "metadata": {
+            "name": format!("{}-{cascade}", ns.name),
+            "ownerReferences": [owner_ref(&owner, true)] } }))
+        .unwrap();
+        let role = roles.create(&PostParams::default(), &role).await.unwrap();
+        let role = role.name_any();
+        let _role = ClusterRoleGone(role.clone());
+        let object = format!("configmap/{cascade}-owner");
+        let plan = plan(ns, &object, &["--cascade", cascade]);
+        let dependent = format!("{cascade}-d");
+        if cascade == "foreground" {
+            assert_eq!(names(&plan, "delete"), set(&[&dependent]), "{plan:#}");
+            assert_eq!(names(&plan, "keep"), set(&[&role]), "{plan:#}");
+            assert_eq!(plan["goes"], !kubernetes, "{plan:#}");
+            if kubernetes {
+                let held = &plan["heldBy"][0];
+                assert_eq!(held["name"], "foregroundDeletion", "{plan:#}");
+                assert_eq!(held["waitsFor"][0]["name"], role.as_str(), "{plan:#}");
+            }
+        } else {
+            let orphaned = if kubernetes {
+                set(&[&dependent, &role])
+            } else {
+                set(&[&dependent])
+            };
+            assert_eq!(names(&plan, "orphan"), orphaned, "{plan:#}");
+        }
+        let params = match cascade {
+            "foreground" => DeleteParams::foreground(),
+            _ => DeleteParams::orphan(),
+        };
+        let owner = format!("{cascade}-owner");
+        super::delete(&api, &owner, &params).await;
+        if cascade == "foreground" {
+            eventually("the namespaced dependent goes", WAIT, || {
+                gone(&api, &dependent)
+            })
+            .await;
+            if kubernetes {
+                // Held for good: long enough for a collector to have let it go.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                assert!(
+                    being_deleted(&api, &owner).await.is_some(),
+                    "Kubernetes' collector holds the owner for the ClusterRole"
+                );
+                roles.delete(&role, &DeleteParams::default()).await.unwrap();
+            }
+            eventually("the owner goes", WAIT, || gone(&api, &owner)).await;
+            if !kubernetes {
+                assert!(
+                    exists(&roles, &role).await,
+                    "the ClusterRole is not collected"
+                );
+            }
+        } else {
+            eventually("the owner goes", WAIT, || gone(&api, &owner)).await;
+            let references = || async { roles.get(&role).await.unwrap().owner_references().len() };
+            if kubernetes {
+                eventually("the ClusterRole loses its reference", WAIT, || async {
+                    (references().await == 0).then_some(())
+                })
+                .await;
+            } else {
+                assert_eq!(references().await, 1, "syncgc leaves the reference");
+            }
+        }
+    }
+}
+
+/// A dependent whose reference names its owner at an apiVersion that is not served (`v9` of
+/// the core group), beside one with a good reference. syncgc looks the owner up by group and
+/// kind and collects both; Kubernetes' collector cannot map `v9` and keeps that one for good.
+pub async fn a_reference_at_a_version_not_served(ns: &TestNamespace) {
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let mut unserved = owner_ref(&owner, false);
+    unserved.api_version = "v9".to_owned();
+    create(&api, &config_map("unserved", vec![unserved])).await;
+    create(&api, &config_map("good", vec![owner_ref(&owner, false)])).await;
+    let plan = plan(ns, "configmap/owner", &[]);
+    let kubernetes = mode() == "cooperative";
+    if kubernetes {
+        assert_eq!(names(&plan, "delete"), set(&["good"]), "{plan:#}");
+        assert_eq!(names(&plan, "keep"), set(&["unserved"]), "{plan:#}");
+    } else {
+        assert_eq!(
+            names(&plan, "delete"),
+            set(&["good", "unserved"]),
+            "{plan:#}"
+        );
+    }
+    super::delete(&api, "owner", &DeleteParams::default()).await;
+    eventually("the good dependent goes", WAIT, || gone(&api, "good")).await;
+    if kubernetes {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            exists(&api, "unserved").await,
+            "Kubernetes' collector keeps it"
+        );
+    } else {
+        eventually("the other goes", WAIT, || gone(&api, "unserved")).await;
+    }
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
