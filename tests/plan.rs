@@ -83,6 +83,30 @@ async fn a_missing_object_is_an_error() {
     assert!(err.contains("no kind \"nokind\""), "{err}");
     let (_, err) = try_plan(&ns, "configmap", &[]).unwrap_err();
     assert!(err.contains("KIND/NAME"), "{err}");
+
+    // A namespace being deleted (held by an object with a finalizer of another controller).
+    let maps = ns.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    support::create(&maps, &support::held("held", vec![])).await;
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(ns.client.clone());
+    namespaces
+        .delete(&ns.name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let (code, err) = try_plan(&ns, "configmap/held", &[]).unwrap_err();
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("the namespace {} is being deleted", ns.name)),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+    support::clear_finalizers(&maps, "held").await;
+    let (code, err) =
+        support::plan::try_plan_in("no-such-namespace", "configmap/x", &[]).unwrap_err();
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("the namespace no-such-namespace does not exist"),
+        "{err}"
+    );
 }
 
 /// Every field of the JSON a plan prints is in docs/commands.md.
@@ -127,11 +151,23 @@ fn collect(value: &serde_json::Value, fields: &mut BTreeSet<String>) {
 #[tokio::test]
 async fn a_dry_run_delete_is_told_the_plan() {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     let ns = namespace("plan-dry-run").await;
     let maps = ns.api::<ConfigMap>();
     let owner = support::create(&maps, &support::opted_in("owner", vec![], &[])).await;
     let reference = || vec![support::owner_ref(&owner, true)];
     let other = support::create(&maps, &support::config_map("other", vec![])).await;
+    // Its other owner is of a kind nobody serves: no collector can find that owner absent.
+    // (Made first: the collector has it once it has the ConfigMaps made after it.)
+    let mut unserved = reference();
+    unserved.push(OwnerReference {
+        api_version: "example.com/v1".into(),
+        kind: "Nothing".into(),
+        name: "x".into(),
+        uid: "7a0c6a53-0000-4000-8000-000000000007".into(),
+        ..Default::default()
+    });
+    support::create(&maps, &support::config_map("unserved", unserved)).await;
     let mut made = vec![
         support::create(&maps, &support::config_map("a", reference())).await,
         support::create(&maps, &support::held("held", reference())).await,
@@ -181,11 +217,11 @@ async fn a_dry_run_delete_is_told_the_plan() {
              (background) would delete 2 object(s) in 1 wave(s): 1 ConfigMap, 1 Secret",
             ns.name, ns.name
         ),
-        "Warning: syncgc: dry run: 1 would live on with other owners, 1 would stay Terminating, held \
+        "Warning: syncgc: dry run: 2 would live on with other owners, 1 would stay Terminating, held \
          by finalizers"
             .to_owned(),
         format!(
-            "Warning: syncgc: dry run: ConfigMap {}/owner would stay 1m0.4s, until syncgc releases it: \
+            "Warning: syncgc: dry run: ConfigMap {}/owner would stay 1m0.5s, until syncgc releases it: \
              what it waits for waits on another controller",
             ns.name
         ),

@@ -59,6 +59,7 @@ fn object(n: u128, owner: Option<u128>) -> Observed {
                 uid: Uid::from_u128(o),
                 coordinates: Coordinates::of("v1", "ConfigMap", &format!("object-{o:06}")),
                 block_owner_deletion: true,
+                served: true,
             })
             .into_iter()
             .collect(),

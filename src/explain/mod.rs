@@ -731,11 +731,14 @@ mod tests {
         (reference.api_version, reference.kind) =
             ("extensions/v1beta1".into(), "Deployment".into());
         let dependents = HashMap::from([("1".to_owned(), vec![old])]);
-        let aliases = Aliases::new(&[Alias {
-            group: "extensions".into(),
-            kind: "Deployment".into(),
-            canonical: "apps".into(),
-        }]);
+        let aliases = Aliases::new(
+            &[Alias {
+                group: "extensions".into(),
+                kind: "Deployment".into(),
+                canonical: "apps".into(),
+            }],
+            [],
+        );
         let (text, _) = report(&owner, &dependents, None, &aliases);
         assert!(text.contains("dependents (1 blocking):"), "{text}");
         let (text, _) = report(&owner, &dependents, None, &Aliases::default());

@@ -160,6 +160,7 @@ fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLi
             uid: Uid::parse(&r.uid),
             coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
             block_owner_deletion: r.block_owner_deletion == Some(true),
+            served: aliases.serves(&r.api_version, &r.kind),
         })
         .find(|link| {
             link.reaches(

@@ -396,6 +396,8 @@ impl Cascade<'_> {
                     Collector::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),
                 }
             }
+            // Never seen, of a kind not served: no read can find it absent.
+            Some(owner) if !owner.seen() && !link.served => OwnerState::Unresolvable,
             // Not listed, or not what the reference names: no such owner.
             _ => OwnerState::Absent,
         }
@@ -1088,6 +1090,21 @@ mod tests {
         );
         let after: Vec<_> = (1..=4).map(|n| g.observed(uid(n))).collect();
         assert_eq!(before, after, "the graph is left as it was");
+    }
+
+    #[test]
+    fn a_preview_keeps_a_dependent_whose_other_owner_is_of_a_kind_not_served() {
+        let mut g = graph(&[(1, &[], Flags::ARMED)]);
+        let mut dependent = Observed::config_map(2, &[1, 7], NONE);
+        dependent.owners[1].served = false;
+        g.apply(ResourceId::new(1), dependent);
+        let preview = preview(&g, uid(1), Propagation::Background, |_| "ConfigMap".into());
+        assert!(preview.deleted.is_empty(), "{preview:?}");
+        assert_eq!(preview.kept, 1);
+        // Of a kind served, an owner never seen is absent.
+        let g = graph(&[(1, &[], Flags::ARMED), (2, &[1, 7], NONE)]);
+        let preview = super::preview(&g, uid(1), Propagation::Background, |_| "ConfigMap".into());
+        assert_eq!(preview.deleted.get("ConfigMap"), Some(&1));
     }
 
     #[test]

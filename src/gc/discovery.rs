@@ -11,7 +11,7 @@
 //! `networking.k8s.io`, with the same `storageVersionHash`) is watched once, under one group,
 //! and references through the other group reach the same objects.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -292,7 +292,13 @@ impl Resources {
                 changes.removed.push(ResourceId::new(index as u16));
             }
         }
-        self.aliases = Aliases::new(&aliases);
+        self.aliases = Aliases::new(
+            &aliases,
+            self.list
+                .iter()
+                .filter(|r| r.served)
+                .map(|r| (r.api.group.as_str(), r.api.kind.as_str())),
+        );
         self.by_group_kind = self
             .served()
             .map(|(id, r)| ((r.api.group.clone(), r.api.kind.clone()), id))
@@ -316,30 +322,60 @@ impl Resources {
 /// Kinds served under a second group: their references are taken as references to the group
 /// they are watched under, so that one object has one identity whichever group names it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Aliases(HashMap<(String, String), String>);
+pub struct Aliases {
+    canonical: HashMap<(String, String), String>,
+    /// The (group, kind) pairs served, aliases included, by hash; empty when not known.
+    served: HashSet<u64>,
+}
 
 impl Aliases {
-    pub fn new(aliases: &[Alias]) -> Self {
-        Self(
-            aliases
-                .iter()
-                .map(|a| ((a.group.clone(), a.kind.clone()), a.canonical.clone()))
-                .collect(),
-        )
+    /// The aliases, and the (group, kind) pairs that are served.
+    pub fn new<'a>(
+        aliases: &[Alias],
+        served: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Self {
+        let canonical: HashMap<(String, String), String> = aliases
+            .iter()
+            .map(|a| ((a.group.clone(), a.kind.clone()), a.canonical.clone()))
+            .collect();
+        let mut served: HashSet<u64> = served.into_iter().map(|(g, k)| group_kind(g, k)).collect();
+        for ((group, kind), canonical) in &canonical {
+            if served.contains(&group_kind(canonical, kind)) {
+                served.insert(group_kind(group, kind));
+            }
+        }
+        Self { canonical, served }
+    }
+
+    /// Whether the apiserver serves `kind` in `api_version`'s group, with list and delete
+    /// (true when that is not known).
+    pub fn serves(&self, api_version: &str, kind: &str) -> bool {
+        self.served.is_empty()
+            || self
+                .served
+                .contains(&group_kind(group_of(api_version), kind))
     }
 
     /// The coordinates of the object `api_version`, `kind`, `name` names.
     pub fn coordinates(&self, api_version: &str, kind: &str, name: &str) -> Coordinates {
         let group = group_of(api_version);
-        let group = if self.0.is_empty() {
+        let group = if self.canonical.is_empty() {
             group
         } else {
-            self.0
+            self.canonical
                 .get(&(group.to_owned(), kind.to_owned()))
                 .map_or(group, String::as_str)
         };
         Coordinates::in_group(group, kind, name)
     }
+}
+
+/// A (group, kind) pair as a number, for cheap look-ups on every watch event.
+fn group_kind(group: &str, kind: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (group, kind).hash(&mut hasher);
+    hasher.finish()
 }
 
 fn group_of(api_version: &str) -> &str {

@@ -61,6 +61,7 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
                 uid: Uid::parse(&r.uid),
                 coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
                 block_owner_deletion: r.block_owner_deletion == Some(true),
+                served: aliases.serves(&r.api_version, &r.kind),
             })
             .collect(),
         flags: Flags::of(meta),

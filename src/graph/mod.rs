@@ -93,6 +93,9 @@ pub struct OwnerLink {
     pub uid: Uid,
     pub coordinates: Coordinates,
     pub block_owner_deletion: bool,
+    /// The apiserver serves the kind the reference names (when the object was observed): an
+    /// owner of a kind not served, which the graph never sees, is never taken for absent.
+    pub served: bool,
 }
 
 impl OwnerLink {
@@ -145,6 +148,7 @@ impl Observed {
             uid: Uid::from_u128(o),
             coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{o}")),
             block_owner_deletion: true,
+            served: true,
         };
         Self {
             uid: Uid::from_u128(n),
@@ -761,6 +765,7 @@ mod tests {
             uid: uid(n),
             coordinates: Coordinates::of("v1", "ConfigMap", &format!("o{n}")),
             block_owner_deletion,
+            served: true,
         }
     }
 

@@ -46,11 +46,16 @@ fn mode() -> &'static str {
 /// `syncgc plan OBJECT -n NS -o json ARGS` with the tests' timeouts: the plan, or what the
 /// command said when it failed (its exit code and its error).
 pub fn try_plan(ns: &TestNamespace, object: &str, args: &[&str]) -> Result<Value, (i32, String)> {
+    try_plan_in(&ns.name, object, args)
+}
+
+/// [`try_plan`] in the namespace named `ns`.
+pub fn try_plan_in(ns: &str, object: &str, args: &[&str]) -> Result<Value, (i32, String)> {
     let lease = COLLECTOR
         .get()
         .map(|(lease, _)| ["--leader-election-lease", lease.as_str()]);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args(["plan", object, "-n", &ns.name, "-o", "json"])
+        .args(["plan", object, "-n", ns, "-o", "json"])
         .args(TEST_TIMEOUTS)
         .args(lease.iter().flatten())
         .args(args)
@@ -97,9 +102,10 @@ fn waves(plan: &Value) -> BTreeMap<String, u64> {
 }
 
 /// The order in which ConfigMaps of a namespace start going (a deletionTimestamp, or gone),
-/// from a watch opened before the DELETE.
+/// from a watch opened before the DELETE, and the propagation each DELETE had: the finalizer
+/// the apiserver put with the deletionTimestamp (`foregroundDeletion`, `orphan`), or none.
 pub struct Going {
-    order: Arc<Mutex<Vec<String>>>,
+    order: Arc<Mutex<Vec<(String, &'static str)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -115,16 +121,24 @@ impl Going {
         let seen = order.clone();
         let task = tokio::spawn(async move {
             while let Ok(Some(event)) = events.try_next().await {
-                let name = match event {
+                let (name, propagation) = match event {
                     WatchEvent::Modified(m) if m.metadata.deletion_timestamp.is_some() => {
-                        m.name_any()
+                        let has = |f: &str| m.finalizers().iter().any(|x| x == f);
+                        let propagation = if has("foregroundDeletion") {
+                            "foreground"
+                        } else if has("orphan") {
+                            "orphan"
+                        } else {
+                            "background"
+                        };
+                        (m.name_any(), propagation)
                     }
-                    WatchEvent::Deleted(m) => m.name_any(),
+                    WatchEvent::Deleted(m) => (m.name_any(), "background"),
                     _ => continue,
                 };
                 let mut seen = seen.lock().unwrap();
-                if !seen.contains(&name) {
-                    seen.push(name);
+                if !seen.iter().any(|(n, _)| *n == name) {
+                    seen.push((name, propagation));
                 }
             }
         });
@@ -133,12 +147,28 @@ impl Going {
 
     /// Where `name` stands in the order, if it started going.
     fn at(&self, name: &str) -> Option<usize> {
-        self.order.lock().unwrap().iter().position(|n| n == name)
+        self.order
+            .lock()
+            .unwrap()
+            .iter()
+            .position(|(n, _)| n == name)
     }
 
-    /// Each object deleted in an earlier wave than a dependent of it (the order the
-    /// collector must keep) started going before it.
+    /// Each object the plan deletes started going with the propagation the plan gives, and
+    /// each object deleted in an earlier wave than a dependent of it (the order the collector
+    /// must keep) started going before it.
     pub fn follows(&self, plan: &Value, api_order: &[(&str, &str)]) {
+        let seen = self.order.lock().unwrap().clone();
+        for entry in plan["delete"].as_array().unwrap() {
+            let name = entry["name"].as_str().unwrap();
+            let Some((_, propagation)) = seen.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            assert_eq!(
+                entry["propagation"], *propagation,
+                "{name}'s DELETE had the planned propagation: {plan:#}"
+            );
+        }
         let waves = waves(plan);
         for (before, after) in api_order {
             assert!(
@@ -496,6 +526,8 @@ pub async fn the_deletion_order_of_a_foreground_owner(ns: &TestNamespace) {
     eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
     if mode() == "standalone" {
         going.follows(&plan, &[("first", "second"), ("second", "last")]);
+    } else {
+        going.follows(&plan, &[]);
     }
 }
 

@@ -330,6 +330,7 @@ async fn an_owner_of_a_kind_nobody_serves_is_retried_and_nothing_is_deleted() {
             uid: uid(1),
             coordinates: crate::graph::Coordinates::of("example.com/v1", "Widget", "w"),
             block_owner_deletion: false,
+            served: false,
         }],
         ..Observed::config_map(2, &[], Flags::empty())
     };
