@@ -5,7 +5,9 @@
 //!
 //! Discovery runs beside it: at start, every [`GcConfig::rediscovery`](super::GcConfig), and
 //! at once (after a short pause that gathers a burst) when a CustomResourceDefinition or an
-//! APIService changes, since those change what is served.
+//! APIService changes, since those change what is served, or when a worker asks.
+//!
+//! It does not know the collector: it hands the work the watches bring up to a [`Sink`].
 
 use parking_lot::RwLock;
 use std::collections::{HashMap, HashSet};
@@ -18,10 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::Backoff;
 
-use super::Collector;
-use super::discovery::{self, Aliases, Found};
+use super::GcConfig;
+use super::discovery::{self, Aliases, Found, Rediscovery};
 use super::watch::{self, GraphEvent, InitialList, WatchState};
-use crate::graph::{ResourceId, Work, Writer};
+use crate::api::Cluster;
+use crate::graph::{ResourceId, Uid, Work, Writer};
+use crate::metrics::Metrics;
 
 /// How long a burst of CRD or APIService changes is gathered before discovering again.
 const GATHER: Duration = Duration::from_millis(200);
@@ -31,8 +35,30 @@ const VERSION_WITHIN: Duration = Duration::from_secs(10);
 /// The longest wait between two attempts at a discovery that failed as a whole.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Where the graph builder hands what the watches bring up: the collector's queue, its record
+/// of recent deletions, the owners its release barrier holds.
+pub trait Sink: Send + Sync + 'static {
+    /// Work an event brought up; `first`: ahead of the work queued before.
+    fn enqueue(&self, work: Work, first: bool);
+    /// A watch saw `uid` deleted.
+    fn gone(&self, uid: Uid);
+    /// What the graph or the watches know changed: the owners held for it look again.
+    fn wake_held(&self);
+}
+
+/// What the graph builder reads and asks besides its sink.
+#[derive(Clone)]
+pub struct Parts {
+    pub cluster: Cluster,
+    pub metrics: Metrics,
+    pub config: GcConfig,
+    /// Asked by the workers (a read that names a kind not served) for a discovery.
+    pub rediscovery: Arc<Rediscovery>,
+}
+
 struct Builder {
-    collector: Arc<Collector>,
+    sink: Arc<dyn Sink>,
+    parts: Parts,
     /// How each watch lists, on this apiserver.
     initial_list: InitialList,
     /// The graph's one writer.
@@ -52,7 +78,8 @@ struct Builder {
 /// Runs the graph builder until `shutdown`; `synced` turns true once every watch of the first
 /// discovery has listed (or failed to, three times).
 pub async fn run(
-    collector: Arc<Collector>,
+    sink: Arc<dyn Sink>,
+    parts: Parts,
     graph: Writer,
     discovery: discovery::Writer,
     synced: signal::Sender<bool>,
@@ -60,18 +87,19 @@ pub async fn run(
 ) {
     let (events_tx, mut events) = mpsc::channel::<GraphEvent>(4096);
     let (found_tx, mut found) = mpsc::channel::<Found>(1);
-    let discoverer = tokio::spawn(discover(collector.clone(), found_tx, shutdown.clone()));
+    let discoverer = tokio::spawn(discover(parts.clone(), found_tx, shutdown.clone()));
     // Whether the apiserver streams lists follows from its version, asked once.
-    let version = tokio::time::timeout(VERSION_WITHIN, collector.cx.cluster.server_version())
+    let version = tokio::time::timeout(VERSION_WITHIN, parts.cluster.server_version())
         .await
         .ok()
         .and_then(Result::ok);
     let initial_list =
-        (collector.cx.config.initial_list).on(version.and_then(|version| version.parse().ok()));
+        (parts.config.initial_list).on(version.and_then(|version| version.parse().ok()));
     tracing::info!(?initial_list, "how each watch lists");
     let mut builder = Builder {
         initial_list,
-        collector,
+        sink,
+        parts,
         graph,
         discovery,
         events: events_tx,
@@ -85,7 +113,7 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             Some(found) = found.recv() => {
                 builder.take_in(found);
-                builder.collector.wake_held();
+                builder.sink.wake_held();
                 if builder.pending.as_ref().is_some_and(HashSet::is_empty) {
                     let _ = synced.send(true);
                 }
@@ -105,12 +133,12 @@ pub async fn run(
                     | GraphEvent::Delete(id, _) => {
                         if builder.sources.contains(id) {
                             tracing::debug!("a CRD or APIService changed: discovering again");
-                            builder.collector.rediscovery.ask();
+                            builder.parts.rediscovery.ask();
                         }
                     }
                     GraphEvent::Unserved(_) | GraphEvent::State(..) => {}
                 }
-                apply(&builder.graph, &builder.collector, event);
+                apply(&builder.graph, &*builder.sink, event);
             }
         }
     }
@@ -120,10 +148,10 @@ pub async fn run(
     let _ = discoverer.await;
 }
 
-/// Applies one watch event to the graph and queues the work it brings up on `collector`. An
-/// owner waiting for its dependents that has none left goes ahead of the work queued before:
-/// its release may be what the rest of its tree waits for.
-pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
+/// Applies one watch event to the graph and hands the work it brings up to `sink`. An owner
+/// waiting for its dependents that has none left goes ahead of the work queued before: its
+/// release may be what the rest of its tree waits for.
+pub(super) fn apply(graph: &Writer, sink: &dyn Sink, event: GraphEvent) {
     let work: Vec<(Work, bool)> = {
         let mut graph = graph.write();
         let work: Vec<Work> = match event {
@@ -133,7 +161,7 @@ pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
                 .flat_map(|observed| graph.apply(id, observed))
                 .collect(),
             GraphEvent::Delete(_, uid) => {
-                collector.cx.gone(uid);
+                sink.gone(uid);
                 graph.delete(uid)
             }
             GraphEvent::Listed(id, Some(listed)) => graph.reset(id, &listed),
@@ -142,7 +170,7 @@ pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
             GraphEvent::State(_, state) => {
                 // A read that failed with the watch may succeed now.
                 if state == WatchState::Watching {
-                    collector.wake_held();
+                    sink.wake_held();
                 }
                 Vec::new()
             }
@@ -161,11 +189,7 @@ pub(super) fn apply(graph: &Writer, collector: &Collector, event: GraphEvent) {
             .collect()
     };
     for (work, first) in work {
-        if first {
-            collector.cx.enqueue_first(work);
-        } else {
-            collector.cx.enqueue(work);
-        }
+        sink.enqueue(work, first);
     }
 }
 
@@ -188,7 +212,7 @@ impl Builder {
             (failed, resources.aliases().clone())
         };
         *self.aliases.write() = aliases;
-        let metrics = self.collector.cx.metrics.clone();
+        let metrics = self.parts.metrics.clone();
         metrics
             .discovery_failed_groups
             .set(i64::try_from(failed.len()).unwrap_or(i64::MAX));
@@ -266,14 +290,14 @@ impl Builder {
         };
         tracing::debug!(resource = %discovery::resource_name(&resource.api), version = %resource.api.version, "watching");
         let task = tokio::spawn(watch::watch(
-            self.collector.cx.cluster.streams().clone(),
+            self.parts.cluster.streams().clone(),
             id,
             resource,
             self.initial_list,
             fresh,
             self.aliases.clone(),
             self.events.clone(),
-            self.collector.cx.metrics.clone(),
+            self.parts.metrics.clone(),
         ));
         if let Some(old) = self.watches.insert(id, task) {
             old.abort();
@@ -284,35 +308,28 @@ impl Builder {
 
 /// Discovers the served resources whenever asked (and every rediscovery interval), sending
 /// what it finds to the builder; a discovery that fails as a whole is retried with backoff.
-async fn discover(
-    collector: Arc<Collector>,
-    found: mpsc::Sender<Found>,
-    shutdown: CancellationToken,
-) {
+async fn discover(parts: Parts, found: mpsc::Sender<Found>, shutdown: CancellationToken) {
     let mut backoff = Backoff::new(Duration::from_millis(500), MAX_BACKOFF);
     loop {
-        let wait =
-            match discovery::discover(collector.cx.cluster.streams(), &collector.cx.config.ignored)
-                .await
-            {
-                Ok(answer) => {
-                    backoff.reset();
-                    if found.send(answer).await.is_err() {
-                        return;
-                    }
-                    collector.cx.config.rediscovery
+        let wait = match discovery::discover(parts.cluster.streams(), &parts.config.ignored).await {
+            Ok(answer) => {
+                backoff.reset();
+                if found.send(answer).await.is_err() {
+                    return;
                 }
-                Err(err) => {
-                    collector.cx.metrics.discovery_errors.inc();
-                    let wait = backoff.failed();
-                    tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
-                    wait
-                }
-            };
+                parts.config.rediscovery
+            }
+            Err(err) => {
+                parts.metrics.discovery_errors.inc();
+                let wait = backoff.failed();
+                tracing::warn!(%err, retry_in = ?wait, "discovering the served resources");
+                wait
+            }
+        };
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
-            () = collector.rediscovery.asked() => {
+            () = parts.rediscovery.asked() => {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(GATHER) => {}

@@ -132,9 +132,23 @@ impl Collector {
             .set(i64::try_from(waiting).unwrap_or(i64::MAX));
         cx.metrics.oldest_waiting_owner_seconds.set(oldest.max(0));
     }
+}
+
+impl super::builder::Sink for Collector {
+    fn enqueue(&self, work: Work, first: bool) {
+        if first {
+            self.cx.enqueue_first(work);
+        } else {
+            self.cx.enqueue(work);
+        }
+    }
+
+    fn gone(&self, uid: Uid) {
+        self.cx.gone(uid);
+    }
 
     /// Looks again at every owner the barrier holds (a watch recovered, discovery caught up).
-    pub(super) fn wake_held(&self) {
+    fn wake_held(&self) {
         for uid in self.barrier.held() {
             self.cx.enqueue(Work::SyncOwner(uid));
         }

@@ -143,8 +143,15 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (synced_tx, mut synced_rx) = signal::channel(false);
+    let parts = builder::Parts {
+        cluster: collector.cx.cluster.clone(),
+        metrics: collector.cx.metrics.clone(),
+        config: collector.cx.config.clone(),
+        rediscovery: collector.rediscovery.clone(),
+    };
     let builder = tokio::spawn(builder::run(
         collector.clone(),
+        parts,
         graph,
         resources,
         synced_tx,

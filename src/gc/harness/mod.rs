@@ -234,7 +234,7 @@ impl Harness {
         for object in objects {
             super::builder::apply(
                 &self.graph,
-                &self.collector,
+                &*self.collector,
                 GraphEvent::Apply(self.configmaps, object),
             );
         }
