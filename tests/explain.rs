@@ -120,6 +120,60 @@ async fn a_terminating_namespace_says_what_holds_it() {
     );
 }
 
+/// `--watch` on an armed owner being deleted sees a dependent of a kind served only after it
+/// started (a CustomResourceDefinition created meanwhile; the dependent kept by a finalizer,
+/// since syncgc deletes it at once), and follows the owner until it goes.
+#[tokio::test]
+async fn watch_sees_a_dependent_of_a_kind_served_later() {
+    let ns = namespace("explain-new-kind").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
+    create(&api, &held("held", vec![owner_ref(&owner, true)])).await;
+    support::delete(&api, "owner", &DeleteParams::background()).await;
+    let mut follow = Following::new(
+        explain(&["configmap/owner", "-n", &ns.name, "--watch"])
+            .spawn()
+            .unwrap(),
+    );
+    follow.started().await;
+    follow.says("1 dependent(s) left", WAIT).await;
+    let gadgets = support::create_crd(&ns, "Gadget", "gadgets").await;
+    let objects = support::surface::dynamic(&ns, &gadgets);
+    let reference = owner_ref(&owner, true);
+    eventually("the apiserver takes the custom resource", WAIT, || async {
+        let object = serde_json::json!({
+            "apiVersion": gadgets.api_version, "kind": gadgets.kind,
+            "metadata": { "name": "g", "ownerReferences": [reference],
+                          "finalizers": [support::HOLD] } });
+        let object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+        objects
+            .create(&kube::api::PostParams::default(), &object)
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+    // syncgc deletes it at once, as a dependent of a waiting owner; its finalizer keeps it.
+    follow.says("2 dependent(s) left", WAIT).await;
+    let unheld = serde_json::json!({ "metadata": { "finalizers": null } });
+    objects
+        .patch(
+            "g",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&unheld),
+        )
+        .await
+        .unwrap();
+    clear_finalizers(&api, "held").await;
+    let (status, said) = follow.ended(WAIT).await;
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.lines().last().unwrap().ends_with("owner: gone"),
+        "{said}"
+    );
+    support::delete_crd(&ns.client, &gadgets).await;
+}
+
 /// A name, namespace or kind that does not exist is an error (exit 2) that says which.
 #[tokio::test]
 async fn what_does_not_exist_is_an_error() {

@@ -170,7 +170,8 @@ fn the_parts_of_the_collector_use_each_other_without_a_circle() {
     );
     // The graph builder hands its work to a sink; the collector is one.
     assert!(
-        uses.get("builder").is_some_and(|u| !u.contains("collector")),
+        uses.get("builder")
+            .is_some_and(|u| !u.contains("collector")),
         "the graph builder does not know the collector: {uses:?}"
     );
     // Depth-first search for a way back.

@@ -1,8 +1,9 @@
 //! `syncgc explain KIND/NAME [-n NAMESPACE]`: what keeps an object from going. Reads the
 //! cluster directly (not a running syncgc): the object, its finalizers and who removes each,
 //! syncgc's deadline, and the tree of dependents still present, marking those that block and
-//! why. [`report`] (its file) is pure; [`explain`] gathers what it needs. A namespace gets its own
-//! report ([`namespace`]): why it stays Terminating.
+//! why. The scope is read once into the collector's graph ([`Snapshot`]), whose walk is the
+//! report's tree; [`report`] (its file) is pure; [`explain`] gathers what it needs. A namespace
+//! gets its own report ([`namespace`]): why it stays Terminating.
 
 pub mod namespace;
 mod report;
@@ -20,9 +21,10 @@ use k8s_openapi::api::core::v1::Event;
 
 use crate::api::Cluster;
 use crate::api::meta::Meta;
-use crate::gc::discovery::Aliases;
+use crate::gc::discovery::{Aliases, discover};
 use crate::gc::snapshot::{Named, Snapshot};
-use crate::graph::{ResourceId, Uid};
+use crate::gc::watch;
+use crate::graph::{Graph, ResourceId, Uid, UidHash};
 use crate::names::{DEADLINE_ANNOTATION, Reason, remover};
 
 pub use self::report::*;
@@ -46,11 +48,10 @@ pub enum Outcome {
     TimedOut,
 }
 
-/// What `explain` reads of the cluster about one object.
+/// What `explain` reads of the cluster about one object, besides its scope ([`Known`]).
 struct Gathered {
     /// `None` once it is gone.
     object: Option<Object>,
-    dependents: HashMap<String, Vec<Object>>,
     /// What the object depends on.
     owners: Vec<Owner>,
     barrier: Option<String>,
@@ -68,8 +69,22 @@ pub struct Owner {
     pub state: &'static str,
 }
 
-/// The objects of the scope, by uid, with the resource each is of.
-type Store = HashMap<String, (ResourceId, Object)>;
+/// What is known of the scope: its graph, and its objects by uid with the resource each is
+/// of; kept up to date by `--watch` one event at a time.
+struct Known {
+    graph: Graph,
+    objects: HashMap<Uid, (ResourceId, Object)>,
+}
+
+impl Known {
+    fn scope<'a>(&'a self, aliases: &'a Aliases) -> Scope<'a> {
+        Scope {
+            graph: &self.graph,
+            objects: &self.objects,
+            aliases,
+        }
+    }
+}
 
 /// Where `explain` looks: the object named, through the seam.
 struct Lookup {
@@ -96,7 +111,7 @@ impl Lookup {
     /// object — once through the seam ([`Snapshot`]), with the cluster-scoped owners of its
     /// tree: the object's uid (an error when it is not there), every object read, and what
     /// could not be.
-    async fn read(&self) -> anyhow::Result<(String, Store, Vec<Owner>, Vec<String>)> {
+    async fn read(&self) -> anyhow::Result<(Uid, Known, Vec<Owner>, Vec<String>)> {
         let mut snapshot =
             Snapshot::read(&self.cluster, &self.named.table, self.named.scope()).await;
         let uid = snapshot.uid_of(&self.named)?;
@@ -109,40 +124,22 @@ impl Lookup {
             .iter()
             .map(|u| format!("{} ({})", u.resource, u.error))
             .collect();
-        let store = snapshot
+        let objects = snapshot
             .objects
             .into_iter()
-            .filter_map(|(uid, (id, meta))| {
-                Some((uid.to_string(), (id, self.object(id, object_meta(meta))?)))
-            })
+            .filter_map(|(uid, (id, meta))| Some((uid, (id, self.object(id, object_meta(meta))?))))
             .collect();
-        Ok((uid.to_string(), store, owners, unlisted))
+        let known = Known {
+            graph: snapshot.graph,
+            objects,
+        };
+        Ok((uid, known, owners, unlisted))
     }
 
-    /// What the report needs, from the objects in `store`.
-    fn gathered(
-        &self,
-        uid: &str,
-        store: &Store,
-        owners: &[Owner],
-        unlisted: &[String],
-    ) -> Gathered {
-        let object = store.get(uid).map(|(_, o)| o.clone());
-        let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
-        for (_, candidate) in store.values() {
-            for reference in candidate.meta.owner_references.iter().flatten() {
-                dependents
-                    .entry(reference.uid.clone())
-                    .or_default()
-                    .push(candidate.clone());
-            }
-        }
-        for list in dependents.values_mut() {
-            list.sort_by_key(Object::title);
-        }
+    /// What the report needs besides the scope.
+    fn gathered(&self, uid: Uid, known: &Known, owners: &[Owner], unlisted: &[String]) -> Gathered {
         Gathered {
-            object,
-            dependents,
+            object: known.objects.get(&uid).map(|(_, o)| o.clone()),
             owners: owners.to_vec(),
             barrier: None,
             unlisted: unlisted.to_vec(),
@@ -224,6 +221,39 @@ fn owners_of(snapshot: &Snapshot, uid: Uid) -> Vec<Owner> {
         .collect()
 }
 
+/// The metadata the graph reads, from what a watch gave.
+fn meta_of(meta: &ObjectMeta) -> Meta {
+    let own = |map: &Option<std::collections::BTreeMap<String, String>>| {
+        let mut own = crate::api::meta::Own::default();
+        for (key, value) in map.iter().flatten() {
+            own.keep(key, value);
+        }
+        own
+    };
+    Meta {
+        name: meta.name.clone().unwrap_or_default(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        deletion_timestamp: meta.deletion_timestamp.clone(),
+        labels: own(&meta.labels),
+        annotations: own(&meta.annotations),
+        owner_references: meta
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|r| crate::api::meta::Reference {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+                block_owner_deletion: r.block_owner_deletion,
+            })
+            .collect(),
+        finalizers: meta.finalizers.clone().unwrap_or_default(),
+    }
+}
+
 /// The metadata the report reads, from what a list gave.
 fn object_meta(meta: Meta) -> ObjectMeta {
     ObjectMeta {
@@ -269,7 +299,7 @@ pub async fn explain(
     let cluster = access
         .cluster(None, std::time::Duration::from_secs(30))
         .await?;
-    let scope = Lookup {
+    let mut scope = Lookup {
         named: Named::find(&cluster, kind_name, namespace).await?,
         cluster,
     };
@@ -278,21 +308,17 @@ pub async fn explain(
         let named = &scope.named;
         return namespace::explain(&scope.cluster, &named.name, &named.table, output, watch).await;
     }
-    let (uid, store, owners, unlisted) = scope.read().await?;
+    let (uid, known, owners, unlisted) = scope.read().await?;
     if watch {
-        return follow(&scope, &uid, store, &owners, &unlisted, output).await;
+        return follow(&mut scope, uid, known, &owners, &unlisted, output).await;
     }
-    let mut gathered = scope.gathered(&uid, &store, &owners, &unlisted);
+    let mut gathered = scope.gathered(uid, &known, &owners, &unlisted);
     let object = gathered.object.clone().expect("read");
     gathered.barrier = barrier_note(&scope.cluster, &object).await;
+    let view = known.scope(scope.aliases());
     match output {
         Output::Text => {
-            let (text, _) = report(
-                &object,
-                &gathered.dependents,
-                gathered.barrier.as_deref(),
-                scope.aliases(),
-            );
+            let (text, _) = report(&object, &view, gathered.barrier.as_deref());
             print!("{text}");
             print!("{}", owners_text(&gathered.owners));
             for unlisted in &gathered.unlisted {
@@ -300,7 +326,7 @@ pub async fn explain(
             }
         }
         Output::Json => {
-            let tree = tree(&object, &gathered.dependents, scope.aliases());
+            let tree = tree(&object, &view);
             let report = json_report(&object, &gathered, &tree);
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
@@ -328,59 +354,61 @@ fn owners_text(owners: &[Owner]) -> String {
 /// which an Event carries).
 const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How often `--watch` discovers again, for kinds served after it started.
+const REDISCOVER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// `explain --watch`: a line per change of [`progress`], until the object is gone. After the
-/// one read of the scope, it follows metadata watches of the kinds in the object's tree (and
-/// the object's own): the requests it makes do not grow with the number of kinds served.
+/// one read of the scope, it follows a metadata watch of every kind of the scope (and of each
+/// kind served later: it discovers again every [`REDISCOVER`]), each event applied to the
+/// scope's graph, so the work an event costs does not grow with the scope: the report walks
+/// the object's tree alone.
 async fn follow(
-    scope: &Lookup,
-    uid: &str,
-    mut store: Store,
+    scope: &mut Lookup,
+    uid: Uid,
+    mut known: Known,
     owners: &[Owner],
     unlisted: &[String],
     output: Output,
 ) -> anyhow::Result<Outcome> {
-    let own = store.get(uid).map(|(id, _)| *id);
     let (sender, mut events) = tokio::sync::mpsc::channel(1024);
-    let mut kinds: BTreeSet<ResourceId> = own.into_iter().collect();
-    {
-        let gathered = scope.gathered(uid, &store, owners, unlisted);
-        if let Some(object) = &gathered.object {
-            for entry in tree(object, &gathered.dependents, scope.aliases()) {
-                if let Some((id, _)) = store.get(&entry.uid) {
-                    kinds.insert(*id);
-                }
-            }
-        }
-    }
     let namespace = scope
         .named
         .resource
         .namespaced
         .then(|| scope.named.namespace.clone());
     let mut watches = tokio::task::JoinSet::new();
-    for id in &kinds {
-        if let Some(resource) = scope.named.table.get(*id) {
+    let mut watching = BTreeSet::new();
+    let mut start = |scope: &Lookup, watching: &mut BTreeSet<ResourceId>| {
+        for (id, resource) in scope.named.table.served() {
+            // Only the namespace's kinds for a namespaced object: a cluster-scoped object
+            // cannot depend on it.
+            if (namespace.is_some() && !resource.namespaced) || !watching.insert(id) {
+                continue;
+            }
             watches.spawn(Lookup::watch(
                 scope.cluster.streams().clone(),
                 resource.api.clone(),
                 namespace.clone(),
-                *id,
+                id,
                 sender.clone(),
             ));
         }
-    }
-    drop(sender);
-    let mut listing: HashMap<ResourceId, HashSet<String>> = HashMap::new();
+    };
+    start(scope, &mut watching);
+    let mut rediscover = tokio::time::interval(REDISCOVER);
+    rediscover.tick().await;
+    let mut listing: HashMap<ResourceId, HashSet<Uid, UidHash>> = HashMap::new();
     let mut last = String::new();
     let mut waited = false;
     let mut barrier_read = tokio::time::Instant::now() - WATCH_INTERVAL;
     let mut barrier = None;
     loop {
-        let mut gathered = scope.gathered(uid, &store, owners, unlisted);
+        let mut gathered = scope.gathered(uid, &known, owners, unlisted);
         let Some(object) = gathered.object.clone() else {
-            return gone(scope, uid, waited, output).await;
+            return gone(scope, &uid.to_string(), waited, output).await;
         };
-        let tree = tree(&object, &gathered.dependents, scope.aliases());
+        let view = known.scope(scope.aliases());
+        let tree = tree(&object, &view);
         let deleting = object.meta.deletion_timestamp.is_some();
         waited = deleting && tree.iter().any(|e| e.dependency);
         let left = tree.iter().filter(|e| e.dependency).count();
@@ -389,7 +417,7 @@ async fn follow(
             barrier_read = tokio::time::Instant::now();
         }
         gathered.barrier.clone_from(&barrier);
-        let line = progress(&object, &gathered, &tree, scope.aliases());
+        let line = progress(&object, &gathered, &tree, &view);
         if line != last {
             match output {
                 Output::Text => println!("{} {line}", Timestamp::now()),
@@ -401,55 +429,71 @@ async fn follow(
             }
             last = line;
         }
-        // The next event, or a look again for the barrier's note; then all that came meanwhile.
-        let first = tokio::time::timeout(WATCH_INTERVAL, events.recv()).await;
-        let mut batch: Vec<_> = match first {
-            Ok(Some(event)) => vec![event],
-            Ok(None) => anyhow::bail!("the watches of the tree ended"),
-            Err(_) => Vec::new(),
-        };
+        // The next event, or a look again for the barrier's note or new kinds; then all that
+        // came meanwhile.
+        let mut batch = Vec::new();
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(event) => batch.push(event),
+                None => anyhow::bail!("the watches of the scope ended"),
+            },
+            _ = rediscover.tick() => {
+                if let Ok(found) = discover(scope.cluster.streams(), &[]).await {
+                    scope.named.table.update(found);
+                    start(scope, &mut watching);
+                }
+            }
+            () = tokio::time::sleep(WATCH_INTERVAL) => {}
+        }
         while let Ok(event) = events.try_recv() {
             batch.push(event);
         }
         for (id, event) in batch {
-            take(scope, &mut store, &mut listing, id, event);
+            take(scope, &mut known, &mut listing, id, event);
         }
     }
 }
 
-/// One watch event of `id`'s objects into `store`: a (re)list replaces what the store holds
-/// of that kind once it is done.
+/// One watch event of `id`'s objects into `known`, its graph and its objects: a (re)list
+/// replaces what it holds of that kind once it is done.
 fn take(
     scope: &Lookup,
-    store: &mut Store,
-    listing: &mut HashMap<ResourceId, HashSet<String>>,
+    known: &mut Known,
+    listing: &mut HashMap<ResourceId, HashSet<Uid, UidHash>>,
     id: ResourceId,
     event: watcher::Event<PartialObjectMeta<DynamicObject>>,
 ) {
-    let put = |store: &mut Store, meta: ObjectMeta| {
-        let uid = meta.uid.clone().unwrap_or_default();
-        if let Some(object) = scope.object(id, meta) {
-            store.insert(uid.clone(), (id, object));
-        }
-        uid
+    let put = |known: &mut Known, meta: ObjectMeta| -> Option<Uid> {
+        let resource = scope.named.table.get(id)?;
+        let observed = watch::observe(&resource.api, &meta_of(&meta), scope.aliases())?;
+        let uid = observed.uid;
+        known.graph.apply(id, observed);
+        known.objects.insert(uid, (id, scope.object(id, meta)?));
+        Some(uid)
     };
     match event {
         watcher::Event::Apply(object) => {
-            put(store, object.metadata);
+            put(known, object.metadata);
         }
         watcher::Event::Delete(object) => {
-            store.remove(object.metadata.uid.as_deref().unwrap_or_default());
+            let uid = Uid::parse(object.metadata.uid.as_deref().unwrap_or_default());
+            known.graph.delete(uid);
+            known.objects.remove(&uid);
         }
         watcher::Event::Init => {
-            listing.insert(id, HashSet::new());
+            listing.insert(id, HashSet::default());
         }
         watcher::Event::InitApply(object) => {
-            let uid = put(store, object.metadata);
-            listing.entry(id).or_default().insert(uid);
+            if let Some(uid) = put(known, object.metadata) {
+                listing.entry(id).or_default().insert(uid);
+            }
         }
         watcher::Event::InitDone => {
             let listed = listing.remove(&id).unwrap_or_default();
-            store.retain(|uid, (kind, _)| *kind != id || listed.contains(uid));
+            known.graph.reset(id, &listed);
+            known
+                .objects
+                .retain(|uid, (kind, _)| *kind != id || listed.contains(uid));
         }
     }
 }
@@ -493,7 +537,7 @@ async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow
 
 /// One line on where `object`'s deletion stands: whether it is being deleted, the dependents
 /// left and how many block it, the wave in progress, and what the release barrier waits for.
-fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], aliases: &Aliases) -> String {
+fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], scope: &Scope) -> String {
     let left = tree.iter().filter(|e| e.dependency).count();
     let mut line = format!(
         "{}: {}; {left} dependent(s) left, {} blocking",
@@ -505,7 +549,7 @@ fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], aliases: &Alia
         },
         blocking(tree)
     );
-    let direct = direct(object, &gathered.dependents, aliases);
+    let direct = direct(object, scope);
     if let Some(counts) = wave_counts(&direct) {
         let _ = write!(line, "; wave {} in progress", counts[0].0.0);
     }
@@ -602,6 +646,28 @@ mod tests {
         }
     }
 
+    /// The report on `owner` in the scope of it and `dependents` (by owner uid).
+    fn report_of(
+        owner: &Object,
+        dependents: &HashMap<String, Vec<Object>>,
+        barrier: Option<&str>,
+        aliases: &Aliases,
+    ) -> (String, bool) {
+        let mut known = Known {
+            graph: Graph::default(),
+            objects: HashMap::new(),
+        };
+        let id = ResourceId::new(0);
+        for object in std::iter::once(owner).chain(dependents.values().flatten()) {
+            let gvk = kube::api::GroupVersionKind::gvk(&object.group, "v1", &object.kind);
+            let api = kube::api::ApiResource::from_gvk(&gvk);
+            let observed = watch::observe(&api, &meta_of(&object.meta), aliases).unwrap();
+            known.objects.insert(observed.uid, (id, object.clone()));
+            known.graph.apply(id, observed);
+        }
+        report(owner, &known.scope(aliases), barrier)
+    }
+
     #[test]
     fn a_deleting_owner_names_what_blocks_it_and_why() {
         let mut owner = object("owner", "1", None, &[FOREGROUND_FINALIZER, "x/y"]);
@@ -615,7 +681,7 @@ mod tests {
             .or_default()
             .extend([held, free]);
         dependents.entry("2".into()).or_default().push(below);
-        let (text, blocked) = report(&owner, &dependents, Some("earlier"), &Aliases::default());
+        let (text, blocked) = report_of(&owner, &dependents, Some("earlier"), &Aliases::default());
         assert!(blocked);
         assert!(!text.contains("release barrier"), "{text}");
         assert!(text.contains("being deleted since"), "{text}");
@@ -641,7 +707,7 @@ mod tests {
         let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
         owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         let note = "before releasing, waiting for a read of widgets.example.com to succeed";
-        let (text, blocked) = report(&owner, &HashMap::new(), Some(note), &Aliases::default());
+        let (text, blocked) = report_of(&owner, &HashMap::new(), Some(note), &Aliases::default());
         assert!(blocked);
         assert!(
             text.contains("held only by syncgc's release barrier") && text.contains(note),
@@ -677,7 +743,7 @@ mod tests {
             Some(("2", "app", true)),
             &[],
         ));
-        let (text, _) = report(&owner, &dependents, None, &Aliases::default());
+        let (text, _) = report_of(&owner, &dependents, None, &Aliases::default());
         assert!(
             text.contains(
                 "deletion order: wave 2 in progress (1 object(s) left), then wave(s) 1 (1), 0 (2)"
@@ -690,7 +756,7 @@ mod tests {
             ),
             "{text}"
         );
-        let (plain, _) = report(&owner, &HashMap::new(), None, &Aliases::default());
+        let (plain, _) = report_of(&owner, &HashMap::new(), None, &Aliases::default());
         assert!(!plain.contains("deletion order"), "{plain}");
     }
 
@@ -704,7 +770,7 @@ mod tests {
         elsewhere.meta.namespace = Some("other".into());
         let real = object("real", "4", Some(("1", "owner", true)), &[]);
         let dependents = HashMap::from([("1".to_owned(), vec![renamed, elsewhere, real])]);
-        let (text, blocked) = report(&owner, &dependents, None, &Aliases::default());
+        let (text, blocked) = report_of(&owner, &dependents, None, &Aliases::default());
         assert!(blocked);
         assert!(text.contains("dependents (1 blocking):"), "{text}");
         assert!(
@@ -739,9 +805,9 @@ mod tests {
             }],
             [],
         );
-        let (text, _) = report(&owner, &dependents, None, &aliases);
+        let (text, _) = report_of(&owner, &dependents, None, &aliases);
         assert!(text.contains("dependents (1 blocking):"), "{text}");
-        let (text, _) = report(&owner, &dependents, None, &Aliases::default());
+        let (text, _) = report_of(&owner, &dependents, None, &Aliases::default());
         assert!(
             text.contains("dependents (0 blocking):"),
             "without the alias: {text}"
@@ -750,7 +816,7 @@ mod tests {
 
     #[test]
     fn an_object_not_being_deleted_is_not_blocked() {
-        let (text, blocked) = report(
+        let (text, blocked) = report_of(
             &object("o", "1", None, &[]),
             &HashMap::new(),
             None,

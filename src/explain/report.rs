@@ -1,14 +1,14 @@
 //! The report of `syncgc explain KIND/NAME`, pure: the object, its finalizers and who
-//! removes each, the tree of dependents still present with what blocks, the waves of its
-//! deletion order.
+//! removes each, the tree of dependents still present with what blocks (the graph's one walk,
+//! [`Graph::walk`]), the waves of its deletion order (the graph's).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gc::discovery::Aliases;
-use crate::graph::{Coordinates, Flags, Order, OwnerLink, Uid, Wave};
+use crate::graph::{Coordinates, Flags, Graph, Order, OwnerLink, ResourceId, Uid, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, SYNCHRONOUS_FINALIZER,
     remover,
@@ -60,15 +60,23 @@ impl Object {
     }
 }
 
-/// The report on `object`, whose dependents (by owner uid) are in `dependents` and for which
-/// syncgc's release barrier last said `barrier` (the note of its latest `SyncGCBarrier` Event);
-/// and whether something keeps it from going (it is being deleted and still has finalizers).
-pub fn report(
-    object: &Object,
-    dependents: &HashMap<String, Vec<Object>>,
-    barrier: Option<&str>,
-    aliases: &Aliases,
-) -> (String, bool) {
+/// The objects of a scope as the report reads them: their graph, and each object by uid.
+pub struct Scope<'a> {
+    pub graph: &'a Graph,
+    pub objects: &'a HashMap<Uid, (ResourceId, Object)>,
+    pub aliases: &'a Aliases,
+}
+
+impl Scope<'_> {
+    fn object(&self, uid: Uid) -> Option<&Object> {
+        self.objects.get(&uid).map(|(_, o)| o)
+    }
+}
+
+/// The report on `object`, whose dependents are in `scope` and for which syncgc's release
+/// barrier last said `barrier` (the note of its latest `SyncGCBarrier` Event); and whether
+/// something keeps it from going (it is being deleted and still has finalizers).
+pub fn report(object: &Object, scope: &Scope, barrier: Option<&str>) -> (String, bool) {
     let mut out = String::new();
     let uid = object.meta.uid.clone().unwrap_or_default();
     let _ = writeln!(out, "{}  (uid {uid})", object.title());
@@ -97,7 +105,7 @@ pub fn report(
             let _ = writeln!(out, "    {finalizer}: removed by {}", remover(finalizer));
         }
     }
-    let tree = tree(object, dependents, aliases);
+    let tree = tree(object, scope);
     let blocking = blocking(&tree);
     if tree.is_empty() {
         let _ = writeln!(out, "  no dependents");
@@ -109,8 +117,8 @@ pub fn report(
     }
     let blocked = object.blocked();
     let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
-    let direct = direct(object, dependents, aliases);
-    if waits && let Some(order) = waves(&direct, dependents) {
+    let direct = direct(object, scope);
+    if waits && let Some(order) = waves(&direct, scope) {
         out.push_str(&order);
     }
     if let Some(note) = barrier.filter(|_| blocked && waits && blocking == 0) {
@@ -125,15 +133,31 @@ pub fn report(
     (out, blocked)
 }
 
-/// The dependents below `object`, depth first.
-pub fn tree(
-    object: &Object,
-    dependents: &HashMap<String, Vec<Object>>,
-    aliases: &Aliases,
-) -> Vec<Entry> {
-    let mut seen = vec![object.meta.uid.clone().unwrap_or_default()];
+/// The dependents below `object` in `scope`, depth first, down to `MAX_LEVEL`; below a
+/// reference that does not reach its owner (no dependency), nothing.
+pub fn tree(object: &Object, scope: &Scope) -> Vec<Entry> {
+    let root = Uid::parse(object.meta.uid.as_deref().unwrap_or_default());
+    let mut outside = HashSet::new();
     let mut entries = Vec::new();
-    tree_of(object, dependents, aliases, 1, &mut seen, &mut entries);
+    for step in scope.graph.walk(root) {
+        let owner = if step.owner == root {
+            Some(object)
+        } else {
+            scope.object(step.owner)
+        };
+        let (Some(owner), Some(dependent)) = (owner, scope.object(step.uid)) else {
+            continue;
+        };
+        if step.depth > MAX_LEVEL || outside.contains(&step.owner) {
+            outside.insert(step.uid);
+            continue;
+        }
+        let link = link(owner, dependent, scope.aliases);
+        if link.is_none() {
+            outside.insert(step.uid);
+        }
+        entries.push(entry(owner, dependent, link, step.depth));
+    }
     entries
 }
 
@@ -206,55 +230,39 @@ impl Entry {
     }
 }
 
-/// The dependents below `owner`, depth first, down to `MAX_LEVEL`.
-fn tree_of(
-    owner: &Object,
-    dependents: &HashMap<String, Vec<Object>>,
-    aliases: &Aliases,
-    level: usize,
-    seen: &mut Vec<String>,
-    out: &mut Vec<Entry>,
-) {
-    let uid = owner.meta.uid.clone().unwrap_or_default();
-    for dependent in dependents.get(&uid).into_iter().flatten() {
-        let dependent_uid = dependent.meta.uid.clone().unwrap_or_default();
-        let link = link(owner, dependent, aliases);
-        let mut why = Vec::new();
-        let blocks = |finalizer: &str| {
-            owner.has(finalizer) && link.is_some_and(|l| l.blocks(Flags::of_finalizer(finalizer)))
-        };
-        if blocks(SYNCHRONOUS_FINALIZER) {
-            why.push("the owner waits for every dependent".to_owned());
-        } else if blocks(FOREGROUND_FINALIZER) {
-            why.push("blockOwnerDeletion".to_owned());
+/// The entry of `dependent`, `level` below the object, whose reference to `owner` is `link`
+/// (none: it does not reach it).
+fn entry(owner: &Object, dependent: &Object, link: Option<OwnerLink>, level: usize) -> Entry {
+    let mut why = Vec::new();
+    let blocks = |finalizer: &str| {
+        owner.has(finalizer) && link.is_some_and(|l| l.blocks(Flags::of_finalizer(finalizer)))
+    };
+    if blocks(SYNCHRONOUS_FINALIZER) {
+        why.push("the owner waits for every dependent".to_owned());
+    } else if blocks(FOREGROUND_FINALIZER) {
+        why.push("blockOwnerDeletion".to_owned());
+    }
+    if !why.is_empty() {
+        if dependent.has(SYNCHRONOUS_FINALIZER) {
+            why.push("armed: it waits for its own dependents".to_owned());
         }
-        if !why.is_empty() {
-            if dependent.has(SYNCHRONOUS_FINALIZER) {
-                why.push("armed: it waits for its own dependents".to_owned());
-            }
-            let others: Vec<&str> = dependent
-                .finalizers()
-                .iter()
-                .map(String::as_str)
-                .filter(|f| *f != SYNCHRONOUS_FINALIZER)
-                .collect();
-            if !others.is_empty() {
-                why.push(format!("its finalizers: {}", others.join(", ")));
-            }
+        let others: Vec<&str> = dependent
+            .finalizers()
+            .iter()
+            .map(String::as_str)
+            .filter(|f| *f != SYNCHRONOUS_FINALIZER)
+            .collect();
+        if !others.is_empty() {
+            why.push(format!("its finalizers: {}", others.join(", ")));
         }
-        out.push(Entry {
-            level,
-            object: dependent.title(),
-            uid: dependent_uid.clone(),
-            deleting: dependent.meta.deletion_timestamp.is_some(),
-            dependency: link.is_some(),
-            blocks: why,
-        });
-        if link.is_none() || seen.contains(&dependent_uid) || level >= MAX_LEVEL {
-            continue;
-        }
-        seen.push(dependent_uid);
-        tree_of(dependent, dependents, aliases, level + 1, seen, out);
+    }
+    Entry {
+        level,
+        object: dependent.title(),
+        uid: dependent.meta.uid.clone().unwrap_or_default(),
+        deleting: dependent.meta.deletion_timestamp.is_some(),
+        dependency: link.is_some(),
+        blocks: why,
     }
 }
 
@@ -262,17 +270,14 @@ fn tree_of(
 const MAX_LEVEL: usize = 16;
 
 /// The direct dependents of `object` that really refer to it (see [`link`]).
-pub(super) fn direct(
-    object: &Object,
-    dependents: &HashMap<String, Vec<Object>>,
-    aliases: &Aliases,
-) -> Vec<Object> {
-    let uid = object.meta.uid.clone().unwrap_or_default();
-    dependents
-        .get(&uid)
-        .into_iter()
-        .flatten()
-        .filter(|d| link(object, d, aliases).is_some())
+pub(super) fn direct(object: &Object, scope: &Scope) -> Vec<Object> {
+    let uid = Uid::parse(object.meta.uid.as_deref().unwrap_or_default());
+    scope
+        .graph
+        .dependents(uid)
+        .iter()
+        .filter_map(|d| scope.object(*d))
+        .filter(|d| link(object, d, scope.aliases).is_some())
         .cloned()
         .collect()
 }
@@ -308,7 +313,7 @@ pub(super) fn wave_counts(direct: &[Object]) -> Option<Vec<(Wave, usize)>> {
 
 /// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
 /// waves left, the one in progress (the highest), and what holds each of its objects.
-fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option<String> {
+fn waves(direct: &[Object], scope: &Scope) -> Option<String> {
     let counts = wave_counts(direct)?;
     let (current, count) = counts[0];
     let mut out = format!(
@@ -337,9 +342,8 @@ fn waves(direct: &[Object], dependents: &HashMap<String, Vec<Object>>) -> Option
         let own = dependent
             .meta
             .uid
-            .as_ref()
-            .and_then(|uid| dependents.get(uid))
-            .map_or(0, Vec::len);
+            .as_deref()
+            .map_or(0, |uid| scope.graph.dependents(Uid::parse(uid)).len());
         if own > 0 {
             why.push(format!("{own} dependent(s) of its own"));
         }

@@ -389,6 +389,16 @@ impl Work {
     }
 }
 
+/// One object of a [`Graph::walk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub uid: Uid,
+    /// The owner it was reached from.
+    pub owner: Uid,
+    /// How far below the walk's start: 1 for a direct dependent.
+    pub depth: usize,
+}
+
 /// The graph.
 #[derive(Debug, Default)]
 pub struct Graph {
@@ -494,16 +504,31 @@ impl Graph {
     /// end), `uid` first: the one walk over dependents. By uid, as Kubernetes' collector links
     /// them, whether or not a reference really reaches its owner.
     pub fn tree(&self, uid: Uid) -> impl Iterator<Item = Uid> + '_ {
+        std::iter::once(uid).chain(self.walk(uid).map(|step| step.uid))
+    }
+
+    /// The objects below `uid` ([`Graph::tree`] without it), depth first, each a dependent of
+    /// the one before it or of an earlier one: with the owner it was reached from and how far
+    /// below `uid` it is (1 for a direct dependent). Dependents in the order they were seen.
+    pub fn walk(&self, uid: Uid) -> impl Iterator<Item = Step> + '_ {
         let mut seen = HashSet::from([uid]);
-        let mut stack = vec![uid];
-        std::iter::from_fn(move || {
-            let next = stack.pop()?;
-            for dependent in self.dependents(next) {
+        let mut stack = Vec::new();
+        let mut push = move |stack: &mut Vec<Step>, owner: Uid, depth: usize| {
+            for dependent in self.dependents(owner).iter().rev() {
                 if seen.insert(*dependent) {
-                    stack.push(*dependent);
+                    stack.push(Step {
+                        uid: *dependent,
+                        owner,
+                        depth,
+                    });
                 }
             }
-            Some(next)
+        };
+        push(&mut stack, uid, 1);
+        std::iter::from_fn(move || {
+            let step = stack.pop()?;
+            push(&mut stack, step.uid, step.depth + 1);
+            Some(step)
         })
     }
 
@@ -1012,6 +1037,23 @@ mod tests {
         g.apply(CM, object(4, &[1, 2], Flags::empty()));
         assert_eq!(g.transitive_dependents(uid(1)), 3);
         assert_eq!(g.transitive_dependents(uid(4)), 0);
+    }
+
+    #[test]
+    fn the_walk_is_depth_first_with_each_object_once_under_the_owner_it_was_reached_from() {
+        let mut g = Graph::new(Mode::Cooperative);
+        g.apply(CM, object(2, &[1], Flags::empty()));
+        g.apply(CM, object(3, &[2], Flags::empty()));
+        g.apply(CM, object(4, &[1], Flags::empty()));
+        g.apply(CM, object(5, &[3, 4], Flags::empty()));
+        g.apply(CM, object(1, &[5], Flags::empty()));
+        let steps: Vec<(u128, u128, usize)> = g
+            .walk(uid(1))
+            .map(|s| (s.uid.as_u128(), s.owner.as_u128(), s.depth))
+            .collect();
+        assert_eq!(steps, [(2, 1, 1), (3, 2, 2), (5, 3, 3), (4, 1, 1)]);
+        let tree: Vec<u128> = g.tree(uid(1)).map(|u| u.as_u128()).collect();
+        assert_eq!(tree, [1, 2, 3, 5, 4], "the cycle back to o1 ends");
     }
 
     #[test]

@@ -508,6 +508,8 @@ fn unarmed_delete(args: &[&str]) -> UnarmedDelete {
 /// comes, so that a test can wait for it to have started instead of sleeping.
 pub struct Following {
     started: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// What it printed so far.
+    said: std::sync::Arc<std::sync::Mutex<String>>,
     ended: tokio::task::JoinHandle<(std::process::ExitStatus, String)>,
 }
 
@@ -517,22 +519,39 @@ impl Following {
         use std::io::BufRead as _;
         let stdout = child.stdout.take().expect("stdout piped");
         let (started_tx, started) = tokio::sync::oneshot::channel();
+        let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let out = said.clone();
         let ended = tokio::task::spawn_blocking(move || {
             let mut started_tx = Some(started_tx);
-            let mut out = String::new();
             for line in std::io::BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                let mut out = out.lock().unwrap();
                 out.push_str(&line);
                 out.push('\n');
                 if let Some(tx) = started_tx.take() {
                     let _ = tx.send(());
                 }
             }
+            let out = out.lock().unwrap().clone();
             (child.wait().expect("the command ends"), out)
         });
         Self {
             started: Some(started),
+            said,
             ended,
+        }
+    }
+
+    /// Waits until it has printed `what` (within `within`).
+    pub async fn says(&self, what: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.said.lock().unwrap().contains(what) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "it did not say {what:?} within {within:?}; it said:\n{}",
+                self.said.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
