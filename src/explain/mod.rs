@@ -550,7 +550,7 @@ fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], scope: &Scope)
         blocking(tree)
     );
     let direct = direct(object, scope);
-    if let Some(counts) = wave_counts(&direct) {
+    if let Some(counts) = wave_counts(&direct, scope) {
         let _ = write!(line, "; wave {} in progress", counts[0].0.0);
     }
     if let Some(note) = gathered

@@ -282,26 +282,26 @@ pub(super) fn direct(object: &Object, scope: &Scope) -> Vec<Object> {
         .collect()
 }
 
-/// The deletion-order wave `o` is in.
-fn wave_of(o: &Object) -> Order {
-    Order::of(
-        o.meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(DELETION_ORDER_ANNOTATION))
-            .map(String::as_str),
-    )
+impl Scope<'_> {
+    /// The deletion-order wave `o` is in, as the collector's graph has it.
+    fn order(&self, o: &Object) -> Order {
+        let uid = Uid::parse(o.meta.uid.as_deref().unwrap_or_default());
+        match self.graph.invalid_order(uid) {
+            Some(value) => Order::Invalid(value.into()),
+            None => Order::Wave(self.graph.wave(uid)),
+        }
+    }
 }
 
 /// The waves of `direct` with how many objects each holds, the one in progress (the highest)
 /// first; `None` when none carries an order.
-pub(super) fn wave_counts(direct: &[Object]) -> Option<Vec<(Wave, usize)>> {
-    if direct.iter().all(|o| wave_of(o) == Order::default()) {
+pub(super) fn wave_counts(direct: &[Object], scope: &Scope) -> Option<Vec<(Wave, usize)>> {
+    if direct.iter().all(|o| scope.order(o) == Order::default()) {
         return None;
     }
     let mut counts: Vec<(Wave, usize)> = Vec::new();
     for dependent in direct {
-        let wave = wave_of(dependent).wave();
+        let wave = scope.order(dependent).wave();
         match counts.iter_mut().find(|(w, _)| *w == wave) {
             Some((_, n)) => *n += 1,
             None => counts.push((wave, 1)),
@@ -314,7 +314,7 @@ pub(super) fn wave_counts(direct: &[Object]) -> Option<Vec<(Wave, usize)>> {
 /// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
 /// waves left, the one in progress (the highest), and what holds each of its objects.
 fn waves(direct: &[Object], scope: &Scope) -> Option<String> {
-    let counts = wave_counts(direct)?;
+    let counts = wave_counts(direct, scope)?;
     let (current, count) = counts[0];
     let mut out = format!(
         "  deletion order: wave {} in progress ({count} object(s) left)",
@@ -328,7 +328,7 @@ fn waves(direct: &[Object], scope: &Scope) -> Option<String> {
         let _ = write!(out, ", then wave(s) {}", later.join(", "));
     }
     out.push('\n');
-    for dependent in direct.iter().filter(|o| wave_of(o).wave() == current) {
+    for dependent in direct.iter().filter(|o| scope.order(o).wave() == current) {
         let mut why = Vec::new();
         if dependent.meta.deletion_timestamp.is_none() {
             why.push("not yet deleted".to_owned());
@@ -347,7 +347,7 @@ fn waves(direct: &[Object], scope: &Scope) -> Option<String> {
         if own > 0 {
             why.push(format!("{own} dependent(s) of its own"));
         }
-        if let Order::Invalid(value) = wave_of(dependent) {
+        if let Order::Invalid(value) = scope.order(dependent) {
             why.push(format!(
                 "{DELETION_ORDER_ANNOTATION} {value:?} is not an integer: wave 0"
             ));
