@@ -33,6 +33,15 @@ async fn the_deletion_order_goes_in_the_planned_waves() {
     support::plan::waves_of_the_deletion_order(&namespace("plan-order").await).await;
 }
 
+/// Every shape of data (tests/support/plan.rs), each in its own namespace.
+#[tokio::test]
+async fn every_shape_goes_as_planned() {
+    for shape in support::plan::SHAPES {
+        let ns = namespace(&format!("plan-{}", shape.name)).await;
+        support::plan::as_planned(&ns, shape).await;
+    }
+}
+
 #[tokio::test]
 async fn the_deletion_order_of_a_foreground_owner() {
     support::plan::the_deletion_order_of_a_foreground_owner(&namespace("plan-fg-order").await)

@@ -854,6 +854,15 @@ async fn a_tree_goes_as_planned() {
     support::plan::a_tree(&namespace("plan-tree").await, false).await;
 }
 
+/// Every shape of data (tests/support/plan.rs), each in its own namespace.
+#[tokio::test]
+async fn every_shape_goes_as_planned() {
+    for shape in support::plan::SHAPES {
+        let ns = namespace(&format!("plan-{}", shape.name)).await;
+        support::plan::as_planned(&ns, shape).await;
+    }
+}
+
 #[tokio::test]
 async fn the_deletion_order_of_a_foreground_owner() {
     support::plan::the_deletion_order_of_a_foreground_owner(&namespace("plan-fg-order").await)

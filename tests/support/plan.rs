@@ -668,3 +668,209 @@ impl Drop for ClusterRoleGone {
         });
     }
 }
+
+/// One ConfigMap of a [`Shape`].
+pub struct Object {
+    pub name: &'static str,
+    /// Its owners, by name (made before it), each with `blockOwnerDeletion`.
+    pub owners: &'static [(&'static str, bool)],
+    /// Opted in: armed by the webhook.
+    pub armed: bool,
+    /// Carries a finalizer of another controller ([`super::HOLD`]).
+    pub held: bool,
+    /// Its `syncgc.io/deletion-order`.
+    pub order: Option<&'static str>,
+}
+
+/// A ConfigMap of a shape, with nothing but its name and owners.
+pub const fn object(name: &'static str, owners: &'static [(&'static str, bool)]) -> Object {
+    Object {
+        name,
+        owners,
+        armed: false,
+        held: false,
+        order: None,
+    }
+}
+
+/// A tree as data, in the upstream tests' step style: the objects, made in order, and the
+/// DELETE of one of them with a `--cascade` (none: kubectl's default).
+pub struct Shape {
+    pub name: &'static str,
+    pub objects: &'static [Object],
+    pub delete: &'static str,
+    pub cascade: Option<&'static str>,
+}
+
+/// The shapes every mode runs through [`as_planned`]; a new one needs only its data.
+pub const SHAPES: &[Shape] = &[
+    Shape {
+        name: "chain",
+        objects: &[
+            object("owner", &[]),
+            object("a", &[("owner", true)]),
+            object("b", &[("a", false)]),
+            object("c", &[("owner", false)]),
+        ],
+        delete: "owner",
+        cascade: None,
+    },
+    Shape {
+        name: "foreground-chain",
+        objects: &[
+            object("owner", &[]),
+            object("a", &[("owner", true)]),
+            object("a1", &[("a", true)]),
+            object("c", &[("owner", false)]),
+        ],
+        delete: "owner",
+        cascade: Some("foreground"),
+    },
+    Shape {
+        name: "held-below",
+        objects: &[
+            object("owner", &[]),
+            object("a", &[("owner", true)]),
+            Object {
+                held: true,
+                ..object("held", &[("a", true)])
+            },
+            object("held-child", &[("held", true)]),
+        ],
+        delete: "owner",
+        cascade: Some("foreground"),
+    },
+    Shape {
+        name: "armed-siblings",
+        objects: &[
+            Object {
+                armed: true,
+                ..object("owner", &[])
+            },
+            object("x", &[("owner", true)]),
+            object("x1", &[("x", true)]),
+            object("y", &[("owner", false)]),
+        ],
+        delete: "owner",
+        cascade: None,
+    },
+    Shape {
+        name: "orphan",
+        objects: &[
+            object("owner", &[]),
+            object("d", &[("owner", true)]),
+            object("d1", &[("d", true)]),
+        ],
+        delete: "owner",
+        cascade: Some("orphan"),
+    },
+    Shape {
+        name: "two-owners",
+        objects: &[
+            object("owner", &[]),
+            object("other", &[]),
+            object("shared", &[("owner", true), ("other", false)]),
+            object("only", &[("owner", true)]),
+        ],
+        delete: "owner",
+        cascade: Some("foreground"),
+    },
+    Shape {
+        name: "armed-order",
+        objects: &[
+            Object {
+                armed: true,
+                ..object("owner", &[])
+            },
+            Object {
+                order: Some("1"),
+                ..object("first", &[("owner", true)])
+            },
+            object("then", &[("owner", true)]),
+            object("then-child", &[("then", true)]),
+        ],
+        delete: "owner",
+        cascade: None,
+    },
+];
+
+/// Makes `shape` in `ns`, plans its DELETE, sends it, and holds every object's fate against
+/// the plan: what it deletes is gone, what it says stays being deleted does, what it orphans
+/// loses its reference, the rest lives; the object deleted goes or stays as it says; each
+/// owner deleted with a dependent starts going before it, in an earlier wave; each DELETE has
+/// the planned propagation. Then lets the held ones go.
+pub async fn as_planned(ns: &TestNamespace, shape: &Shape) {
+    let api = ns.api::<ConfigMap>();
+    let mut made: BTreeMap<&str, ConfigMap> = BTreeMap::new();
+    for object in shape.objects {
+        let owners = object
+            .owners
+            .iter()
+            .map(|(owner, block)| owner_ref(&made[owner], *block))
+            .collect();
+        let mut cm = if object.armed {
+            opted_in(object.name, owners, &[])
+        } else {
+            config_map(object.name, owners)
+        };
+        if object.held {
+            cm = with_finalizer(cm, HOLD);
+        }
+        if let Some(order) = object.order {
+            cm = in_wave(cm, order);
+        }
+        made.insert(object.name, create(&api, &cm).await);
+    }
+    let cascade: Vec<&str> = shape
+        .cascade
+        .iter()
+        .flat_map(|c| ["--cascade", c])
+        .collect();
+    let plan = plan(ns, &format!("configmap/{}", shape.delete), &cascade);
+    let going = Going::record(&api).await;
+    let params = match shape.cascade {
+        Some("foreground") => DeleteParams::foreground(),
+        Some("orphan") => DeleteParams::orphan(),
+        _ => DeleteParams::default(),
+    };
+    super::delete(&api, shape.delete, &params).await;
+    let all: Vec<&str> = shape
+        .objects
+        .iter()
+        .map(|o| o.name)
+        .filter(|n| *n != shape.delete)
+        .collect();
+    let (name, mode) = (shape.name, mode());
+    settled(&api, &plan, &all).await;
+    if plan["goes"] == true {
+        eventually(&format!("{name}: the object goes"), WAIT, || {
+            gone(&api, shape.delete)
+        })
+        .await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            being_deleted(&api, shape.delete).await.is_some(),
+            "{name} ({mode}): the object stays being deleted, as planned: {plan:#}"
+        );
+    }
+    for orphan in names(&plan, "orphan") {
+        eventually(
+            &format!("{name}: {orphan} loses its reference"),
+            WAIT,
+            || async { (!owners(&api, &orphan).await.contains(shape.delete)).then_some(()) },
+        )
+        .await;
+    }
+    let deleted = names(&plan, "delete");
+    let pairs: Vec<(&str, &str)> = shape
+        .objects
+        .iter()
+        .flat_map(|o| o.owners.iter().map(move |(owner, _)| (*owner, o.name)))
+        .filter(|(owner, dependent)| deleted.contains(*owner) && deleted.contains(*dependent))
+        .collect();
+    going.follows(&plan, &pairs);
+    for object in shape.objects.iter().filter(|o| o.held) {
+        clear_finalizers(&api, object.name).await;
+    }
+}
