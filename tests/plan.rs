@@ -33,38 +33,7 @@ async fn the_deletion_order_goes_in_the_planned_waves() {
     support::plan::waves_of_the_deletion_order(&namespace("plan-order").await).await;
 }
 
-/// Every shape of data (tests/support/plan.rs), each in its own namespace.
-#[tokio::test]
-async fn every_shape_goes_as_planned() {
-    for shape in support::plan::SHAPES {
-        let ns = namespace(&format!("plan-{}", shape.name)).await;
-        support::plan::as_planned(&ns, shape).await;
-    }
-}
-
-#[tokio::test]
-async fn the_deletion_order_of_a_foreground_owner() {
-    support::plan::the_deletion_order_of_a_foreground_owner(&namespace("plan-fg-order").await)
-        .await;
-}
-
-#[tokio::test]
-async fn a_cluster_scoped_dependent_of_a_namespaced_owner() {
-    support::plan::a_cluster_scoped_dependent_of_a_namespaced_owner(
-        &namespace("plan-cluster-scoped").await,
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn a_reference_at_a_version_not_served() {
-    support::plan::a_reference_at_a_version_not_served(&namespace("plan-unserved").await).await;
-}
-
-#[tokio::test]
-async fn foreground_and_orphan_go_as_planned() {
-    support::plan::foreground_and_orphan(&namespace("plan-cascade").await).await;
-}
+crate::plans_in_this_mode!();
 
 #[tokio::test]
 async fn a_reference_from_another_namespace_is_left_out() {

@@ -681,6 +681,34 @@ mod tests {
 
     const NONE: Flags = Flags::empty();
 
+    /// The DELETE of o1 with `propagation` on `g`, in `mode`.
+    fn cascade(g: &mut Graph, facts: &Facts, mode: Mode, propagation: Propagation) -> Outcome {
+        run(g, facts, mode, uid(1), propagation)
+    }
+
+    /// o`n` carries a finalizer of another controller.
+    fn held(n: u128) -> Facts {
+        Facts {
+            foreign: HashMap::from([(uid(n), vec!["example.com/hold".to_owned()])]),
+            ..Facts::default()
+        }
+    }
+
+    /// o1 with `flags`, and a dependent in each `(n, wave)` of its deletion order.
+    fn ordered(flags: Flags, waves: &[(u128, i32)]) -> Graph {
+        let mut g = Graph::new(Mode::Standalone);
+        let resource = ResourceId::new(1);
+        g.apply(resource, Observed::config_map(1, &[], flags));
+        for (n, wave) in waves {
+            let dependent = Observed {
+                order: Order::Wave(Wave(*wave)),
+                ..Observed::config_map(*n, &[1], NONE)
+            };
+            g.apply(resource, dependent);
+        }
+        g
+    }
+
     #[test]
     fn a_background_delete_takes_the_tree_level_by_level() {
         let mut g = graph(&[
@@ -689,11 +717,10 @@ mod tests {
             (3, &[1], NONE),
             (4, &[2], NONE),
         ]);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Background,
         );
         assert!(outcome.gone);
@@ -705,11 +732,10 @@ mod tests {
     #[test]
     fn an_armed_owner_waits_and_its_dependents_with_dependents_are_armed_first() {
         let mut g = graph(&[(1, &[], Flags::ARMED), (2, &[1], NONE), (3, &[2], NONE)]);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Background,
         );
         assert!(outcome.gone);
@@ -722,11 +748,10 @@ mod tests {
     #[test]
     fn a_dependent_with_another_living_owner_is_kept_and_named() {
         let mut g = graph(&[(1, &[], NONE), (9, &[], NONE), (2, &[1, 9], NONE)]);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Foreground,
         );
         assert!(outcome.gone);
@@ -739,11 +764,10 @@ mod tests {
     #[test]
     fn an_orphaning_delete_leaves_the_dependents() {
         let mut g = graph(&[(1, &[], NONE), (2, &[1], NONE), (3, &[2], NONE)]);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Orphan,
         );
         assert!(outcome.gone);
@@ -759,17 +783,8 @@ mod tests {
     #[test]
     fn a_foreign_finalizer_keeps_its_object_and_what_waits_for_it() {
         let mut g = graph(&[(1, &[], NONE), (2, &[1], NONE), (3, &[2], NONE)]);
-        let facts = Facts {
-            foreign: HashMap::from([(uid(2), vec!["example.com/hold".to_owned()])]),
-            ..Facts::default()
-        };
-        let outcome = run(
-            &mut g,
-            &facts,
-            Mode::Standalone,
-            uid(1),
-            Propagation::Foreground,
-        );
+        let facts = held(2);
+        let outcome = cascade(&mut g, &facts, Mode::Standalone, Propagation::Foreground);
         assert!(!outcome.gone, "the owner waits for o2 in foreground");
         assert_eq!(outcome.held, [hold(FOREGROUND_FINALIZER, &[2])]);
         // o2 was deleted in foreground: o3 goes, o2 stays for the finalizer.
@@ -803,10 +818,7 @@ mod tests {
 
     #[test]
     fn an_owner_held_behind_a_held_descendant_stays_being_deleted_and_says_why() {
-        let facts = Facts {
-            foreign: HashMap::from([(uid(3), vec!["example.com/hold".to_owned()])]),
-            ..Facts::default()
-        };
+        let facts = held(3);
         let objects: &[(u128, &[u128], Flags)] = &[
             (1, &[], NONE),
             (2, &[1], NONE),
@@ -851,24 +863,12 @@ mod tests {
 
     #[test]
     fn beside_kubernetes_a_foreground_owner_deletes_every_dependent_at_once() {
-        let mut g = Graph::new(Mode::Standalone);
-        let resource = ResourceId::new(1);
-        g.apply(resource, Observed::config_map(1, &[], NONE));
-        for (n, wave) in [(2, 1), (3, 0)] {
-            g.apply(
-                resource,
-                Observed {
-                    order: Order::Wave(Wave(wave)),
-                    ..Observed::config_map(n, &[1], NONE)
-                },
-            );
-        }
-        g.apply(resource, Observed::config_map(4, &[3], NONE));
-        let outcome = run(
+        let mut g = ordered(NONE, &[(2, 1), (3, 0)]);
+        g.apply(ResourceId::new(1), Observed::config_map(4, &[3], NONE));
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Cooperative,
-            uid(1),
             Propagation::Foreground,
         );
         assert!(outcome.gone);
@@ -921,11 +921,10 @@ mod tests {
     #[test]
     fn a_cluster_scoped_dependent_holds_a_foreground_delete_beside_kubernetes_only() {
         let mut g = with_cluster_scoped_dependent(NONE);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Cooperative,
-            uid(1),
             Propagation::Foreground,
         );
         assert!(!outcome.gone, "Kubernetes' collector waits for o5 for good");
@@ -937,11 +936,10 @@ mod tests {
         assert_eq!(deleted(&outcome), [(2, 1)]);
 
         let mut g = with_cluster_scoped_dependent(NONE);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Foreground,
         );
         assert!(
@@ -957,11 +955,10 @@ mod tests {
     #[test]
     fn an_orphaning_delete_beside_kubernetes_drops_a_cluster_scoped_reference_too() {
         let mut g = with_cluster_scoped_dependent(NONE);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Cooperative,
-            uid(1),
             Propagation::Orphan,
         );
         assert!(outcome.gone);
@@ -986,29 +983,9 @@ mod tests {
 
     #[test]
     fn a_wave_that_never_ends_says_it_blocks_the_next() {
-        let mut g = Graph::new(Mode::Standalone);
-        let resource = ResourceId::new(1);
-        g.apply(resource, Observed::config_map(1, &[], Flags::ARMED));
-        for (n, wave) in [(2, 1), (3, 0)] {
-            g.apply(
-                resource,
-                Observed {
-                    order: Order::Wave(Wave(wave)),
-                    ..Observed::config_map(n, &[1], NONE)
-                },
-            );
-        }
-        let facts = Facts {
-            foreign: HashMap::from([(uid(2), vec!["example.com/hold".to_owned()])]),
-            ..Facts::default()
-        };
-        let outcome = run(
-            &mut g,
-            &facts,
-            Mode::Cooperative,
-            uid(1),
-            Propagation::Background,
-        );
+        let mut g = ordered(Flags::ARMED, &[(2, 1), (3, 0)]);
+        let facts = held(2);
+        let outcome = cascade(&mut g, &facts, Mode::Cooperative, Propagation::Background);
         assert!(!outcome.gone);
         assert_eq!(
             outcome.fates.get(&uid(3)),
@@ -1026,13 +1003,7 @@ mod tests {
             unresolvable: HashSet::from([(uid(2), uid(7))]),
             ..Facts::default()
         };
-        let outcome = run(
-            &mut g,
-            &facts,
-            Mode::Standalone,
-            uid(1),
-            Propagation::Background,
-        );
+        let outcome = cascade(&mut g, &facts, Mode::Standalone, Propagation::Background);
         assert_eq!(
             outcome.fates.get(&uid(2)),
             Some(&Fate::Kept { by: vec![uid(7)] })
@@ -1041,23 +1012,11 @@ mod tests {
 
     #[test]
     fn deletion_order_makes_waves_of_an_armed_owners_dependents() {
-        let mut g = Graph::new(Mode::Standalone);
-        let resource = ResourceId::new(1);
-        g.apply(resource, Observed::config_map(1, &[], Flags::ARMED));
-        for (n, wave) in [(2, 2), (3, 1), (4, 1), (5, 0)] {
-            g.apply(
-                resource,
-                Observed {
-                    order: Order::Wave(Wave(wave)),
-                    ..Observed::config_map(n, &[1], NONE)
-                },
-            );
-        }
-        let outcome = run(
+        let mut g = ordered(Flags::ARMED, &[(2, 2), (3, 1), (4, 1), (5, 0)]);
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Background,
         );
         assert!(outcome.gone);
@@ -1110,11 +1069,10 @@ mod tests {
     #[test]
     fn a_cycle_ends() {
         let mut g = graph(&[(1, &[3], NONE), (2, &[1], NONE), (3, &[2], NONE)]);
-        let outcome = run(
+        let outcome = cascade(
             &mut g,
             &Facts::default(),
             Mode::Standalone,
-            uid(1),
             Propagation::Foreground,
         );
         assert!(outcome.gone);

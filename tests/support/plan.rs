@@ -669,6 +669,45 @@ impl Drop for ClusterRoleGone {
     }
 }
 
+/// The plan tests every mode runs, each given a namespace by the including file's
+/// `namespace(test)`: tests/plan.rs (beside Kubernetes' collector) and tests/standalone_gc.rs.
+#[macro_export]
+macro_rules! plans_in_this_mode {
+    () => {
+        /// Every shape of data (tests/support/plan.rs), each in its own namespace.
+        #[tokio::test]
+        async fn every_shape_goes_as_planned() {
+            for shape in support::plan::SHAPES {
+                let ns = namespace(&format!("plan-{}", shape.name)).await;
+                support::plan::as_planned(&ns, shape).await;
+            }
+        }
+
+        #[tokio::test]
+        async fn the_deletion_order_of_a_foreground_owner() {
+            let ns = namespace("plan-fg-order").await;
+            support::plan::the_deletion_order_of_a_foreground_owner(&ns).await;
+        }
+
+        #[tokio::test]
+        async fn a_cluster_scoped_dependent_of_a_namespaced_owner() {
+            let ns = namespace("plan-cluster-scoped").await;
+            support::plan::a_cluster_scoped_dependent_of_a_namespaced_owner(&ns).await;
+        }
+
+        #[tokio::test]
+        async fn a_reference_at_a_version_not_served() {
+            let ns = namespace("plan-unserved").await;
+            support::plan::a_reference_at_a_version_not_served(&ns).await;
+        }
+
+        #[tokio::test]
+        async fn foreground_and_orphan_go_as_planned() {
+            support::plan::foreground_and_orphan(&namespace("plan-cascade").await).await;
+        }
+    };
+}
+
 /// One ConfigMap of a [`Shape`].
 pub struct Object {
     pub name: &'static str,
