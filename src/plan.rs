@@ -180,6 +180,11 @@ pub struct Plan {
     pub estimate_seconds: f64,
     /// Every resource of the scope was listed: nothing in `unlisted`.
     pub complete: bool,
+    /// Objects of the tree with an owner of a kind that could not be listed (or of an API
+    /// group whose discovery failed): the plan keeps them, not knowing whether that owner
+    /// lives.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unjudged: Vec<Entry>,
     pub delete: Vec<Deleted>,
     pub orphan: Vec<Entry>,
     pub keep: Vec<Kept>,
@@ -307,6 +312,12 @@ fn plan(
         requests: outcome.requests,
         estimate_seconds: estimate(outcome, collector).as_secs_f64(),
         complete: read.unlisted.is_empty(),
+        unjudged: outcome
+            .fates
+            .keys()
+            .filter(|uid| read.unjudged.contains(uid))
+            .map(entry)
+            .collect(),
         delete: Vec::new(),
         orphan: Vec::new(),
         keep: Vec::new(),
@@ -530,6 +541,14 @@ impl Plan {
                 out,
                 "incomplete: {} could not be listed ({}); its objects are not in the plan",
                 unlisted.resource, unlisted.error
+            );
+        }
+        if !self.unjudged.is_empty() {
+            let objects: Vec<String> = self.unjudged.iter().map(what).collect();
+            let _ = writeln!(
+                out,
+                "not judged (an owner of a kind that could not be listed; kept here): {}",
+                objects.join(", ")
             );
         }
         out

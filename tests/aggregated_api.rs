@@ -58,4 +58,24 @@ async fn an_unavailable_aggregated_api_stops_nothing() {
     // Within seen's 15 s: the periodic rediscovery is 10 minutes away.
     seen(&syncgc, &probe.uid().unwrap()).await;
     waits_for_a_held(&syncgc, &ns, &widgets, "widget").await;
+
+    // A plan there says it is incomplete, and which objects it could not judge: one whose
+    // other owner is of the group that does not answer.
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let maps = ns.api::<ConfigMap>();
+    let owner = support::create(&maps, &support::config_map("owner", vec![])).await;
+    let unknown = OwnerReference {
+        api_version: format!("before{}.syncgc.test/v1", std::process::id()),
+        kind: "Thing".into(),
+        name: "t".into(),
+        uid: "7a0c6a53-0000-4000-8000-000000000008".into(),
+        ..Default::default()
+    };
+    let owners = vec![support::owner_ref(&owner, true), unknown];
+    support::create(&maps, &support::config_map("d", owners)).await;
+    let plan = support::plan::plan(&ns, "configmap/owner", &["--mode", "cooperative"]);
+    assert_eq!(plan["complete"], false, "{plan:#}");
+    assert_eq!(plan["unjudged"][0]["name"], "d", "{plan:#}");
+    assert_eq!(plan["keep"][0]["name"], "d", "{plan:#}");
 }

@@ -23,6 +23,9 @@ pub struct Snapshot {
     pub facts: Facts,
     pub objects: HashMap<Uid, (ResourceId, Meta)>,
     pub unlisted: Vec<Unlisted>,
+    /// Objects with an owner of a kind that could not be listed, or of an API group whose
+    /// discovery failed: whether that owner lives is not known.
+    pub unjudged: HashSet<Uid>,
 }
 
 /// A resource (or an API group) that could not be listed, with why.
@@ -111,6 +114,7 @@ impl Snapshot {
             facts: Facts::default(),
             objects: HashMap::new(),
             unlisted: Vec::new(),
+            unjudged: HashSet::new(),
         };
         let mut cluster_scoped = Vec::new();
         for (id, resource) in resources.served() {
@@ -156,12 +160,19 @@ impl Snapshot {
         for (uid, (_, meta)) in &read.objects {
             for reference in &meta.owner_references {
                 let key = (*uid, Uid::parse(&reference.uid));
-                let resolvable = resources
-                    .by_kind(&reference.api_version, &reference.kind)
-                    .is_some_and(|(_, r)| {
-                        !unlisted.contains(discovery::resource_name(&r.api).as_str())
-                            && (!r.namespaced || meta.namespace.is_some())
-                    });
+                let resource = resources.by_kind(&reference.api_version, &reference.kind);
+                let listed = resource.is_some_and(|(_, r)| {
+                    !unlisted.contains(discovery::resource_name(&r.api).as_str())
+                });
+                let group = reference
+                    .api_version
+                    .rsplit_once('/')
+                    .map_or("", |(g, _)| g);
+                if (resource.is_some() && !listed) || resources.failed_groups().contains(group) {
+                    read.unjudged.insert(*uid);
+                }
+                let resolvable = listed
+                    && resource.is_some_and(|(_, r)| !r.namespaced || meta.namespace.is_some());
                 if !resolvable {
                     read.facts.unresolvable.insert(key);
                 } else if !resources.serves(&reference.api_version, &reference.kind) {
