@@ -239,18 +239,16 @@ impl PlanArgs {
             )
         });
         let outcome = cascade::run(&mut read.graph, &read.facts, mode, uid, propagation);
-        let mut plan = plan(
+        Ok(plan(
             resources,
             &read,
             uid,
-            propagation,
-            from,
+            (propagation, from),
+            (mode, mode_from),
             timeout,
             &outcome,
             &self.collector,
-        );
-        (plan.mode, plan.mode_from) = (mode.as_str(), mode_from);
-        Ok(plan)
+        ))
     }
 
     /// The mode of the running syncgc, from its leader Lease.
@@ -260,7 +258,8 @@ impl PlanArgs {
             .get_whole(&leases, &self.leader_election_lease)
             .await
             .ok()??;
-        Mode::parse(lease.metadata.annotations?.get(MODE_ANNOTATION)?)
+        let mode = lease.metadata.annotations?.remove(MODE_ANNOTATION)?;
+        ValueEnum::from_str(&mode, false).ok()
     }
 }
 
@@ -282,8 +281,8 @@ fn plan(
     resources: &Resources,
     read: &Snapshot,
     target: Uid,
-    propagation: Propagation,
-    from: &'static str,
+    (propagation, from): (Propagation, &'static str),
+    (mode, mode_from): (Mode, &'static str),
     timeout: Option<Duration>,
     outcome: &Outcome,
     collector: &CollectorArgs,
@@ -302,8 +301,8 @@ fn plan(
         object: entry(&target),
         propagation: propagation.as_str(),
         propagation_from: from,
-        mode: Mode::Cooperative.as_str(),
-        mode_from: "default",
+        mode: mode.as_str(),
+        mode_from,
         synchronous: timeout.is_some(),
         goes: outcome.gone,
         held_by: finalizers(&outcome.held),

@@ -118,7 +118,6 @@ pub fn run(
         orders: Orders::default(),
         outcome: Outcome::default(),
         sent: HashMap::new(),
-        before: HashMap::new(),
         queue: BTreeMap::new(),
     }
     .run(target, propagation)
@@ -130,11 +129,9 @@ struct Cascade<'a> {
     mode: Mode,
     orders: Orders,
     outcome: Outcome,
-    /// The objects a DELETE was sent for, with its wave, propagation and sender.
+    /// The objects a DELETE was sent for, with its wave, propagation and sender; wave 0 for
+    /// those being deleted already, with the propagation their finalizers say.
     sent: HashMap<Uid, (usize, Propagation, Collector)>,
-    /// The objects of the tree being deleted already, with the propagation their finalizers
-    /// say and the collector that works on them.
-    before: HashMap<Uid, (Propagation, Collector)>,
     /// The work to do, by the wave that brought it up.
     queue: BTreeMap<usize, Vec<Work>>,
 }
@@ -157,7 +154,7 @@ impl Cascade<'_> {
                 } else {
                     Collector::Kubernetes
                 };
-                self.before.insert(*uid, (propagation, by));
+                self.sent.insert(*uid, (0, propagation, by));
                 let mut work = vec![Work::SyncOwner(*uid)];
                 if flags.contains(Flags::ORPHAN) {
                     work.push(Work::Orphan(*uid));
@@ -166,7 +163,6 @@ impl Cascade<'_> {
             }
         }
         let work = self.delete(target, propagation);
-        self.sent.clear();
         self.outcome.requests = 0;
         self.enqueue(0, work);
         while let Some((wave, mut work)) = self.queue.pop_first() {
@@ -191,7 +187,12 @@ impl Cascade<'_> {
                 self.settle(*uid);
             }
         }
-        let mut waves: Vec<usize> = self.sent.values().map(|(wave, ..)| *wave).collect();
+        let mut waves: Vec<usize> = self
+            .sent
+            .values()
+            .map(|(wave, ..)| *wave)
+            .filter(|wave| *wave > 0)
+            .collect();
         waves.sort_unstable();
         waves.dedup();
         self.outcome.waves = waves.len();
@@ -230,10 +231,8 @@ impl Cascade<'_> {
     /// looked up), or behind a wave of its owner's deletion order that never ends.
     fn settle(&mut self, uid: Uid) {
         let sent = self.sent.get(&uid).copied();
-        let before = self.before.get(&uid).map(|(p, by)| (0, *p, *by));
         if self.gone(uid) {
-            // Wave 0: being deleted before.
-            if let Some((wave, propagation, by)) = sent.or(before) {
+            if let Some((wave, propagation, by)) = sent {
                 self.outcome.fates.insert(
                     uid,
                     Fate::Deleted {
@@ -247,7 +246,10 @@ impl Cascade<'_> {
         }
         if self.graph.node(uid).is_some_and(|n| n.is(Flags::DELETING)) {
             let held = self.holds(uid);
-            let sent = sent.map(|(wave, propagation, _)| (wave, propagation));
+            // Its DELETE's, when the cascade sent it.
+            let sent = sent
+                .filter(|(wave, ..)| *wave > 0)
+                .map(|(wave, propagation, _)| (wave, propagation));
             self.outcome
                 .fates
                 .insert(uid, Fate::Terminating { sent, held });

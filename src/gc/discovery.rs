@@ -225,7 +225,7 @@ impl Resources {
     /// Whether the apiserver serves `kind` at `api_version` (or cannot tell: its group's
     /// discovery failed). A reference naming a version that is not served cannot be mapped
     /// by Kubernetes' collector.
-    pub fn serves(&self, api_version: &str, kind: &str) -> bool {
+    pub fn serves_version(&self, api_version: &str, kind: &str) -> bool {
         self.kinds.is_empty()
             || self.failed.contains(group_of(api_version))
             || self
@@ -378,7 +378,8 @@ fn group_kind(group: &str, kind: &str) -> u64 {
     hasher.finish()
 }
 
-fn group_of(api_version: &str) -> &str {
+/// The API group of `api_version` ("" for the core group).
+pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 

@@ -164,10 +164,7 @@ impl Snapshot {
                 let listed = resource.is_some_and(|(_, r)| {
                     !unlisted.contains(discovery::resource_name(&r.api).as_str())
                 });
-                let group = reference
-                    .api_version
-                    .rsplit_once('/')
-                    .map_or("", |(g, _)| g);
+                let group = discovery::group_of(&reference.api_version);
                 if (resource.is_some() && !listed) || resources.failed_groups().contains(group) {
                     read.unjudged.insert(*uid);
                 }
@@ -175,7 +172,7 @@ impl Snapshot {
                     && resource.is_some_and(|(_, r)| !r.namespaced || meta.namespace.is_some());
                 if !resolvable {
                     read.facts.unresolvable.insert(key);
-                } else if !resources.serves(&reference.api_version, &reference.kind) {
+                } else if !resources.serves_version(&reference.api_version, &reference.kind) {
                     read.facts.unserved_version.insert(key);
                 }
             }

@@ -37,12 +37,6 @@ impl Mode {
             Self::Standalone => "standalone",
         }
     }
-
-    pub fn parse(value: &str) -> Option<Self> {
-        [Self::Cooperative, Self::Standalone]
-            .into_iter()
-            .find(|m| m.as_str() == value)
-    }
 }
 
 /// An index into the table of watched resources (see `gc::discovery`). Two bytes, and two
