@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
+use crate::graph::Handles;
 use crate::graph::Order;
 use crate::names::{
-    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_ANNOTATION,
-    TIMEOUT_ANNOTATION,
+    DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, HANDLES_FINALIZERS_ANNOTATION,
+    HANDLES_FINALIZERS_SCOPE_ANNOTATION, MAX_CASCADE_ANNOTATION, PROPAGATION_ANNOTATION,
+    PROTECTED_ANNOTATION, SYNCHRONOUS_ANNOTATION, TIMEOUT_ANNOTATION,
 };
 
 /// How long an owner may wait for its dependents.
@@ -36,13 +38,28 @@ impl Timeouts {
 }
 
 /// The annotations syncgc reads or writes; any other `syncgc.io/` annotation is a typo.
-pub const ANNOTATIONS: [&str; 5] = [
+pub const ANNOTATIONS: [&str; 9] = [
     SYNCHRONOUS_ANNOTATION,
     TIMEOUT_ANNOTATION,
     PROPAGATION_ANNOTATION,
     DELETION_ORDER_ANNOTATION,
+    PROTECTED_ANNOTATION,
+    MAX_CASCADE_ANNOTATION,
+    HANDLES_FINALIZERS_ANNOTATION,
+    HANDLES_FINALIZERS_SCOPE_ANNOTATION,
     DEADLINE_ANNOTATION,
 ];
+
+/// What `syncgc.io/max-cascade: value` allows: a non-negative integer, else nothing (a value
+/// that is not one never refuses a DELETE; [`annotation_problems`] says so).
+pub fn max_cascade(value: Option<&str>) -> Option<usize> {
+    value?.trim().parse().ok()
+}
+
+/// Whether `syncgc.io/protected: value` protects: `"true"`, exactly.
+pub fn protects(value: Option<&str>) -> bool {
+    value == Some("true")
+}
 
 /// What is wrong with an object's `syncgc.io/` annotations, a sentence each, saying what syncgc
 /// does instead: an opt-in other than `"true"` or `"false"`, a timeout that is not a duration
@@ -83,10 +100,31 @@ pub fn annotation_problems<'a>(
                 )),
                 Order::Wave(_) => None,
             },
+            PROTECTED_ANNOTATION if value == "true" || value == "false" => None,
+            PROTECTED_ANNOTATION => Some(format!(
+                "{key}: {value:?} is neither \"true\" nor \"false\": the object is not protected \
+                 (only \"true\", exactly, protects)"
+            )),
+            MAX_CASCADE_ANNOTATION => max_cascade(Some(value)).is_none().then(|| {
+                format!(
+                    "{key}: {value:?} is not a non-negative integer: no limit applies to this \
+                     object's cascade"
+                )
+            }),
+            HANDLES_FINALIZERS_ANNOTATION => Handles::parse(value, None)
+                .err()
+                .map(|err| format!("{key}: {value:?} {err}: this workload holds nothing")),
+            HANDLES_FINALIZERS_SCOPE_ANNOTATION => (!["namespace", "cluster"].contains(&value))
+                .then(|| {
+                    format!(
+                        "{key}: {value:?} is neither \"namespace\" nor \"cluster\": the scope is \
+                         the workload's namespace"
+                    )
+                }),
             DEADLINE_ANNOTATION => None,
             _ if key.starts_with("syncgc.io/") => Some(format!(
                 "{key} is not an annotation syncgc knows ({}); ignored",
-                ANNOTATIONS[..4].join(", ")
+                ANNOTATIONS[..8].join(", ")
             )),
             _ => None,
         };
@@ -125,6 +163,13 @@ mod tests {
             ("syncgc.io/propagation", "Foreground"),
             ("syncgc.io/deletion-order", " -2 "),
             ("syncgc.io/deadline", "2026-11-24T12:00:00Z"),
+            ("syncgc.io/protected", "true"),
+            ("syncgc.io/max-cascade", "0"),
+            (
+                "syncgc.io/handles-finalizers",
+                "example.com/a, example.com/b",
+            ),
+            ("syncgc.io/handles-finalizers-scope", "cluster"),
             ("example.com/other", "anything"),
         ];
         assert_eq!(check(&fine), Vec::<String>::new());
@@ -136,6 +181,15 @@ mod tests {
             (("syncgc.io/timeout", "2h"), "capped"),
             (("syncgc.io/propagation", "foreground"), "ignored"),
             (("syncgc.io/deletion-order", "first"), "wave 0"),
+            (("syncgc.io/protected", "yes"), "not protected"),
+            (("syncgc.io/max-cascade", "-1"), "no limit applies"),
+            (("syncgc.io/max-cascade", "ten"), "no limit applies"),
+            (("syncgc.io/handles-finalizers", ""), "holds nothing"),
+            (("syncgc.io/handles-finalizers", "a b/c"), "holds nothing"),
+            (
+                ("syncgc.io/handles-finalizers-scope", "all"),
+                "workload's namespace",
+            ),
             (
                 ("syncgc.io/synchronus", "true"),
                 "not an annotation syncgc knows",

@@ -70,6 +70,10 @@ pub struct RunArgs {
     /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
     pub unarmed_delete: UnarmedDelete,
+    /// The cascade limit of every object without `syncgc.io/max-cascade`: a DELETE that would
+    /// delete more objects is refused (needs the guards). Off by default.
+    #[arg(long, env = "SYNCGC_MAX_CASCADE", value_name = "OBJECTS")]
+    pub max_cascade: Option<usize>,
     /// Timeouts and the client's rate.
     #[command(flatten)]
     pub collector: gc::CollectorArgs,
@@ -186,6 +190,12 @@ pub struct WebhookArgs {
     #[arg(long = "exclude-namespace", env = "SYNCGC_EXCLUDE_NAMESPACES", value_delimiter = ',', value_name = "NAME",
           default_values_t = DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned))]
     pub excluded_namespaces: Vec<String>,
+    /// The guards on DELETE (syncgc.io/protected, syncgc.io/max-cascade,
+    /// syncgc.io/handles-finalizers): the webhook then sees every DELETE. `--guards=false`
+    /// lets only armed objects' DELETEs reach it, and no guard acts.
+    #[arg(long, env = "SYNCGC_GUARDS", default_value_t = true, action = clap::ArgAction::Set,
+          value_name = "BOOL")]
+    pub guards: bool,
 }
 
 impl WebhookArgs {
@@ -210,6 +220,7 @@ impl WebhookArgs {
             timeout_seconds: self.webhook_timeout_seconds,
             excluded_namespaces: self.excluded_namespaces.clone(),
             unarmed_delete,
+            guards: self.guards,
             server,
             scope: Coverage::Every,
         }
@@ -311,6 +322,7 @@ impl RunArgs {
             tls_key,
             mode,
             unarmed_delete,
+            max_cascade,
             collector: collector_args,
             workers,
             ignored_resources,
@@ -441,6 +453,7 @@ impl RunArgs {
             policy: Policy {
                 unarmed_delete,
                 timeouts: Some(timeouts),
+                max_cascade,
             },
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),

@@ -17,6 +17,23 @@ pub const DEADLINE_ANNOTATION: &str = "syncgc.io/deadline";
 /// highest wave is deleted first, and each wave is gone before the next starts.
 pub const DELETION_ORDER_ANNOTATION: &str = "syncgc.io/deletion-order";
 
+/// On any object: `"true"` keeps every cascade from deleting it. Its own DELETE is refused
+/// until the annotation is removed, a DELETE whose cascade would reach it is refused, and a
+/// collector's DELETE of it is refused while its references to the owners that are going are
+/// removed instead.
+pub const PROTECTED_ANNOTATION: &str = "syncgc.io/protected";
+/// On any object: the most objects its DELETE may delete, by the cascade's model (a
+/// non-negative integer); a DELETE that would delete more is refused.
+pub const MAX_CASCADE_ANNOTATION: &str = "syncgc.io/max-cascade";
+/// On a workload (Deployment, StatefulSet, DaemonSet, or a bare Pod): the finalizers its Pods
+/// remove, comma-separated. While objects in its scope that carry one of them are being
+/// deleted, the teardown of the workload's Pods (and of what owns them below the workload) is
+/// held.
+pub const HANDLES_FINALIZERS_ANNOTATION: &str = "syncgc.io/handles-finalizers";
+/// Beside [`HANDLES_FINALIZERS_ANNOTATION`]: `"cluster"` makes the workload's scope the whole
+/// cluster; `"namespace"` (the default) its own namespace.
+pub const HANDLES_FINALIZERS_SCOPE_ANNOTATION: &str = "syncgc.io/handles-finalizers-scope";
+
 /// On the leader Lease: the mode of the syncgc that holds it (`cooperative`, `standalone`),
 /// for `syncgc plan` to predict the collector that acts.
 pub const MODE_ANNOTATION: &str = "syncgc.io/mode";
@@ -80,6 +97,8 @@ pub enum Reason {
     /// An owner's `syncgc.io/` annotations hold a mistake (the webhook's warnings, recorded
     /// when its deletion starts).
     InvalidAnnotation,
+    /// A finalizer handler's hold on its Pods ended by its timeout, objects still holding.
+    HandlerTimedOut,
     /// An ownerReference that cannot reach its owner (upstream's reason).
     OwnerRefInvalidNamespace,
 }
@@ -98,6 +117,7 @@ impl Reason {
             Self::OrderAbandoned => "SyncGCOrderAbandoned",
             Self::InvalidOrder => "SyncGCInvalidOrder",
             Self::InvalidAnnotation => "SyncGCInvalidAnnotation",
+            Self::HandlerTimedOut => "SyncGCHandlerTimedOut",
             Self::OwnerRefInvalidNamespace => "OwnerRefInvalidNamespace",
         }
     }

@@ -67,6 +67,7 @@ fn object(n: u128, owner: Option<u128>) -> Observed {
         places: FinalizerPlaces::default(),
         order: Default::default(),
         deleted_at: None,
+        guards: Default::default(),
     }
 }
 

@@ -273,6 +273,7 @@ impl Plane {
             timeout_seconds,
             excluded_namespaces: vec![],
             unarmed_delete: UnarmedDelete::Allow,
+            guards: true,
             server: self.server().await?,
             scope: Coverage::Every,
         }

@@ -60,6 +60,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             timeout_seconds: 3,
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
+            guards: true,
             server,
             scope: scope.clone(),
         }

@@ -598,17 +598,16 @@ pub struct Preview {
 }
 
 /// Runs the DELETE of `target` with `propagation` on a copy of the part of `graph` it reads:
-/// the tree (the object and what depends on it, transitively) and the owners of its objects.
-/// The graph knows which objects carry finalizers of others, not their names.
-pub fn preview(
+/// the tree (the object and what depends on it, transitively) and the owners of its objects;
+/// with the resource of each object of the tree.
+pub fn on_copy(
     graph: &Graph,
     target: Uid,
     propagation: Propagation,
-    kind: impl Fn(ResourceId) -> String,
-) -> Preview {
+) -> (Outcome, HashMap<Uid, ResourceId>) {
     let mut copy = Graph::new(Mode::Standalone);
     let mut facts = Facts::default();
-    let mut kinds = HashMap::new();
+    let mut resources = HashMap::new();
     for uid in graph.tree(target) {
         let Some((resource, observed)) = graph.observed(uid) else {
             continue;
@@ -619,12 +618,38 @@ pub fn preview(
             }
         }
         if observed.places.others() {
-            facts.foreign.insert(uid, Vec::new());
+            let names = observed.guards.foreign.iter().map(|f| f.to_string());
+            facts.foreign.insert(uid, names.collect());
         }
-        kinds.insert(uid, kind(resource));
+        resources.insert(uid, resource);
         copy.apply(resource, observed);
     }
-    let outcome = run(&mut copy, &facts, graph.mode(), target, propagation);
+    (
+        run(&mut copy, &facts, graph.mode(), target, propagation),
+        resources,
+    )
+}
+
+impl Outcome {
+    /// The objects of the tree whose DELETE is sent: those gone at the end, and those left
+    /// being deleted.
+    pub fn sent(&self) -> impl Iterator<Item = Uid> + '_ {
+        self.fates.iter().filter_map(|(uid, fate)| match fate {
+            Fate::Deleted { .. } | Fate::Terminating { sent: Some(_), .. } => Some(*uid),
+            _ => None,
+        })
+    }
+}
+
+/// What the DELETE of `target` with `propagation` would do ([`on_copy`]), in numbers.
+pub fn preview(
+    graph: &Graph,
+    target: Uid,
+    propagation: Propagation,
+    kind: impl Fn(ResourceId) -> String,
+) -> Preview {
+    let (outcome, resources) = on_copy(graph, target, propagation);
+    let kinds: HashMap<Uid, String> = resources.into_iter().map(|(u, r)| (u, kind(r))).collect();
     let mut preview = Preview {
         waves: outcome.waves,
         gone: outcome.gone,

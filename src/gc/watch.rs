@@ -68,6 +68,7 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
         places: FinalizerPlaces::of(meta),
         order: crate::graph::Order::of(meta.annotations.get(DELETION_ORDER_ANNOTATION)),
         deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+        guards: crate::graph::Guards::of(meta),
     })
 }
 

@@ -5,6 +5,7 @@
 //! One task writes the graph; everyone else reads. Nothing here does I/O.
 
 mod flags;
+mod guards;
 mod shared;
 mod uid;
 
@@ -15,6 +16,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 pub use flags::{FinalizerPlaces, Flags};
+pub use guards::{Guards, Handles};
 pub use shared::{Reader, Writer};
 pub use uid::{Uid, UidHash};
 
@@ -131,6 +133,8 @@ pub struct Observed {
     pub order: Order,
     /// `metadata.deletionTimestamp`, in seconds since the epoch.
     pub deleted_at: Option<i64>,
+    /// Its part in the webhook's guards.
+    pub guards: Guards,
 }
 
 #[cfg(test)]
@@ -155,6 +159,7 @@ impl Observed {
             flags,
             places: FinalizerPlaces::default(),
             order: Order::default(),
+            guards: Guards::default(),
         }
     }
 }
@@ -408,6 +413,14 @@ pub struct Graph {
     /// The order of each observed object not in wave 0 or with an invalid order; only those,
     /// so nodes stay small.
     orders: HashMap<Uid, Order, UidHash>,
+    /// What each observed object that says something to the guards says; only those.
+    guards: HashMap<Uid, Guards, UidHash>,
+    /// The protected objects and the finalizer handlers among them, for the question every
+    /// DELETE asks first: is there any?
+    protected: HashSet<Uid, UidHash>,
+    handlers: HashSet<Uid, UidHash>,
+    /// The uid of each Namespace observed, by name.
+    namespace_objects: HashMap<Box<str>, Uid>,
 }
 
 impl Graph {
@@ -558,6 +571,58 @@ impl Graph {
             .map(|(uid, _)| (uid, self.deleted_at.get(&uid).copied()))
     }
 
+    /// What the observed object `uid` says to the guards, when it says something.
+    pub fn guards(&self, uid: Uid) -> Option<&Guards> {
+        self.guards.get(&uid)
+    }
+
+    /// The protected objects.
+    pub fn protected(&self) -> impl ExactSizeIterator<Item = Uid> + '_ {
+        self.protected.iter().copied()
+    }
+
+    /// The finalizer handlers.
+    pub fn handlers(&self) -> impl ExactSizeIterator<Item = Uid> + '_ {
+        self.handlers.iter().copied()
+    }
+
+    fn set_guards(&mut self, uid: Uid, guards: Guards) {
+        let mark = |set: &mut HashSet<Uid, UidHash>, on: bool| {
+            if on {
+                set.insert(uid);
+            } else {
+                set.remove(&uid);
+            }
+        };
+        mark(&mut self.protected, guards.protected);
+        mark(&mut self.handlers, guards.handles.is_some());
+        if guards.is_empty() {
+            self.guards.remove(&uid);
+        } else {
+            self.guards.insert(uid, guards);
+        }
+    }
+
+    /// Every observed object that says something to the guards.
+    pub fn guarded(&self) -> impl Iterator<Item = (Uid, &Guards)> + '_ {
+        self.guards.iter().map(|(uid, guards)| (*uid, guards))
+    }
+
+    /// When the namespace `name` got its deletionTimestamp (seconds since the epoch), if it
+    /// is being deleted.
+    pub fn namespace_deleted_at(&self, name: &str) -> Option<i64> {
+        self.deleted_at(*self.namespace_objects.get(name)?)
+    }
+
+    /// The observed objects in the namespace `name`: every node looked at, for the rare
+    /// question (a namespace's DELETE under a cascade limit).
+    pub fn in_namespace<'a>(&'a self, name: &'a str) -> impl Iterator<Item = Uid> + 'a {
+        self.nodes
+            .iter()
+            .filter(move |(_, n)| !n.is(Flags::VIRTUAL) && n.namespace() == Some(name))
+            .map(|(uid, _)| *uid)
+    }
+
     /// The deletionTimestamp of `uid` (seconds since the epoch), if it is being deleted.
     pub fn deleted_at(&self, uid: Uid) -> Option<i64> {
         self.deleted_at.get(&uid).copied()
@@ -591,6 +656,7 @@ impl Graph {
                 places: node.places,
                 order: self.orders.get(&uid).cloned().unwrap_or_default(),
                 deleted_at: self.deleted_at(uid),
+                guards: self.guards.get(&uid).cloned().unwrap_or_default(),
             },
         ))
     }
@@ -608,7 +674,12 @@ impl Graph {
             places,
             order,
             deleted_at,
+            guards,
         } = object;
+        self.set_guards(uid, guards);
+        if namespace.is_none() && coordinates == Coordinates::in_group("", "Namespace", &name) {
+            self.namespace_objects.insert(name.as_str().into(), uid);
+        }
         let namespace = self.intern(namespace);
         if order == Order::default() {
             self.orders.remove(&uid);
@@ -717,6 +788,12 @@ impl Graph {
         let owners = std::mem::take(&mut node.owners);
         self.deleted_at.remove(&uid);
         self.orders.remove(&uid);
+        self.guards.remove(&uid);
+        self.protected.remove(&uid);
+        self.handlers.remove(&uid);
+        if node.namespace.is_none() && self.namespace_objects.get(&*node.name) == Some(&uid) {
+            self.namespace_objects.remove(&*node.name);
+        }
         if node.dependents.is_empty() {
             self.nodes.remove(&uid);
         } else {

@@ -40,6 +40,8 @@ pub struct Policy {
     /// The collector's timeouts: a `syncgc.io/timeout` longer than their max is warned about,
     /// and a DELETE's warning says how long the owner may wait.
     pub timeouts: Option<Timeouts>,
+    /// The cascade limit of objects without `syncgc.io/max-cascade` (`None`: no limit).
+    pub max_cascade: Option<usize>,
 }
 
 /// Which case of the decision applied; a closed set, used as a metric label and in logs.
@@ -517,6 +519,7 @@ mod tests {
     const DENY: Policy = Policy {
         unarmed_delete: UnarmedDelete::Deny,
         timeouts: None,
+        max_cascade: None,
     };
 
     /// With the collector's timeouts: a minute, 100 ms per dependent, an hour at most.
@@ -527,6 +530,7 @@ mod tests {
             per_dependent: Duration::from_millis(100),
             max: Duration::from_secs(3600),
         }),
+        max_cascade: None,
     };
 
     fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Metadata {

@@ -15,6 +15,7 @@ use axum::routing::post;
 use kube::api::ApiResource;
 
 use super::admit::{self, Decision, Policy, admit};
+use super::guard;
 use super::review::Operation;
 use super::review::{self, Answer, Review};
 use crate::api::{Cluster, Target};
@@ -22,6 +23,8 @@ use crate::gc::cascade::{self, Preview};
 use crate::gc::discovery;
 use crate::graph::{Reader, Uid};
 use crate::metrics::Metrics;
+use crate::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION, Reason};
+use kube::runtime::events::EventType;
 
 /// The largest review accepted: the apiserver's objects are up to ~3 MiB, and a review of an
 /// UPDATE carries two of them.
@@ -95,6 +98,33 @@ async fn mutate(
         }
     };
     let request = &review.request;
+    let verdict = guard(&webhook, request);
+    if let guard::Verdict::Refuse {
+        message,
+        drop_owners,
+        guard,
+    } = verdict.clone()
+    {
+        if !drop_owners.is_empty() && !admit::dry_run(request) {
+            drop_references(&webhook, request, &drop_owners, deadline).await;
+        }
+        tracing::info!(
+            uid = %request.uid,
+            kind = %request.kind.kind,
+            namespace = request.namespace.as_deref().unwrap_or(""),
+            name = %request.name,
+            user = %request.user_info.username,
+            guard,
+            %message,
+            "DELETE refused"
+        );
+        count(metrics, request.operation.as_str(), guard, started);
+        return json(review::respond(
+            review.api_version,
+            &request.uid,
+            Answer::Deny { message },
+        ));
+    }
     let dependents = match (request.operation, &request.old_object) {
         (Operation::Delete, Some(old)) => old
             .metadata
@@ -116,6 +146,12 @@ async fn mutate(
             &preview,
         ));
     }
+    if let guard::Verdict::Pass { warnings, released } = verdict {
+        decision.warnings.extend(warnings);
+        if let Some((handler, note)) = released {
+            handler_released(&webhook, handler, note);
+        }
+    }
     let answer = settle(&webhook, request, &decision, deadline).await;
     tracing::debug!(
         uid = %request.uid,
@@ -134,6 +170,124 @@ async fn mutate(
         started,
     );
     json(review::respond(review.api_version, &request.uid, answer))
+}
+
+/// What the guards say of `request`: a DELETE of an object is judged on the graph; anything
+/// else passes.
+fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
+    let pass = guard::Verdict::Pass {
+        warnings: Vec::new(),
+        released: None,
+    };
+    let (Operation::Delete, Some(meta)) = (
+        request.operation,
+        request
+            .old_object
+            .as_ref()
+            .and_then(|o| o.metadata.as_ref()),
+    ) else {
+        return pass;
+    };
+    let Some(uid) = meta.uid.as_deref().map(Uid::parse) else {
+        return pass;
+    };
+    // A DELETE of a collection names no object: its items' names are in the objects.
+    let name = meta.name.as_deref().unwrap_or(&request.name);
+    let namespace = request.namespace.as_deref().filter(|ns| !ns.is_empty());
+    let described = match namespace {
+        Some(ns) => format!("{} {ns}/{name}", request.kind.kind),
+        None => format!("{} {name}", request.kind.kind),
+    };
+    let delete = guard::Delete {
+        uid,
+        described: &described,
+        kind: &request.kind.kind,
+        namespace,
+        name,
+        namespace_object: request.kind.group.is_empty() && request.kind.kind == "Namespace",
+        protected: crate::annotations::protects(meta.annotation(PROTECTED_ANNOTATION)),
+        max_cascade: crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)),
+        propagation: admit::propagation(request),
+    };
+    let resources = webhook.resources.read();
+    let kind = |id| {
+        resources
+            .get(id)
+            .map(|r| r.api.kind.clone())
+            .unwrap_or_default()
+    };
+    let graph = webhook.graph.read();
+    let now = jiff::Timestamp::now().as_second();
+    guard::judge(&graph, kind, &delete, &webhook.policy, now)
+}
+
+/// Removes the references of `request`'s (protected) object to `owners`, which are going:
+/// its DELETE was refused, and no collector should try it again. A failure is logged: the
+/// refusal stands, and the next attempt tries again.
+async fn drop_references(
+    webhook: &Webhook,
+    request: &review::Request,
+    owners: &[Uid],
+    deadline: Instant,
+) {
+    let Some(meta) = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref())
+    else {
+        return;
+    };
+    let mut target = target_of(request, meta.uid.clone().unwrap_or_default());
+    if let Some(name) = &meta.name {
+        target.name.clone_from(name);
+    }
+    let references = meta.owner_references.clone().unwrap_or_default();
+    let owners: Vec<String> = owners.iter().map(ToString::to_string).collect();
+    let outcome = tokio::time::timeout_at(
+        deadline.into(),
+        webhook
+            .cluster
+            .remove_owner_references(&target, &references, &owners),
+    )
+    .await;
+    match outcome {
+        Ok(Ok(())) => {
+            tracing::info!(%target, ?owners, "references of a protected object to owners being deleted removed")
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(%target, %err, "could not remove a protected object's references")
+        }
+        Err(_) => {
+            tracing::warn!(%target, "could not remove a protected object's references before the deadline")
+        }
+    }
+}
+
+/// Records, in the background, that the hold of the finalizer handler `handler` ended by its
+/// timeout.
+fn handler_released(webhook: &Webhook, handler: Uid, note: String) {
+    let target = {
+        let graph = webhook.graph.read();
+        let resources = webhook.resources.read();
+        let Some(node) = graph.node(handler) else {
+            return;
+        };
+        let Some(resource) = node.resource.and_then(|r| resources.get(r)) else {
+            return;
+        };
+        Target {
+            resource: resource.api.clone(),
+            namespace: node.namespace().map(str::to_owned),
+            name: node.name.to_string(),
+            uid: handler.to_string(),
+        }
+    };
+    let cluster = webhook.cluster.clone();
+    tokio::spawn(async move {
+        cluster
+            .event(&target, EventType::Warning, Reason::HandlerTimedOut, note)
+            .await;
+    });
 }
 
 /// What the DELETE of `request`'s object would do, run on a copy of its part of the graph.
@@ -167,22 +321,7 @@ async fn settle(
 ) -> Answer {
     let mut warnings = decision.warnings.clone();
     if let Some(effect) = &decision.side_effect {
-        let target = Target {
-            resource: ApiResource {
-                group: request.resource.group.clone(),
-                version: request.resource.version.clone(),
-                api_version: if request.resource.group.is_empty() {
-                    request.resource.version.clone()
-                } else {
-                    format!("{}/{}", request.resource.group, request.resource.version)
-                },
-                kind: request.kind.kind.clone(),
-                plural: request.resource.resource.clone(),
-            },
-            namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
-            name: request.name.clone(),
-            uid: effect.uid.clone(),
-        };
+        let target = target_of(request, effect.uid.clone());
         let outcome = tokio::time::timeout_at(
             deadline.into(),
             webhook
@@ -222,6 +361,26 @@ async fn settle(
             patch: decision.patch.clone(),
             warnings,
         },
+    }
+}
+
+/// The object of `request`, with `uid`.
+fn target_of(request: &review::Request, uid: String) -> Target {
+    Target {
+        resource: ApiResource {
+            group: request.resource.group.clone(),
+            version: request.resource.version.clone(),
+            api_version: if request.resource.group.is_empty() {
+                request.resource.version.clone()
+            } else {
+                format!("{}/{}", request.resource.group, request.resource.version)
+            },
+            kind: request.kind.kind.clone(),
+            plural: request.resource.resource.clone(),
+        },
+        namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
+        name: request.name.clone(),
+        uid,
     }
 }
 

@@ -40,6 +40,9 @@ pub struct Registration {
     /// What the webhook does with a DELETE of an opted-in object that is not armed yet: to
     /// deny it, it must see every DELETE, not only those of armed objects.
     pub unarmed_delete: UnarmedDelete,
+    /// The guards on DELETE (protected objects, cascade limits, finalizer handlers): they
+    /// must see every DELETE.
+    pub guards: bool,
     /// The apiserver's version: from 1.28 on, `matchConditions` filter what reaches syncgc.
     pub server: ServerVersion,
     /// Before 1.28, the resources whose CREATE and UPDATE reach syncgc.
@@ -282,20 +285,24 @@ pub const DELETE_CONDITION: &str = "has(oldObject.metadata.annotations) \
 
 /// The webhook that arms and disarms on CREATE and UPDATE.
 pub const ARM_WEBHOOK: &str = "synchronous.syncgc.io";
-/// The webhook that sees DELETEs: of armed objects only, unless unarmed DELETEs are denied.
+/// The webhook that sees DELETEs: every DELETE with the guards on, else of armed objects only,
+/// unless unarmed DELETEs are denied.
 pub const DELETE_WEBHOOK: &str = "delete.syncgc.io";
 
 impl Registration {
     /// The configuration: one webhook for CREATE and UPDATE of every resource (from 1.28, only
-    /// where [`ARM_CONDITION`] holds), one for DELETE of objects labelled [`ARMED_LABEL`] (of
-    /// every object with `--unarmed-delete deny`; from 1.28, where [`DELETE_CONDITION`] holds);
-    /// both fail open, with side effects only on real (not dry-run) requests.
+    /// where [`ARM_CONDITION`] holds), one for DELETE: of every object with the guards on (no
+    /// condition can tell which DELETE reaches a protected object or exceeds a limit), else of
+    /// objects labelled [`ARMED_LABEL`] (of every object with `--unarmed-delete deny`; from
+    /// 1.28, where [`DELETE_CONDITION`] holds); both fail open, with side effects only on real
+    /// (not dry-run) requests.
     pub fn configuration(&self) -> MutatingWebhookConfiguration {
         let armed = LabelSelector {
             match_labels: Some([(ARMED_LABEL.to_owned(), "true".to_owned())].into()),
             match_expressions: None,
         };
         let (object_selector, delete_condition) = match self.unarmed_delete {
+            _ if self.guards => (LabelSelector::default(), None),
             UnarmedDelete::Allow => (armed, None),
             UnarmedDelete::Deny => (
                 LabelSelector::default(),
@@ -410,6 +417,7 @@ mod tests {
             timeout_seconds: 3,
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
+            guards: false,
             server,
             scope: Coverage::Every,
         }

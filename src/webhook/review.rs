@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
 use json_patch::Patch;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Serialize};
 
 use super::skim;
@@ -64,6 +65,16 @@ pub struct Request {
     pub dry_run: Option<bool>,
     #[serde(default)]
     pub options: Option<Options>,
+    /// Who sent the request.
+    #[serde(default)]
+    pub user_info: UserInfo,
+}
+
+/// The part of `userInfo` that syncgc reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -134,6 +145,8 @@ pub struct Metadata {
     pub finalizers: Option<Vec<String>>,
     #[serde(default)]
     pub deletion_timestamp: Option<String>,
+    #[serde(default)]
+    pub owner_references: Option<Vec<OwnerReference>>,
 }
 
 impl Metadata {

@@ -188,6 +188,7 @@ impl Syncgc {
                 timeout_seconds: 10,
                 excluded_namespaces: vec![],
                 unarmed_delete: unarmed_delete(args),
+                guards: !args.contains(&"--guards=false"),
                 server: super::server(),
                 scope: Coverage::Every,
             }

@@ -108,6 +108,7 @@ impl RegisteredWebhook {
             timeout_seconds: 10,
             excluded_namespaces: vec![],
             unarmed_delete: policy.unarmed_delete,
+            guards: false,
             server: super::server(),
             scope: Coverage::Every,
         }

@@ -1,0 +1,623 @@
+//! The guards a DELETE passes: a protected object is never deleted, a finalizer handler's Pods
+//! outlive the objects whose finalizers they remove, and a cascade has a limit. Decided here
+//! from the graph and the request alone; the handler makes the one side effect (dropping a
+//! protected object's references to the owners that are going) and answers.
+//!
+//! A DELETE that is part of a cascade already admitted (its namespace is being deleted, or an
+//! owner of it is gone or waits for its dependents) is not counted against a limit: the limit
+//! was checked at the cascade's root, and refusing a step of it would strand the rest.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use super::admit::Policy;
+use crate::api::Propagation;
+use crate::gc::cascade;
+use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
+
+/// The DELETE being judged, as the review says it.
+#[derive(Debug, Clone)]
+pub struct Delete<'a> {
+    pub uid: Uid,
+    /// `Kind namespace/name`, for messages.
+    pub described: &'a str,
+    pub kind: &'a str,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    /// The DELETE of a Namespace: everything in it goes.
+    pub namespace_object: bool,
+    /// Annotated `syncgc.io/protected: "true"`.
+    pub protected: bool,
+    /// Its `syncgc.io/max-cascade`, when that is a number.
+    pub max_cascade: Option<usize>,
+    pub propagation: Propagation,
+}
+
+/// What the guards say of a DELETE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It goes ahead, with these warnings. `released`: a handler whose hold just ended by its
+    /// timeout, and what still held it (for a Warning Event on it).
+    Pass {
+        warnings: Vec<String>,
+        released: Option<(Uid, String)>,
+    },
+    /// It is refused with `message`. `drop_owners`: the owners of a protected object that are
+    /// going, whose references to drop so that no collector retries its DELETE forever.
+    Refuse {
+        message: String,
+        drop_owners: Vec<Uid>,
+        /// Which guard refused: a metric label.
+        guard: &'static str,
+    },
+}
+
+impl Verdict {
+    fn refuse(guard: &'static str, message: String) -> Self {
+        Self::Refuse {
+            message,
+            drop_owners: Vec::new(),
+            guard,
+        }
+    }
+}
+
+/// The guards, as metric labels of the DELETEs they refuse.
+pub const PROTECTED: &str = "refused_protected";
+pub const LIMITED: &str = "refused_cascade_limit";
+pub const HELD: &str = "held_for_handler";
+
+/// Judges `delete` at `now` (seconds since the epoch); `kind` names the graph's resources.
+pub fn judge(
+    graph: &Graph,
+    kind: impl Fn(ResourceId) -> String,
+    delete: &Delete,
+    policy: &Policy,
+    now: i64,
+) -> Verdict {
+    let node = graph.node(delete.uid);
+    if delete.protected {
+        return protected(graph, delete, node);
+    }
+    let mut warnings = Vec::new();
+    let mut released = None;
+    if graph.handlers().len() > 0 {
+        match hold(graph, &kind, delete, policy, now) {
+            Some(Hold::Refuse(message)) => return Verdict::refuse(HELD, message),
+            Some(Hold::TimedOut { handler, note }) => {
+                warnings.push(note.clone());
+                released = Some((handler, note));
+            }
+            None => {}
+        }
+    }
+    let limit = delete.max_cascade.or(policy.max_cascade);
+    let guarded = limit.is_some() || graph.protected().len() > 0;
+    let admitted = delete
+        .namespace
+        .is_some_and(|ns| graph.namespace_deleted_at(ns).is_some())
+        || node.is_some_and(|n| n.owners.iter().any(|l| going(graph, l.uid)));
+    if !guarded || admitted {
+        return Verdict::Pass { warnings, released };
+    }
+    let deleted = if delete.namespace_object {
+        graph.in_namespace(delete.name).collect()
+    } else if delete.propagation == Propagation::Orphan || graph.dependents(delete.uid).is_empty() {
+        Vec::new()
+    } else {
+        let (outcome, _) = cascade::on_copy(graph, delete.uid, delete.propagation);
+        outcome.sent().collect::<Vec<_>>()
+    };
+    if let Some(reached) = deleted
+        .iter()
+        .find(|uid| graph.guards(**uid).is_some_and(|g| g.protected))
+    {
+        return Verdict::refuse(
+            PROTECTED,
+            format!(
+                "the DELETE of {} would delete {}, which is protected (syncgc.io/protected: \
+             \"true\"): {}. Delete it with propagationPolicy=Orphan, or remove the \
+             annotation from the protected object first",
+                delete.described,
+                describe(graph, &kind, *reached),
+                path(graph, &kind, delete, *reached),
+            ),
+        );
+    }
+    if let Some(limit) = limit {
+        let by_kind = by_kind(graph, &kind, &deleted);
+        let counted = by_kind
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if deleted.len() > limit {
+            return Verdict::refuse(
+                LIMITED,
+                format!(
+                    "the DELETE of {} would delete {} objects ({counted}), more than its cascade \
+                 limit of {limit} ({}). See them with `{}`; raise or remove the limit to delete it",
+                    delete.described,
+                    deleted.len(),
+                    if delete.max_cascade.is_some() {
+                        "syncgc.io/max-cascade"
+                    } else {
+                        "syncgc's --max-cascade"
+                    },
+                    plan_command(delete),
+                ),
+            );
+        }
+        warnings.push(format!(
+            "syncgc: this DELETE deletes {} objects{}, within the cascade limit of {limit}",
+            deleted.len(),
+            if counted.is_empty() {
+                String::new()
+            } else {
+                format!(" ({counted})")
+            }
+        ));
+    }
+    Verdict::Pass { warnings, released }
+}
+
+/// The `syncgc plan` command that lists what the DELETE of `delete` would delete.
+fn plan_command(delete: &Delete) -> String {
+    let mut command = format!("syncgc plan {}/{}", delete.kind.to_lowercase(), delete.name);
+    if let Some(ns) = delete.namespace.filter(|ns| !ns.is_empty()) {
+        let _ = write!(command, " -n {ns}");
+    }
+    command
+}
+
+/// The refusal of a protected object's DELETE, with the references to drop when a collector
+/// is deleting it because its owners are going.
+fn protected(graph: &Graph, delete: &Delete, node: Option<&Node>) -> Verdict {
+    let drop_owners: Vec<Uid> = node
+        .into_iter()
+        .flat_map(|n| n.owners.iter())
+        .filter(|l| going(graph, l.uid) || (l.served && !graph.node(l.uid).is_some_and(Node::seen)))
+        .map(|l| l.uid)
+        .collect();
+    let mut message = format!(
+        "{} is protected (syncgc.io/protected: \"true\"): remove the annotation to delete it",
+        delete.described
+    );
+    if !drop_owners.is_empty() {
+        message.push_str(
+            "; its references to the owners being deleted are removed instead, so that no \
+             garbage collector deletes it",
+        );
+    }
+    Verdict::Refuse {
+        message,
+        drop_owners,
+        guard: PROTECTED,
+    }
+}
+
+/// Whether the owner `uid` is going: seen deleted, or waiting for its dependents to go.
+fn going(graph: &Graph, uid: Uid) -> bool {
+    graph
+        .node(uid)
+        .is_some_and(|n| n.is(Flags::GONE) || n.waits_for_dependents())
+}
+
+enum Hold {
+    Refuse(String),
+    TimedOut { handler: Uid, note: String },
+}
+
+/// Whether `delete` is a step of the teardown of a finalizer handler while objects carrying
+/// its finalizers are being deleted: the DELETE of the handler itself, or of an object below
+/// it while the handler is going or their namespace is being deleted. A DELETE of a Pod the
+/// handler's controllers scale away or replace (the handler is not going) is never held.
+fn hold(
+    graph: &Graph,
+    kind: &impl Fn(ResourceId) -> String,
+    delete: &Delete,
+    policy: &Policy,
+    now: i64,
+) -> Option<Hold> {
+    let handler = handler_above(graph, delete.uid)?;
+    let handler_node = graph.node(handler);
+    let terminating = |ns: Option<&str>| ns.and_then(|ns| graph.namespace_deleted_at(ns));
+    let teardown = handler == delete.uid
+        || terminating(delete.namespace).is_some()
+        || handler_node.is_none_or(|n| n.is(Flags::VIRTUAL) || n.is(Flags::DELETING));
+    if !teardown {
+        return None;
+    }
+    let handles = graph.guards(handler)?.handles.as_ref()?;
+    let scope = handler_node.and_then(Node::namespace);
+    let mut pending: Vec<(Uid, i64)> = graph
+        .guarded()
+        .filter(|(uid, g)| *uid != handler && g.carries_any(&handles.finalizers))
+        .filter_map(|(uid, _)| {
+            let node = graph.node(uid)?;
+            if !handles.cluster_wide && node.namespace() != scope {
+                return None;
+            }
+            let since = graph.deleted_at(uid).or(terminating(node.namespace()))?;
+            Some((uid, since))
+        })
+        .collect();
+    if pending.is_empty() {
+        return None;
+    }
+    pending.sort_by_key(|(_, since)| *since);
+    let since = pending[0].1;
+    // As long as a synchronous owner with as many dependents may wait.
+    let timeout = policy.timeouts.map_or(i64::MAX / 2, |t| {
+        t.for_owner(pending.len(), None).as_secs() as i64
+    });
+    let finalizers = handles.finalizers.join(", ");
+    let examples = pending
+        .iter()
+        .take(3)
+        .map(|(uid, _)| describe(graph, kind, *uid))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let held = format!(
+        "{} object(s) carrying {finalizers} are being deleted ({examples}{})",
+        pending.len(),
+        if pending.len() > 3 { ", …" } else { "" }
+    );
+    let handler_described = describe(graph, kind, handler);
+    if now < since + timeout {
+        return Some(Hold::Refuse(format!(
+            "held by syncgc: {handler_described} handles {finalizers} \
+             (syncgc.io/handles-finalizers) and {held}; its Pods stay until those are gone, or \
+             for at most {timeout}s after the first was deleted. Retry then",
+        )));
+    }
+    Some(Hold::TimedOut {
+        handler,
+        note: format!(
+            "the hold of {handler_described} ended after {timeout}s though {held}: they may \
+             stay Terminating without a handler"
+        ),
+    })
+}
+
+/// The finalizer handler that `uid` is or belongs to: itself, or the first owner above it
+/// (through its owners' owners) that handles finalizers.
+fn handler_above(graph: &Graph, uid: Uid) -> Option<Uid> {
+    let mut frontier = vec![uid];
+    let mut seen = vec![uid];
+    while let Some(next) = frontier.pop() {
+        if graph.guards(next).is_some_and(|g| g.handles.is_some()) {
+            return Some(next);
+        }
+        for link in graph.node(next).into_iter().flat_map(|n| n.owners.iter()) {
+            if !seen.contains(&link.uid) && seen.len() < 64 {
+                seen.push(link.uid);
+                frontier.push(link.uid);
+            }
+        }
+    }
+    None
+}
+
+/// `Kind namespace/name` of a node.
+pub fn describe(graph: &Graph, kind: &impl Fn(ResourceId) -> String, uid: Uid) -> String {
+    let Some(node) = graph.node(uid) else {
+        return uid.to_string();
+    };
+    let kind = node
+        .resource
+        .map(kind)
+        .unwrap_or_else(|| "object".to_owned());
+    match node.namespace() {
+        Some(ns) => format!("{kind} {ns}/{}", node.name),
+        None => format!("{kind} {}", node.name),
+    }
+}
+
+/// How the DELETE of `delete` reaches `reached`: the chain of owners between them.
+fn path(
+    graph: &Graph,
+    kind: &impl Fn(ResourceId) -> String,
+    delete: &Delete,
+    reached: Uid,
+) -> String {
+    if delete.namespace_object {
+        return format!("it is in the namespace {}", delete.name);
+    }
+    let parents: HashMap<Uid, Uid> = graph.walk(delete.uid).map(|s| (s.uid, s.owner)).collect();
+    let mut chain = vec![reached];
+    while let Some(parent) = parents.get(chain.last().unwrap_or(&reached)) {
+        if *parent == delete.uid || chain.len() > 64 {
+            break;
+        }
+        chain.push(*parent);
+    }
+    chain.push(delete.uid);
+    chain.reverse();
+    let names: Vec<String> = chain.iter().map(|u| describe(graph, kind, *u)).collect();
+    format!("the path is {}", names.join(" → "))
+}
+
+/// The objects of `uids`, counted by kind.
+fn by_kind(
+    graph: &Graph,
+    kind: &impl Fn(ResourceId) -> String,
+    uids: &[Uid],
+) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for uid in uids {
+        let name = graph
+            .node(*uid)
+            .and_then(|n| n.resource)
+            .map_or_else(|| "object".to_owned(), kind);
+        *counts.entry(name).or_default() += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::Timeouts;
+    use crate::graph::{Coordinates, Guards, Handles, Mode, Observed};
+    use std::time::Duration;
+
+    const CM: ResourceId = ResourceId::new(0);
+    const NOW: i64 = 10_000;
+
+    fn uid(n: u128) -> Uid {
+        Uid::from_u128(n)
+    }
+
+    fn policy(max_cascade: Option<usize>) -> Policy {
+        Policy {
+            max_cascade,
+            timeouts: Some(Timeouts {
+                base: Duration::from_secs(60),
+                per_dependent: Duration::from_secs(1),
+                max: Duration::from_secs(600),
+            }),
+            ..Policy::default()
+        }
+    }
+
+    fn with(n: u128, owners: &[u128], flags: Flags, guards: Guards) -> Observed {
+        Observed {
+            guards,
+            deleted_at: flags.contains(Flags::DELETING).then_some(NOW - 5),
+            ..Observed::config_map(n, owners, flags)
+        }
+    }
+
+    fn protected() -> Guards {
+        Guards {
+            protected: true,
+            ..Guards::default()
+        }
+    }
+
+    fn graph(objects: impl IntoIterator<Item = Observed>) -> Graph {
+        let mut graph = Graph::new(Mode::Standalone);
+        for object in objects {
+            graph.apply(CM, object);
+        }
+        graph
+    }
+
+    fn delete(n: u128) -> Delete<'static> {
+        Delete {
+            uid: uid(n),
+            described: "ConfigMap ns/target",
+            kind: "ConfigMap",
+            namespace: Some("ns"),
+            name: "target",
+            namespace_object: false,
+            protected: false,
+            max_cascade: None,
+            propagation: Propagation::Background,
+        }
+    }
+
+    fn judged(graph: &Graph, delete: &Delete, policy: &Policy) -> Verdict {
+        judge(graph, |_| "ConfigMap".to_owned(), delete, policy, NOW)
+    }
+
+    fn refused(verdict: &Verdict, guard: &str, says: &[&str]) {
+        let Verdict::Refuse {
+            message, guard: by, ..
+        } = verdict
+        else {
+            panic!("not refused: {verdict:?}");
+        };
+        assert_eq!(*by, guard, "{message}");
+        for part in says {
+            assert!(message.contains(part), "{part:?} not in {message:?}");
+        }
+    }
+
+    fn passed(verdict: &Verdict) -> &[String] {
+        match verdict {
+            Verdict::Pass { warnings, .. } => warnings,
+            Verdict::Refuse { message, .. } => panic!("refused: {message}"),
+        }
+    }
+
+    #[test]
+    fn a_protected_object_is_never_deleted_and_loses_its_references_to_owners_going() {
+        let none = Guards::default();
+        let g = graph([
+            with(1, &[], Flags::DELETING | Flags::FOREGROUND, none.clone()),
+            with(2, &[], Flags::empty(), none),
+            with(3, &[1, 2], Flags::empty(), protected()),
+        ]);
+        let verdict = judged(
+            &g,
+            &Delete {
+                protected: true,
+                ..delete(3)
+            },
+            &policy(None),
+        );
+        refused(
+            &verdict,
+            PROTECTED,
+            &["is protected", "remove the annotation"],
+        );
+        let Verdict::Refuse { drop_owners, .. } = verdict else {
+            unreachable!()
+        };
+        assert_eq!(drop_owners, vec![uid(1)], "only the owner that is going");
+    }
+
+    #[test]
+    fn a_cascade_that_reaches_a_protected_object_is_refused_with_its_path() {
+        let none = Guards::default();
+        let g = graph([
+            with(1, &[], Flags::empty(), none.clone()),
+            with(2, &[1], Flags::empty(), none.clone()),
+            with(3, &[2], Flags::empty(), protected()),
+            with(4, &[], Flags::empty(), none.clone()),
+            // Kept by another owner: never reached.
+            with(5, &[4, 9], Flags::empty(), protected()),
+            with(9, &[], Flags::empty(), none),
+        ]);
+        refused(
+            &judged(&g, &delete(1), &policy(None)),
+            PROTECTED,
+            &[
+                "ConfigMap ns/o3",
+                "the path is ConfigMap ns/o1 → ConfigMap ns/o2 → ConfigMap ns/o3",
+            ],
+        );
+        let orphaning = Delete {
+            propagation: Propagation::Orphan,
+            ..delete(1)
+        };
+        assert!(passed(&judged(&g, &orphaning, &policy(None))).is_empty());
+        assert!(passed(&judged(&g, &delete(4), &policy(None))).is_empty());
+    }
+
+    #[test]
+    fn a_cascade_over_its_limit_is_refused_with_its_counts_and_the_plan_command() {
+        let none = Guards::default();
+        let g = graph(
+            std::iter::once(with(1, &[], Flags::empty(), none.clone()))
+                .chain((2..=6).map(|n| with(n, &[1], Flags::empty(), none.clone()))),
+        );
+        let limited = |limit| Delete {
+            max_cascade: Some(limit),
+            ..delete(1)
+        };
+        refused(
+            &judged(&g, &limited(4), &policy(None)),
+            LIMITED,
+            &[
+                "5 objects (5 ConfigMap)",
+                "limit of 4 (syncgc.io/max-cascade)",
+                "syncgc plan configmap/target -n ns",
+            ],
+        );
+        let warnings = passed(&judged(&g, &limited(5), &policy(None))).to_vec();
+        assert!(
+            warnings[0].contains("within the cascade limit of 5"),
+            "{warnings:?}"
+        );
+        // The flag's default, and the annotation over it.
+        refused(
+            &judged(&g, &delete(1), &policy(Some(2))),
+            LIMITED,
+            &["--max-cascade"],
+        );
+        passed(&judged(&g, &limited(10), &policy(Some(2))));
+        // A step of a cascade admitted at its root is not counted again.
+        let g = graph([
+            with(1, &[], Flags::DELETING | Flags::FOREGROUND, none.clone()),
+            with(2, &[1], Flags::empty(), none.clone()),
+            with(3, &[2], Flags::empty(), none.clone()),
+            with(4, &[2], Flags::empty(), none),
+        ]);
+        passed(&judged(&g, &delete(2), &policy(Some(1))));
+    }
+
+    fn handler(finalizers: &str) -> Guards {
+        Guards {
+            handles: Some(Handles::parse(finalizers, None).unwrap()),
+            ..Guards::default()
+        }
+    }
+
+    fn carrying(finalizer: &str) -> Guards {
+        Guards {
+            foreign: vec![finalizer.into()],
+            ..Guards::default()
+        }
+    }
+
+    fn namespace(flags: Flags) -> Observed {
+        Observed {
+            namespace: None,
+            coordinates: Coordinates::in_group("", "Namespace", "ns"),
+            name: "ns".into(),
+            ..with(100, &[], flags, Guards::default())
+        }
+    }
+
+    #[test]
+    fn a_handlers_pods_outlive_the_objects_it_finalizes_in_a_teardown_only() {
+        let none = Guards::default();
+        // 1 handles example.com/a; 2 (its ReplicaSet) owns the Pod 3; 9 carries the finalizer.
+        let objects = |handler_flags, carried_flags, namespace_flags| {
+            graph([
+                namespace(namespace_flags),
+                with(1, &[], handler_flags, handler("example.com/a")),
+                with(2, &[1], Flags::empty(), none.clone()),
+                with(3, &[2], Flags::empty(), none.clone()),
+                with(9, &[], carried_flags, carrying("example.com/a")),
+            ])
+        };
+        let p = policy(None);
+        // Scaled or replaced: never held.
+        let g = objects(Flags::empty(), Flags::DELETING, Flags::empty());
+        passed(&judged(&g, &delete(3), &p));
+        // The handler itself, or its Pods while it goes.
+        refused(
+            &judged(&g, &delete(1), &p),
+            HELD,
+            &["handles example.com/a", "1 object(s)", "ConfigMap ns/o9"],
+        );
+        let g = objects(Flags::DELETING, Flags::DELETING, Flags::empty());
+        refused(&judged(&g, &delete(3), &p), HELD, &["Retry"]);
+        // Its namespace going: everything in it is being deleted.
+        let g = objects(Flags::empty(), Flags::empty(), Flags::DELETING);
+        refused(&judged(&g, &delete(3), &p), HELD, &[]);
+        refused(&judged(&g, &delete(2), &p), HELD, &[]);
+        // Nothing to finalize: no hold.
+        let g = objects(Flags::DELETING, Flags::empty(), Flags::empty());
+        passed(&judged(&g, &delete(3), &p));
+        // Another finalizer: no hold.
+        let g = graph([
+            with(1, &[], Flags::DELETING, handler("example.com/b")),
+            with(3, &[1], Flags::empty(), none),
+            with(9, &[], Flags::DELETING, carrying("example.com/a")),
+        ]);
+        passed(&judged(&g, &delete(3), &p));
+    }
+
+    #[test]
+    fn a_hold_ends_by_its_timeout_with_a_warning() {
+        let g = graph([
+            with(1, &[], Flags::DELETING, handler("example.com/a")),
+            with(3, &[1], Flags::empty(), Guards::default()),
+            with(9, &[], Flags::DELETING, carrying("example.com/a")),
+        ]);
+        let p = policy(None);
+        // 60 s + 1 s for one object, from its deletion 5 s before NOW.
+        let at = |now| judge(&g, |_| "ConfigMap".to_owned(), &delete(3), &p, now);
+        refused(&at(NOW + 55), HELD, &["at most 61s"]);
+        let Verdict::Pass { warnings, released } = at(NOW + 57) else {
+            panic!("held past its timeout");
+        };
+        assert_eq!(released.as_ref().map(|r| r.0), Some(uid(1)));
+        assert!(warnings[0].contains("ended after 61s"), "{warnings:?}");
+    }
+}
