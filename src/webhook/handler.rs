@@ -193,7 +193,12 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
     };
     // A DELETE of a collection names no object: its items' names are in the objects.
     let name = meta.name.as_deref().unwrap_or(&request.name);
-    let namespace = request.namespace.as_deref().filter(|ns| !ns.is_empty());
+    let namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
+    // The review of a Namespace names it as its own namespace.
+    let namespace = (!namespace_object)
+        .then_some(request.namespace.as_deref())
+        .flatten()
+        .filter(|ns| !ns.is_empty());
     let described = match namespace {
         Some(ns) => format!("{} {ns}/{name}", request.kind.kind),
         None => format!("{} {name}", request.kind.kind),
@@ -204,7 +209,7 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
         kind: &request.kind.kind,
         namespace,
         name,
-        namespace_object: request.kind.group.is_empty() && request.kind.kind == "Namespace",
+        namespace_object,
         protected: crate::annotations::protects(meta.annotation(PROTECTED_ANNOTATION)),
         max_cascade: crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)),
         propagation: admit::propagation(request),

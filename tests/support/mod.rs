@@ -301,8 +301,19 @@ where
     let Ok(list) = api.list_metadata(&Default::default()).await else {
         return;
     };
-    let clear = serde_json::json!({ "metadata": { "finalizers": null } });
-    for item in list.items.iter().filter(|i| !i.finalizers().is_empty()) {
+    let clear = serde_json::json!({ "metadata": {
+        "finalizers": null,
+        "annotations": { syncgc::names::PROTECTED_ANNOTATION: null },
+    } });
+    let protected = |i: &kube::core::PartialObjectMeta<K>| {
+        i.annotations()
+            .contains_key(syncgc::names::PROTECTED_ANNOTATION)
+    };
+    for item in list
+        .items
+        .iter()
+        .filter(|i| !i.finalizers().is_empty() || protected(i))
+    {
         let _ = api
             .patch_metadata(&item.name_any(), &Default::default(), &Patch::Merge(&clear))
             .await;

@@ -1,0 +1,316 @@
+//! The guards on DELETE end to end: the real apiserver calls syncgc's webhook for every DELETE,
+//! kube-controller-manager's garbage collector and namespace controller send theirs, and one
+//! `syncgc run` process judges them on its graph. Each guard has its control case: the same
+//! objects without the annotation go.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use syncgc::names::{HANDLES_FINALIZERS_ANNOTATION, MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION};
+
+use support::process::{WEBHOOK_LABEL, shared};
+use support::{TestNamespace, config_map, create, eventually, exists, gone, owner_ref, tree};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn namespace(test: &str) -> TestNamespace {
+    support::kcm(support::Kcm::Gc);
+    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
+    let client = support::client().await;
+    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+}
+
+fn annotated(mut cm: ConfigMap, key: &str, value: &str) -> ConfigMap {
+    cm.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(key.to_owned(), value.to_owned());
+    cm
+}
+
+async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: Option<&str>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({ "metadata": { "annotations": { key: value } } });
+    api.patch_metadata(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|err| panic!("annotating {name}: {err}"));
+}
+
+/// The message of a DELETE refused by the webhook, or `None` when it went ahead.
+async fn refusal<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> Option<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => None,
+        Err(kube::Error::Api(status)) if status.code == 403 => Some(status.message),
+        Err(err) => panic!("deleting {name}: {err}"),
+    }
+}
+
+fn dry_run() -> DeleteParams {
+    DeleteParams {
+        dry_run: true,
+        ..DeleteParams::background()
+    }
+}
+
+/// Waits until syncgc's graph knows what a dry-run DELETE of `name` needs: until the dry run
+/// is refused, and returns its message.
+async fn refused_dry_run<K>(api: &Api<K>, name: &str) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(
+        &format!("a dry-run DELETE of {name} is refused"),
+        WAIT,
+        || async { refusal(api, name, &dry_run()).await },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_protected_object_is_deleted_neither_directly_nor_by_a_cascade() {
+    let ns = namespace("protected").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let middle = create(&api, &config_map("middle", vec![owner_ref(&owner, false)])).await;
+    let precious = config_map("precious", vec![owner_ref(&middle, false)]);
+    create(&api, &annotated(precious, PROTECTED_ANNOTATION, "true")).await;
+
+    let message = refusal(&api, "precious", &DeleteParams::background())
+        .await
+        .expect("the protected object's own DELETE is refused");
+    assert!(message.contains("is protected"), "{message}");
+    assert!(message.contains("remove the annotation"), "{message}");
+
+    let message = refused_dry_run(&api, "owner").await;
+    let path = format!(
+        "the path is ConfigMap {0}/owner → ConfigMap {0}/middle → ConfigMap {0}/precious",
+        ns.name
+    );
+    assert!(message.contains(&path), "{message}");
+    for propagation in [DeleteParams::background(), DeleteParams::foreground()] {
+        let message = refusal(&api, "owner", &propagation).await;
+        assert!(message.is_some_and(|m| m.contains("which is protected")));
+    }
+    // The namespace's DELETE reaches it too.
+    let namespaces = Api::<Namespace>::all(ns.client.clone());
+    let message = refusal(&namespaces, &ns.name, &DeleteParams::background())
+        .await
+        .expect("the namespace's DELETE is refused");
+    assert!(message.contains("it is in the namespace"), "{message}");
+
+    // Orphaning reaches nothing.
+    assert!(
+        refusal(&api, "owner", &DeleteParams::orphan())
+            .await
+            .is_none()
+    );
+    eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
+
+    // Without the annotation, the cascade goes through (the control case).
+    annotate(&api, "precious", PROTECTED_ANNOTATION, None).await;
+    eventually("the middle's DELETE goes ahead", WAIT, || async {
+        refusal(&api, "middle", &DeleteParams::background())
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("the formerly protected object is collected", WAIT, || {
+        gone(&api, "precious")
+    })
+    .await;
+}
+
+/// The garbage collector's DELETE of a protected object whose owner is gone is refused, and
+/// the reference is dropped so that it does not retry forever; without the annotation the
+/// object is collected.
+#[tokio::test]
+async fn a_collectors_delete_of_a_protected_object_drops_the_reference_instead() {
+    let ns = namespace("protected_collected").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let reference = owner_ref(&owner, false);
+    let precious = config_map("precious", vec![reference.clone()]);
+    create(&api, &annotated(precious, PROTECTED_ANNOTATION, "true")).await;
+    create(&api, &config_map("plain", vec![reference])).await;
+    // Wait until the graph knows the dependent: the owner's cascade is then refused.
+    refused_dry_run(&api, "owner").await;
+    // The owner goes without its cascade passing the webhook: orphaned references are put
+    // back by hand, as a collector would find them.
+    api.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    eventually("the owner is gone", WAIT, || gone(&api, "owner")).await;
+    let dangling = json!({ "metadata": { "ownerReferences": [owner_ref(&owner, false)] } });
+    for name in ["precious", "plain"] {
+        api.patch_metadata(name, &PatchParams::default(), &Patch::Merge(&dangling))
+            .await
+            .unwrap();
+    }
+
+    eventually("the unprotected dependent is collected", WAIT, || {
+        gone(&api, "plain")
+    })
+    .await;
+    eventually("the protected one loses its reference", WAIT, || async {
+        let object = api.get("precious").await.unwrap();
+        object.owner_references().is_empty().then_some(object)
+    })
+    .await;
+    let object = api.get("precious").await.unwrap();
+    assert!(object.metadata.deletion_timestamp.is_none());
+    annotate(&api, "precious", PROTECTED_ANNOTATION, None).await;
+}
+
+#[tokio::test]
+async fn a_cascade_over_its_limit_is_refused_until_the_limit_is_raised() {
+    let ns = namespace("cascade_limit").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = annotated(config_map("owner", vec![]), MAX_CASCADE_ANNOTATION, "3");
+    let owner = create(&api, &owner).await;
+    tree(&api, &owner, &[("d", 5)], false).await;
+
+    let message = refused_dry_run(&api, "owner").await;
+    for part in [
+        "would delete 5 objects (5 ConfigMap)",
+        "cascade limit of 3 (syncgc.io/max-cascade)",
+        &format!("syncgc plan configmap/owner -n {}", ns.name),
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    let message = refusal(&api, "owner", &DeleteParams::background()).await;
+    assert!(message.is_some_and(|m| m.contains("more than its cascade limit")));
+    assert!(exists(&api, "owner").await);
+
+    // A value that is not a limit never blocks a DELETE.
+    annotate(&api, "owner", MAX_CASCADE_ANNOTATION, Some("-1")).await;
+    assert!(refusal(&api, "owner", &dry_run()).await.is_none());
+    // Raised, it lets the DELETE through, and the cascade runs.
+    annotate(&api, "owner", MAX_CASCADE_ANNOTATION, Some("5")).await;
+    assert!(
+        refusal(&api, "owner", &DeleteParams::background())
+            .await
+            .is_none()
+    );
+    eventually("the cascade ran", WAIT, || async {
+        let left = api.list_metadata(&ListParams::default()).await.unwrap();
+        (!left.items.iter().any(|o| o.name_any().starts_with('d'))).then_some(())
+    })
+    .await;
+}
+
+/// The finalizer of the objects that the operator handles.
+const HANDLED: &str = "example.com/cleanup";
+
+/// An operator Deployment of one Pod, handling [`HANDLED`] when `handles`.
+fn operator(handles: bool) -> Deployment {
+    let annotations = if handles {
+        json!({ HANDLES_FINALIZERS_ANNOTATION: HANDLED })
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({
+        "metadata": { "name": "operator", "annotations": annotations },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "operator" } },
+            "template": {
+                "metadata": { "labels": { "app": "operator" } },
+                "spec": support::workload::slow_pod_spec("Always"),
+            },
+        },
+    }))
+    .unwrap()
+}
+
+/// The operator's Pods, and whether each is being deleted.
+async fn operator_pods(ns: &TestNamespace) -> Vec<(String, bool)> {
+    let pods = ns.api::<Pod>();
+    let params = ListParams::default().labels("app=operator");
+    pods.list_metadata(&params)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| (p.name_any(), p.metadata.deletion_timestamp.is_some()))
+        .collect()
+}
+
+/// A namespace holding an operator Deployment and 50 ConfigMaps carrying its finalizer is
+/// deleted; returns whether the operator's Pods outlived the ConfigMaps' deletion.
+async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool {
+    let ns = namespace(test).await;
+    let deployments = ns.api::<Deployment>();
+    create(&deployments, &operator(handles)).await;
+    let api = ns.api::<ConfigMap>();
+    for n in 0..50 {
+        let mut cm = config_map(&format!("resource-{n}"), vec![]);
+        cm.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
+        create(&api, &cm).await;
+    }
+    eventually("the operator's Pod exists", WAIT, || async {
+        (operator_pods(&ns).await.len() == 1).then_some(())
+    })
+    .await;
+    // The graph has seen the Pod, its owners, and the resources.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let namespaces = Api::<Namespace>::all(ns.client.clone());
+    namespaces
+        .delete(&ns.name, &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("every resource is being deleted", WAIT, || async {
+        let list = api.list_metadata(&ListParams::default()).await.unwrap();
+        let resources: Vec<_> = list
+            .items
+            .iter()
+            .filter(|o| o.name_any().starts_with("resource-"))
+            .collect();
+        (resources.len() == 50
+            && resources
+                .iter()
+                .all(|o| o.metadata.deletion_timestamp.is_some()))
+        .then_some(())
+    })
+    .await;
+    // The namespace controller has gone through every kind (Pods among them) at least once.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods = operator_pods(&ns).await;
+    let outlived = pods.len() == 1 && !pods[0].1;
+
+    // The operator removes the finalizers.
+    let clear = json!({ "metadata": { "finalizers": null } });
+    for n in 0..50 {
+        let name = format!("resource-{n}");
+        api.patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&clear))
+            .await
+            .unwrap();
+    }
+    eventually("the namespace is gone", Duration::from_secs(180), || {
+        gone(&namespaces, &ns.name)
+    })
+    .await;
+    outlived
+}
+
+#[tokio::test]
+async fn a_finalizer_handlers_pods_outlive_the_objects_it_finalizes() {
+    assert!(
+        delete_namespace_around_an_operator("handler", true).await,
+        "the handler's Pod was deleted while the objects it finalizes were"
+    );
+    assert!(
+        !delete_namespace_around_an_operator("no_handler", false).await,
+        "without the annotation, the Pod goes with the namespace at once"
+    );
+}
