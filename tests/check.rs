@@ -90,6 +90,7 @@ async fn check_says_whether_syncgc_works_and_what_is_wrong() {
             ("deployment", "skip"),
             ("leader", "pass"),
             ("webhook", "pass"),
+            ("guards", "pass"),
             ("certificate", "pass"),
             ("admission", "pass"),
             ("permissions", "pass"),
@@ -99,6 +100,16 @@ async fn check_says_whether_syncgc_works_and_what_is_wrong() {
     );
     assert_eq!(report["ok"], true, "{report:#}");
     assert_eq!(code, 0);
+    let guards = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "guards")
+        .unwrap();
+    assert!(
+        guards["message"].as_str().unwrap().starts_with("active"),
+        "{guards}"
+    );
 
     // A CA bundle that did not sign the served certificate: the apiserver's calls fail, and
     // the webhook fails open, so the dry-run object comes back unarmed.

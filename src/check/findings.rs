@@ -207,6 +207,35 @@ pub fn leader(record: Option<&Record>, now: Timestamp, at: &str) -> Finding {
     }
 }
 
+/// Which guards on DELETE are active: all of them when the DELETE webhook sees every DELETE
+/// (no object selector, no condition), none when it sees only armed objects'.
+pub fn guards(found: &MutatingWebhookConfiguration) -> Finding {
+    use crate::webhook::registration::DELETE_WEBHOOK;
+    let delete = found
+        .webhooks
+        .iter()
+        .flatten()
+        .find(|hook| hook.name == DELETE_WEBHOOK);
+    let every = delete.is_some_and(|hook| {
+        let selects = hook.object_selector.as_ref().is_some_and(|s| {
+            s.match_labels.as_ref().is_some_and(|l| !l.is_empty())
+                || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+        });
+        !selects && hook.match_conditions.as_ref().is_none_or(Vec::is_empty)
+    });
+    Finding::pass(
+        "guards",
+        if every {
+            "active: syncgc.io/protected, syncgc.io/max-cascade and \
+             syncgc.io/handles-finalizers (every DELETE reaches the webhook; they fail open)"
+        } else {
+            "off: only armed objects' DELETEs reach the webhook (--guards=false), so \
+             syncgc.io/protected, syncgc.io/max-cascade and syncgc.io/handles-finalizers do \
+             nothing"
+        },
+    )
+}
+
 /// The webhook configuration and where it sends the apiserver.
 /// syncgc's webhook configuration: its webhooks and where they call, and for a Service, its
 /// `ready` endpoints (`None`: not read).

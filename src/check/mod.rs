@@ -245,6 +245,9 @@ pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
                 &args.webhook_config_name,
                 ready,
             ));
+            if let Some(configuration) = configuration.as_ref().filter(|c| c.webhooks.is_some()) {
+                checks.push(guards(configuration));
+            }
             if let Some(hook) = first {
                 let deployment = found.as_ref().ok().and_then(Option::as_ref);
                 checks.push(served_certificate(&cluster, &hook.client_config, deployment).await);

@@ -492,6 +492,28 @@ mod tests {
         );
     }
 
+    /// With the guards, the DELETE webhook selects nothing: every DELETE, on every version.
+    #[test]
+    fn the_guards_see_every_delete() {
+        for server in [V1_20, V1_30] {
+            for unarmed_delete in [UnarmedDelete::Allow, UnarmedDelete::Deny] {
+                let configuration = Registration {
+                    guards: true,
+                    ..registration_for(unarmed_delete, server)
+                }
+                .configuration();
+                let delete = &configuration.webhooks.as_ref().unwrap()[1];
+                assert_eq!(delete.name, DELETE_WEBHOOK);
+                assert_eq!(delete.object_selector, Some(LabelSelector::default()));
+                assert!(delete.match_conditions.is_none(), "{server}");
+                assert_eq!(
+                    delete.rules.as_ref().unwrap()[0].operations,
+                    Some(vec!["DELETE".to_owned()])
+                );
+            }
+        }
+    }
+
     #[test]
     fn match_conditions_only_where_the_server_has_them() {
         for unarmed_delete in [UnarmedDelete::Allow, UnarmedDelete::Deny] {
