@@ -70,6 +70,11 @@ pub fn remover(finalizer: &str) -> &'static str {
     }
 }
 
+/// Whether Kubernetes' own controllers (or syncgc) remove `finalizer`.
+pub fn removed_by_kubernetes(finalizer: &str) -> bool {
+    remover(finalizer) != remover("")
+}
+
 /// The reasons of the Events syncgc records: a contract too (alerts and
 /// `kubectl get events --field-selector reason=…` select on them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

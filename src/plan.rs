@@ -20,12 +20,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use serde::Serialize;
 
 use crate::api::Propagation;
+use crate::api::meta::Meta;
 use crate::gc::CollectorArgs;
 use crate::gc::cascade::{self, Collector, Fate, Hold, Outcome};
 use crate::gc::discovery::Resources;
 use crate::gc::snapshot::{Named, Snapshot, Unlisted};
 use crate::graph::{Mode, Uid};
-use crate::names::{MODE_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
+use crate::names::{self, MODE_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -149,6 +150,14 @@ pub struct Finalizer {
     pub waits_for: Vec<Entry>,
 }
 
+/// A finalizer nothing would remove, and the objects that carry it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Unhandled {
+    pub finalizer: String,
+    pub objects: Vec<Entry>,
+}
+
 /// The plan, as `-o json` prints it (a stable format: see docs/commands.md).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -185,6 +194,11 @@ pub struct Plan {
     /// lives.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unjudged: Vec<Entry>,
+    /// For a Namespace: the finalizers of objects in it that nothing would remove — neither
+    /// Kubernetes' own controllers nor a workload that says it handles them
+    /// (`syncgc.io/handles-finalizers`, in the namespace or cluster-wide).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unhandled_finalizers: Vec<Unhandled>,
     pub delete: Vec<Deleted>,
     pub orphan: Vec<Entry>,
     pub keep: Vec<Kept>,
@@ -239,7 +253,7 @@ impl PlanArgs {
             )
         });
         let outcome = cascade::run(&mut read.graph, &read.facts, mode, uid, propagation);
-        Ok(plan(
+        let mut plan = plan(
             resources,
             &read,
             uid,
@@ -248,7 +262,11 @@ impl PlanArgs {
             timeout,
             &outcome,
             &self.collector,
-        ))
+        );
+        if named.resource.api.group.is_empty() && named.resource.api.kind == "Namespace" {
+            namespace_contents(&mut plan, resources, &read, &named.name);
+        }
+        Ok(plan)
     }
 
     /// The mode of the running syncgc, from its leader Lease.
@@ -317,6 +335,7 @@ fn plan(
             .filter(|uid| read.unjudged.contains(uid))
             .map(entry)
             .collect(),
+        unhandled_finalizers: Vec::new(),
         delete: Vec::new(),
         orphan: Vec::new(),
         keep: Vec::new(),
@@ -360,6 +379,83 @@ fn plan(
     plan.delete
         .sort_by(|a, b| (a.wave, &a.object).cmp(&(b.wave, &b.object)));
     plan
+}
+
+/// What the namespace controller does to the objects of the namespace `name` beside the
+/// ownership cascade: every object is deleted (wave 1, by `namespace-controller`), and one
+/// carrying finalizers of others stays being deleted until they are removed — by Kubernetes,
+/// by a finalizer handler (held by syncgc until then), or by nothing the cluster says.
+fn namespace_contents(plan: &mut Plan, resources: &Resources, read: &Snapshot, name: &str) {
+    use crate::graph::Guards;
+    let handlers: Vec<(Uid, crate::graph::Handles, Option<String>)> = read
+        .objects
+        .iter()
+        .filter_map(|(uid, (_, meta))| {
+            let handles = Guards::of(meta).handles?;
+            (handles.cluster_wide || meta.namespace.as_deref() == Some(name))
+                .then(|| (*uid, handles, meta.namespace.clone()))
+        })
+        .collect();
+    let mut contents: Vec<(&Uid, &Meta)> = read
+        .objects
+        .iter()
+        .filter(|(_, (_, meta))| meta.namespace.as_deref() == Some(name))
+        .map(|(uid, (_, meta))| (uid, meta))
+        .collect();
+    contents.sort_by_key(|(uid, _)| entry(resources, read, **uid));
+    let mut unhandled: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+    for (uid, meta) in contents {
+        let object = entry(resources, read, *uid);
+        let foreign = Guards::of(meta).foreign;
+        if foreign.is_empty() {
+            plan.delete.push(Deleted {
+                object,
+                wave: 1,
+                propagation: Propagation::Background.as_str(),
+                deleted_by: "namespace-controller",
+            });
+            continue;
+        }
+        let finalizers = foreign
+            .iter()
+            .map(|finalizer| {
+                let handler = handlers
+                    .iter()
+                    .find(|(_, h, _)| h.finalizers.contains(finalizer));
+                let removed_by = match handler {
+                    Some(_) => {
+                        "a workload that handles it (syncgc.io/handles-finalizers), held until then"
+                    }
+                    None if names::removed_by_kubernetes(finalizer) => remover(finalizer),
+                    None => {
+                        unhandled
+                            .entry(finalizer.to_string())
+                            .or_default()
+                            .push(object.clone());
+                        "nothing in the cluster says it removes it"
+                    }
+                };
+                Finalizer {
+                    name: finalizer.to_string(),
+                    removed_by,
+                    waits_for: handler
+                        .map(|(uid, ..)| vec![entry(resources, read, *uid)])
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        plan.wait.push(Waiting {
+            object,
+            wave: Some(1),
+            propagation: Some(Propagation::Background.as_str()),
+            finalizers,
+        });
+    }
+    plan.unhandled_finalizers = unhandled
+        .into_iter()
+        .map(|(finalizer, objects)| Unhandled { finalizer, objects })
+        .collect();
+    plan.goes &= plan.unhandled_finalizers.is_empty();
 }
 
 impl PartialOrd for Entry {
@@ -540,6 +636,18 @@ impl Plan {
                 out,
                 "incomplete: {} could not be listed ({}); its objects are not in the plan",
                 unlisted.resource, unlisted.error
+            );
+        }
+        for unhandled in &self.unhandled_finalizers {
+            let objects: Vec<String> = unhandled.objects.iter().map(what).collect();
+            let _ = writeln!(
+                out,
+                "left without a handler: {} on {} object(s) ({}): no workload says it removes it \
+                 (syncgc.io/handles-finalizers), so they may stay Terminating and hold the \
+                 namespace",
+                unhandled.finalizer,
+                objects.len(),
+                objects.join(", ")
             );
         }
         if !self.unjudged.is_empty() {

@@ -261,6 +261,23 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         (operator_pods(&ns).await.len() == 1).then_some(())
     })
     .await;
+    // The plan of the namespace says whether anything would remove the finalizer.
+    let plan = support::plan::plan(&ns, &format!("namespace/{}", ns.name), &[]);
+    let unhandled = plan["unhandledFinalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if handles {
+        assert!(unhandled.is_empty(), "{plan:#}");
+    } else {
+        assert_eq!(unhandled.len(), 1, "{plan:#}");
+        assert_eq!(unhandled[0]["finalizer"], HANDLED);
+        assert_eq!(unhandled[0]["objects"].as_array().unwrap().len(), 50);
+    }
+    assert!(
+        support::plan::names(&plan, "delete").contains("operator"),
+        "the namespace controller deletes everything in it: {plan:#}"
+    );
     // The graph has seen the Pod, its owners, and the resources.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
