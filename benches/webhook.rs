@@ -91,6 +91,7 @@ fn main() {
             .reader(),
             resources: Default::default(),
             body_timeout: Duration::from_secs(10),
+            causes: None,
         })
     });
     let routed = measure(budget, || {

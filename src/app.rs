@@ -74,6 +74,12 @@ pub struct RunArgs {
     /// delete more objects is refused (needs the guards). Off by default.
     #[arg(long, env = "SYNCGC_MAX_CASCADE", value_name = "OBJECTS")]
     pub max_cascade: Option<usize>,
+    /// Record why each object goes (the DELETEs the webhook lets through, and the references
+    /// the collector removes), name the root of a cascade in the User-Agent of the
+    /// collector's requests, and answer `GET /debug/deleted` (`syncgc explain --why-deleted`).
+    #[arg(long, env = "SYNCGC_RECORD_CAUSES", default_value_t = true, action = clap::ArgAction::Set,
+          value_name = "BOOL")]
+    pub record_causes: bool,
     /// Timeouts and the client's rate.
     #[command(flatten)]
     pub collector: gc::CollectorArgs,
@@ -323,6 +329,7 @@ impl RunArgs {
             mode,
             unarmed_delete,
             max_cascade,
+            record_causes,
             collector: collector_args,
             workers,
             ignored_resources,
@@ -431,6 +438,7 @@ impl RunArgs {
             cert
         };
         let graph = Writer::new(Graph::new(mode));
+        let causes = record_causes.then(gc::causes::Causes::default);
         let resources = gc::discovery::Writer::default();
         tracing::info!(?mode, "garbage collector mode");
         let gc = Arc::new(gc::Collector::new(
@@ -445,6 +453,7 @@ impl RunArgs {
                 rediscovery: rediscovery_interval,
                 initial_list,
                 barrier: release_barrier,
+                causes: causes.clone(),
             },
         ));
         let webhook = handler::router(Webhook {
@@ -458,11 +467,19 @@ impl RunArgs {
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),
             body_timeout: Duration::from_secs(10),
+            causes: causes.clone(),
         })
         // The metrics and probes on the webhook's port too, which every NetworkPolicy of an
         // install lets the apiserver reach: `syncgc check` reads them there through the
         // apiserver's proxy, wherever the apiserver runs.
         .merge(metrics::router(metrics.clone(), readiness.clone()));
+        if let Some(causes) = &causes {
+            tokio::spawn(gc::causes::summarize(
+                causes.clone(),
+                graph.reader(),
+                webhook_cluster.clone(),
+            ));
+        }
         let webhook_listener = TcpListener::bind(webhook_addr)
             .await
             .with_context(|| format!("binding the webhook address {webhook_addr}"))?;
@@ -489,6 +506,9 @@ impl RunArgs {
             .await
             .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
         let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
+        if let Some(causes) = &causes {
+            metrics_router = metrics_router.merge(gc::causes::router(causes.clone()));
+        }
         if debug_graph {
             metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));
         }

@@ -78,8 +78,19 @@ pub struct ExplainArgs {
     /// Follow the object: a line (with -o json, a JSON object) each time where its deletion
     /// stands changes (dependents left, blocking, wave, release barrier), until it is gone.
     /// Exits 0 once it is gone, 3 if syncgc released it by its timeout.
-    #[arg(long, short = 'w')]
+    #[arg(long, short = 'w', conflicts_with = "why_deleted")]
     pub watch: bool,
+    /// Why the object, now gone, went: its DELETE, who sent it, and the causes up to the root
+    /// of the cascade, from the running syncgc's record (the last deletions of the past hour).
+    #[arg(long)]
+    pub why_deleted: bool,
+    /// With --why-deleted: the namespace of syncgc's pods, asked through the apiserver's proxy.
+    #[arg(long, default_value = crate::leader::DEFAULT_NAMESPACE)]
+    pub syncgc_namespace: String,
+    /// With --why-deleted: ask the syncgc whose metrics address this is (such as
+    /// http://127.0.0.1:8080) instead of its pods.
+    #[arg(long, value_name = "URL")]
+    pub syncgc_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -146,7 +157,42 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
             namespace,
             access,
             output,
+            why_deleted: true,
+            syncgc_namespace,
+            syncgc_url,
+            ..
+        }) => {
+            let sources = match syncgc_url {
+                Some(url) => crate::explain::why::Sources::Url(url),
+                None => crate::explain::why::Sources::Pods(syncgc_namespace),
+            };
+            let answer = async {
+                let cluster = access
+                    .cluster(None, std::time::Duration::from_secs(30))
+                    .await?;
+                let why = crate::explain::why::why_deleted(
+                    &cluster,
+                    &sources,
+                    &object,
+                    namespace.as_deref(),
+                )
+                .await?;
+                match output {
+                    Output::Text => print!("{}", why.text()),
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&why)?),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            .await;
+            (answer, 2)
+        }
+        Command::Explain(ExplainArgs {
+            object,
+            namespace,
+            access,
+            output,
             watch,
+            ..
         }) => {
             let answer =
                 crate::explain::explain(&access, &object, namespace.as_deref(), output, watch)

@@ -104,6 +104,8 @@ pub enum Reason {
     InvalidAnnotation,
     /// A finalizer handler's hold on its Pods ended by its timeout, objects still holding.
     HandlerTimedOut,
+    /// The cascade a DELETE started has ended: what it deleted, by kind, and how long it took.
+    CascadeEnded,
     /// An ownerReference that cannot reach its owner (upstream's reason).
     OwnerRefInvalidNamespace,
 }
@@ -123,6 +125,7 @@ impl Reason {
             Self::InvalidOrder => "SyncGCInvalidOrder",
             Self::InvalidAnnotation => "SyncGCInvalidAnnotation",
             Self::HandlerTimedOut => "SyncGCHandlerTimedOut",
+            Self::CascadeEnded => "SyncGCCascadeEnded",
             Self::OwnerRefInvalidNamespace => "OwnerRefInvalidNamespace",
         }
     }

@@ -61,7 +61,7 @@ async fn mark() -> String {
 }
 
 /// The writes the audit log holds from the replica whose process id is `pid` (its
-/// User-Agent ends with `-PID)`).
+/// User-Agent is `syncgc/VERSION (HOST-PID)`, followed by the cause of a cascade's request).
 fn writes_of(pid: &str) -> Vec<Write> {
     let text = audit_log();
     let agent = format!("-{pid})");
@@ -70,7 +70,7 @@ fn writes_of(pid: &str) -> Vec<Write> {
         .filter(|event| {
             event["userAgent"]
                 .as_str()
-                .is_some_and(|a| a.starts_with("syncgc/") && a.ends_with(&agent))
+                .is_some_and(|a| a.starts_with("syncgc/") && a.contains(&agent))
         })
         .map(|event| Write {
             received: event["requestReceivedTimestamp"]

@@ -205,6 +205,41 @@ pub fn replica() -> String {
     })
 }
 
+tokio::task_local! {
+    /// Why the requests of the task are sent: added to their User-Agent.
+    static CAUSE: String;
+}
+
+/// Runs `call` with the User-Agent of its cascade's requests (DELETEs and JSON patches, see
+/// [`name_cause`]) naming `cause` after syncgc's own
+/// (`syncgc/VERSION (REPLICA) CAUSE`): what the apiserver's audit log records of a request,
+/// besides its user. Characters a header cannot carry become `?`.
+pub async fn caused_by<T>(cause: &str, call: impl Future<Output = T>) -> T {
+    let cause: String = cause
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    CAUSE.scope(cause, call).await
+}
+
+/// Names the cause the task runs for (see [`caused_by`]) in `request`'s User-Agent. Called
+/// where a request is built, in the caller's task: the client sends it from a task of its own.
+pub fn name_cause<B>(request: &mut http::Request<B>) {
+    let agent = CAUSE
+        .try_with(|cause| http::HeaderValue::from_str(&format!("{} {cause}", user_agent())).ok());
+    if let Ok(Some(agent)) = agent {
+        request
+            .headers_mut()
+            .insert(http::header::USER_AGENT, agent);
+    }
+}
+
 /// What syncgc sends as its User-Agent: `syncgc/VERSION (REPLICA)`.
 pub fn user_agent() -> String {
     format!("syncgc/{} ({})", env!("CARGO_PKG_VERSION"), replica())
@@ -258,4 +293,16 @@ pub async fn server_version(client: &Client) -> Result<String, ApiError> {
         .await
         .map_err(ApiError::Version)?;
     Ok(info.git_version)
+}
+
+/// A plain-HTTP GET (a replica's metrics port), within 5 seconds.
+pub async fn get_text(url: &str) -> anyhow::Result<String> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url.parse()?)).await??;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    anyhow::ensure!(status.is_success(), "HTTP {status}");
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }

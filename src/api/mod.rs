@@ -36,8 +36,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 
 pub use self::client::{
-    Access, ServerVersion, client, config, config_in, install_crypto_provider, server_version,
-    streams,
+    Access, ServerVersion, caused_by, client, config, config_in, get_text, install_crypto_provider,
+    server_version, streams,
 };
 pub use self::error::{ApiError, Verb};
 pub use self::event::EVENT_REPORTER;
@@ -232,13 +232,14 @@ impl Cluster {
         };
         // The answer (the object, or a Status) is read but not decoded: nothing in it is
         // needed, and a cascade makes thousands of these calls.
-        let request = kube::core::Request::new(target.resource_url())
+        let mut request = kube::core::Request::new(target.resource_url())
             .delete(&target.name, &params)
             .map_err(|err| ApiError::Call {
                 verb: Verb::Delete,
                 target: target.to_string(),
                 source: kube::Error::BuildRequest(err),
             })?;
+        client::name_cause(&mut request);
         match self
             .call(Verb::Delete, target, self.client.request_text(request))
             .await

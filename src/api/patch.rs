@@ -58,7 +58,7 @@ impl Cluster {
     pub async fn json_patch(&self, target: &Target, patch: &JsonPatch) -> Result<(), ApiError> {
         let url = format!("{}/{}", target.resource_url(), target.name);
         let body = serde_json::to_vec(patch).unwrap_or_default();
-        let request = http::Request::patch(url)
+        let mut request = http::Request::patch(url)
             .header(http::header::CONTENT_TYPE, "application/json-patch+json")
             .body(body)
             .map_err(|err| ApiError::Call {
@@ -66,6 +66,7 @@ impl Cluster {
                 target: target.to_string(),
                 source: kube::Error::HttpError(err),
             })?;
+        super::client::name_cause(&mut request);
         self.call(Verb::Patch, target, self.client.request_text(request))
             .await
             .map(drop)

@@ -543,7 +543,7 @@ async fn waiting_pods(cluster: &Cluster, deployment: &Deployment) -> Vec<String>
 /// to the apiserver wherever it runs (the metrics port takes Prometheus's namespaces only).
 async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>) -> Finding {
     let (from, text) = if let Some(url) = &args.metrics_url {
-        (url.clone(), get_text(url).await)
+        (url.clone(), crate::api::get_text(url).await)
     } else if let Some(pod) = holder {
         let path = format!(
             "/api/v1/namespaces/{}/pods/https:{pod}:8443/proxy/metrics",
@@ -575,18 +575,6 @@ async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>)
              the control plane and the pods; give --metrics-url to read them another way",
         ),
     }
-}
-
-/// A plain-HTTP GET.
-async fn get_text(url: &str) -> anyhow::Result<String> {
-    use http_body_util::BodyExt;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
-    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url.parse()?)).await??;
-    let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
-    anyhow::ensure!(status.is_success(), "HTTP {status}");
-    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 impl CheckArgs {

@@ -7,6 +7,7 @@
 
 pub mod namespace;
 mod report;
+pub mod why;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;

@@ -303,14 +303,23 @@ impl Collector {
             Attempt::Wait => Ok(()),
             Attempt::Keep { drop } => {
                 tracing::debug!(dependent = %target, owners = ?uids(&drop), "keeping it: dropping references");
+                let dropped = uids(&drop);
+                let cause = dropped.first().map(|o| Uid::parse(o));
                 self.cx
-                    .act(
-                        Action::RemoveOwnerReferences,
-                        self.cx
-                            .cluster
-                            .remove_owner_references(target, &references, &uids(&drop)),
+                    .caused(
+                        cause,
+                        self.cx.act(
+                            Action::RemoveOwnerReferences,
+                            self.cx
+                                .cluster
+                                .remove_owner_references(target, &references, &dropped),
+                        ),
                     )
-                    .await
+                    .await?;
+                if let Some(owner) = dropped.first() {
+                    self.cx.record_orphaned(target, owner);
+                }
+                Ok(())
             }
             Attempt::Arm => {
                 self.synchronous()
@@ -352,14 +361,18 @@ impl Collector {
     ) -> Result<(), ApiError> {
         let waiting: Vec<Uid> = self.cx.graph().waiting_owners_of(uid).collect();
         self.barrier.deleting_for(waiting, uid);
+        let cause = self.cx.graph().cause_of(uid);
         let deleted = self
             .cx
-            .act(
-                Action::Delete,
-                self.cx.cluster.delete(
-                    target,
-                    propagation,
-                    resource_version.map(|v| v.to_string()),
+            .caused(
+                cause,
+                self.cx.act(
+                    Action::Delete,
+                    self.cx.cluster.delete(
+                        target,
+                        propagation,
+                        resource_version.map(|v| v.to_string()),
+                    ),
                 ),
             )
             .await?;
@@ -502,13 +515,18 @@ impl Collector {
                 };
                 let references = meta.owner_references.unwrap_or_default();
                 self.cx
-                    .act(
-                        Action::RemoveOwnerReferences,
-                        self.cx
-                            .cluster
-                            .remove_owner_references(&dependent, &references, owner),
+                    .caused(
+                        Some(uid),
+                        self.cx.act(
+                            Action::RemoveOwnerReferences,
+                            self.cx
+                                .cluster
+                                .remove_owner_references(&dependent, &references, owner),
+                        ),
                     )
-                    .await
+                    .await?;
+                self.cx.record_orphaned(&dependent, &owner[0]);
+                Ok(())
             })
             .buffer_unordered(ORPHAN_CONCURRENCY)
             .collect()

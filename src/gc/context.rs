@@ -137,6 +137,43 @@ impl Context {
         })
     }
 
+    /// Runs `call`, whose requests are a step of the cascade through `owner`, naming the
+    /// cascade's root in their User-Agent (see [`super::causes`]); as it is without an owner
+    /// or with causes off.
+    pub async fn caused<T>(&self, owner: Option<Uid>, call: impl Future<Output = T>) -> T {
+        let header = owner
+            .zip(self.config.causes.as_ref())
+            .map(|(owner, causes)| {
+                let graph = self.graph();
+                let resources = self.resources();
+                let kind = |uid| {
+                    let resource = graph.node(uid)?.resource?;
+                    Some(resources.get(resource)?.api.kind.clone())
+                };
+                causes.header(&graph, kind, owner)
+            });
+        match header {
+            Some(header) => crate::api::caused_by(&header, call).await,
+            None => call.await,
+        }
+    }
+
+    /// Records that `target`'s references to `owner` were removed (when causes are on).
+    pub fn record_orphaned(&self, target: &Target, owner: &str) {
+        if let Some(causes) = &self.config.causes {
+            causes.record(super::causes::Entry {
+                uid: target.uid.clone(),
+                kind: target.resource.kind.clone(),
+                namespace: target.namespace.clone(),
+                name: target.name.clone(),
+                action: "orphaned".to_owned(),
+                by: "syncgc".to_owned(),
+                at: jiff::Timestamp::now().as_second(),
+                cause: Some(owner.to_owned()),
+            });
+        }
+    }
+
     /// Runs an action, counting it by result.
     pub async fn act<T>(
         &self,

@@ -37,6 +37,7 @@ pub mod absent;
 pub mod barrier;
 pub mod builder;
 pub mod cascade;
+pub mod causes;
 pub mod collector;
 pub mod context;
 pub mod debug;
@@ -76,6 +77,9 @@ pub struct GcConfig {
     pub initial_list: watch::InitialList,
     /// Whether owners pass the release barrier before they go (see [`barrier`]).
     pub barrier: bool,
+    /// The record of why objects go, which the collector's requests name (`None`: causes
+    /// neither recorded nor named).
+    pub causes: Option<causes::Causes>,
 }
 
 /// How long owners wait and how fast the collector calls the apiserver: flags of `syncgc run`,

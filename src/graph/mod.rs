@@ -614,6 +614,31 @@ impl Graph {
         self.deleted_at(*self.namespace_objects.get(name)?)
     }
 
+    /// The uid of the Namespace `name`, when observed.
+    pub fn namespace_uid(&self, name: &str) -> Option<Uid> {
+        self.namespace_objects.get(name).copied()
+    }
+
+    /// Whether the owner `uid` is going: seen deleted, or waiting for its dependents.
+    pub fn going(&self, uid: Uid) -> bool {
+        self.node(uid)
+            .is_some_and(|n| n.is(Flags::GONE) || n.waits_for_dependents())
+    }
+
+    /// What makes the deletion of `uid` a step of a cascade: the first owner of it that is
+    /// going, else its namespace when that is being deleted.
+    pub fn cause_of(&self, uid: Uid) -> Option<Uid> {
+        let node = self.node(uid)?;
+        node.owners
+            .iter()
+            .map(|l| l.uid)
+            .find(|o| self.going(*o))
+            .or_else(|| {
+                let namespace = self.namespace_uid(node.namespace()?)?;
+                self.deleted_at(namespace).map(|_| namespace)
+            })
+    }
+
     /// The observed objects in the namespace `name`: every node looked at, for the rare
     /// question (a namespace's DELETE under a cascade limit).
     pub fn in_namespace<'a>(&'a self, name: &'a str) -> impl Iterator<Item = Uid> + 'a {

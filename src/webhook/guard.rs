@@ -96,7 +96,7 @@ pub fn judge(
     let admitted = delete
         .namespace
         .is_some_and(|ns| graph.namespace_deleted_at(ns).is_some())
-        || node.is_some_and(|n| n.owners.iter().any(|l| going(graph, l.uid)));
+        || node.is_some_and(|n| n.owners.iter().any(|l| graph.going(l.uid)));
     if !guarded || admitted {
         return Verdict::Pass { warnings, released };
     }
@@ -176,7 +176,7 @@ fn protected(graph: &Graph, delete: &Delete, node: Option<&Node>) -> Verdict {
     let drop_owners: Vec<Uid> = node
         .into_iter()
         .flat_map(|n| n.owners.iter())
-        .filter(|l| going(graph, l.uid) || (l.served && !graph.node(l.uid).is_some_and(Node::seen)))
+        .filter(|l| graph.going(l.uid) || (l.served && !graph.node(l.uid).is_some_and(Node::seen)))
         .map(|l| l.uid)
         .collect();
     let mut message = format!(
@@ -194,13 +194,6 @@ fn protected(graph: &Graph, delete: &Delete, node: Option<&Node>) -> Verdict {
         drop_owners,
         guard: PROTECTED,
     }
-}
-
-/// Whether the owner `uid` is going: seen deleted, or waiting for its dependents to go.
-fn going(graph: &Graph, uid: Uid) -> bool {
-    graph
-        .node(uid)
-        .is_some_and(|n| n.is(Flags::GONE) || n.waits_for_dependents())
 }
 
 enum Hold {

@@ -20,6 +20,7 @@ use super::review::Operation;
 use super::review::{self, Answer, Review};
 use crate::api::{Cluster, Target};
 use crate::gc::cascade::{self, Preview};
+use crate::gc::causes::{Causes, Entry};
 use crate::gc::discovery;
 use crate::graph::{Reader, Uid};
 use crate::metrics::Metrics;
@@ -49,6 +50,9 @@ pub struct Webhook {
     pub resources: discovery::Reader,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
+    /// Where the DELETEs let through are recorded, with who sent them and why (`None`: not
+    /// recorded).
+    pub causes: Option<Causes>,
 }
 
 /// The webhook's router: `POST /mutate`. The state is shared, not cloned, per request.
@@ -153,6 +157,9 @@ async fn mutate(
         }
     }
     let answer = settle(&webhook, request, &decision, deadline).await;
+    if matches!(answer, Answer::Allow { .. }) {
+        record(&webhook, request);
+    }
     tracing::debug!(
         uid = %request.uid,
         operation = request.operation.as_str(),
@@ -224,6 +231,74 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
     let graph = webhook.graph.read();
     let now = jiff::Timestamp::now().as_second();
     guard::judge(&graph, kind, &delete, &webhook.policy, now)
+}
+
+/// Records a DELETE let through (not a dry run): who sent it, and the owner or namespace whose
+/// going made it a step of a cascade.
+fn record(webhook: &Webhook, request: &review::Request) {
+    let (Some(causes), Operation::Delete, false) =
+        (&webhook.causes, request.operation, admit::dry_run(request))
+    else {
+        return;
+    };
+    let Some(meta) = request
+        .old_object
+        .as_ref()
+        .and_then(|o| o.metadata.as_ref())
+    else {
+        return;
+    };
+    let Some(uid) = meta.uid.clone() else {
+        return;
+    };
+    let namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
+    let object = Uid::parse(&uid);
+    let cause = {
+        let graph = webhook.graph.read();
+        let cause = graph.cause_of(object);
+        if cause.is_none() && admit::propagation(request) != crate::api::Propagation::Orphan {
+            // The root of a cascade: followed to its end, for its summary Event.
+            let resources = webhook.resources.read();
+            let kind = |member: Uid| {
+                let resource = graph.node(member)?.resource?;
+                Some((member, resources.get(resource)?.api.kind.clone()))
+            };
+            let mut root = target_of(request, uid.clone());
+            if let Some(name) = &meta.name {
+                root.name.clone_from(name);
+            }
+            if namespace_object {
+                root.namespace = None;
+                causes.start_cascade(
+                    root,
+                    graph
+                        .in_namespace(&root_name(meta, request))
+                        .filter_map(kind),
+                );
+            } else {
+                causes.start_cascade(root, graph.walk(object).filter_map(|s| kind(s.uid)));
+            }
+        }
+        cause
+    };
+    causes.record(Entry {
+        uid,
+        kind: request.kind.kind.clone(),
+        namespace: request
+            .namespace
+            .clone()
+            .filter(|ns| !ns.is_empty() && !namespace_object),
+        name: root_name(meta, request),
+        action: "deleted".to_owned(),
+        by: request.user_info.username.clone(),
+        at: jiff::Timestamp::now().as_second(),
+        cause: cause.map(|c| c.to_string()),
+    });
+}
+
+/// The name of the object of a DELETE: a DELETE of a collection names it in the object only.
+fn root_name(meta: &review::Metadata, request: &review::Request) -> String {
+    meta.name.clone().unwrap_or_else(|| request.name.clone())
 }
 
 /// Removes the references of `request`'s (protected) object to `owners`, which are going:

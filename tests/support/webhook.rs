@@ -68,6 +68,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         .reader(),
         resources: Default::default(),
         body_timeout: Duration::from_secs(2),
+        causes: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

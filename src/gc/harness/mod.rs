@@ -192,6 +192,7 @@ impl Harness {
             rediscovery: Duration::from_secs(20),
             initial_list: Default::default(),
             barrier,
+            causes: Some(crate::gc::causes::Causes::default()),
         };
         let graph = Writer::new(Graph::new(mode));
         let resources = discovery::Writer::default();

@@ -1,0 +1,473 @@
+//! Why each object went: a bounded record, in memory, of the DELETEs the webhook let through
+//! — who sent each, and the owner (or namespace) whose going made it a step of a cascade —
+//! and of the references the collector removed. Following the causes up gives the root of a
+//! cascade and the user who deleted it. The collector names that root in the User-Agent of the
+//! requests it sends for it ([`Causes::header`]), where the apiserver's audit log records it;
+//! `syncgc explain --why-deleted` reads the record from `GET /debug/deleted`.
+//!
+//! The record holds the last [`CAPACITY`] entries and none older than [`KEEP`]; a restart
+//! loses it, and each replica holds what its own webhook saw.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use kube::runtime::events::EventType;
+use tokio::time::Instant;
+
+use crate::api::{Cluster, Target};
+use crate::graph::{Flags, Graph, Reader, Uid};
+use crate::names::Reason;
+
+/// The most entries kept.
+pub const CAPACITY: usize = 50_000;
+/// How long an entry is kept (seconds).
+pub const KEEP: i64 = 3600;
+
+/// What was done to one object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub uid: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// `deleted` (its DELETE went ahead) or `orphaned` (its references to owners going were
+    /// removed).
+    pub action: String,
+    /// The user who sent the request.
+    pub by: String,
+    /// When (seconds since the epoch).
+    pub at: i64,
+    /// The uid of the owner, or of the namespace, whose going caused it; none for the root of
+    /// a cascade (a DELETE of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+}
+
+impl Entry {
+    /// `Kind namespace/name`.
+    pub fn described(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// The record, shared by the webhook (which writes the DELETEs), the collector (which writes
+/// its orphaning and reads the roots) and `/debug/deleted`.
+#[derive(Debug, Clone, Default)]
+pub struct Causes(Arc<Mutex<Record>>);
+
+#[derive(Debug, Default)]
+struct Record {
+    entries: HashMap<Uid, Entry>,
+    /// In the order written, to drop the oldest first.
+    order: VecDeque<(Uid, i64)>,
+    /// The cascades started by DELETEs this replica's webhook let through, until they end.
+    cascades: Vec<Cascade>,
+}
+
+/// A cascade followed to its end, for the summary Event on its root.
+#[derive(Debug)]
+struct Cascade {
+    root: Target,
+    started: Instant,
+    /// The objects of its tree still to be judged, with their kinds.
+    members: HashMap<Uid, Arc<str>>,
+    deleted: BTreeMap<Arc<str>, usize>,
+    kept: usize,
+}
+
+/// The longest a cascade is followed; then its summary says what is left.
+const FOLLOWED: Duration = Duration::from_secs(KEEP as u64);
+
+impl Causes {
+    /// Records `entry` (replacing an earlier one of its object), dropping the entries over
+    /// [`CAPACITY`] or older than [`KEEP`].
+    pub fn record(&self, entry: Entry) {
+        let uid = Uid::parse(&entry.uid);
+        let at = entry.at;
+        let mut record = self.0.lock();
+        record.entries.insert(uid, entry);
+        record.order.push_back((uid, at));
+        while let Some(&(oldest, written)) = record.order.front() {
+            if record.order.len() <= CAPACITY && written > at - KEEP {
+                break;
+            }
+            record.order.pop_front();
+            // Only when this is its latest entry.
+            if record.entries.get(&oldest).is_some_and(|e| e.at == written) {
+                record.entries.remove(&oldest);
+            }
+        }
+    }
+
+    /// Follows the cascade the DELETE of `root` starts over `members` (its tree, or the
+    /// objects of a namespace), with their kinds: [`Causes::ended`] says when it ends.
+    pub fn start_cascade(&self, root: Target, members: impl Iterator<Item = (Uid, String)>) {
+        let mut kinds: HashMap<String, Arc<str>> = HashMap::new();
+        let members: HashMap<Uid, Arc<str>> = members
+            .map(|(uid, kind)| {
+                let kind = kinds
+                    .entry(kind)
+                    .or_insert_with_key(|k| Arc::from(k.as_str()))
+                    .clone();
+                (uid, kind)
+            })
+            .collect();
+        if members.is_empty() {
+            return;
+        }
+        let mut record = self.0.lock();
+        let uid = root.uid.clone();
+        record.cascades.retain(|c| c.root.uid != uid);
+        record.cascades.push(Cascade {
+            root,
+            started: Instant::now(),
+            members,
+            deleted: BTreeMap::new(),
+            kept: 0,
+        });
+    }
+
+    /// The cascades that have ended by `graph` at `now`, each with the note of its summary:
+    /// every object of its tree gone (counted by kind) or kept (it lost its references to the
+    /// tree, or was never to be deleted), and the root gone or no longer waiting.
+    pub fn ended(&self, graph: &Graph, now: Instant) -> Vec<(Target, String)> {
+        let mut record = self.0.lock();
+        let mut ended = Vec::new();
+        record.cascades.retain_mut(|cascade| {
+            let root = crate::graph::Uid::parse(&cascade.root.uid);
+            let members = &cascade.members;
+            let judged: Vec<(Uid, bool)> = members
+                .keys()
+                .filter_map(|uid| match graph.node(*uid) {
+                    None => Some((*uid, true)),
+                    Some(n) if n.is(Flags::VIRTUAL) => Some((*uid, true)),
+                    Some(n) => {
+                        let linked = n
+                            .owners
+                            .iter()
+                            .any(|l| l.uid == root || members.contains_key(&l.uid));
+                        let going = n.is(Flags::DELETING) || graph.cause_of(*uid).is_some();
+                        (!linked && !going).then_some((*uid, false))
+                    }
+                })
+                .collect();
+            for (uid, deleted) in judged {
+                let kind = cascade
+                    .members
+                    .remove(&uid)
+                    .unwrap_or_else(|| Arc::from(""));
+                if deleted {
+                    *cascade.deleted.entry(kind).or_default() += 1;
+                } else {
+                    cascade.kept += 1;
+                }
+            }
+            let root_waits = graph
+                .node(root)
+                .is_some_and(|n| !n.is(Flags::VIRTUAL) && n.waits_for_dependents());
+            let over = now.duration_since(cascade.started) > FOLLOWED;
+            if (cascade.members.is_empty() && !root_waits) || over {
+                ended.push((cascade.root.clone(), cascade.summary(now)));
+                return false;
+            }
+            true
+        });
+        ended
+    }
+
+    /// The entry of `uid`.
+    pub fn get(&self, uid: Uid) -> Option<Entry> {
+        self.0.lock().entries.get(&uid).cloned()
+    }
+
+    /// The entries of the objects named `name` of `kind` (any case, or its plural) in
+    /// `namespace`: the latest first.
+    pub fn find(&self, kind: &str, namespace: Option<&str>, name: &str) -> Vec<Entry> {
+        let kind = kind.to_ascii_lowercase();
+        let mut found: Vec<Entry> = self
+            .0
+            .lock()
+            .entries
+            .values()
+            .filter(|e| {
+                e.name == name
+                    && e.namespace.as_deref() == namespace
+                    && (e.kind.to_ascii_lowercase() == kind
+                        || format!("{}s", e.kind.to_ascii_lowercase()) == kind)
+            })
+            .cloned()
+            .collect();
+        found.sort_by_key(|e| std::cmp::Reverse(e.at));
+        found
+    }
+
+    /// The chain of causes from `uid` up: its entry, its cause's, … to the root of its
+    /// cascade, as far as the record holds them.
+    pub fn chain(&self, uid: Uid) -> Vec<Entry> {
+        let record = self.0.lock();
+        let mut chain: Vec<Entry> = Vec::new();
+        let mut next = Some(uid);
+        while let Some(uid) = next {
+            let Some(entry) = record.entries.get(&uid) else {
+                break;
+            };
+            if chain.len() > 64 || chain.iter().any(|e| e.uid == entry.uid) {
+                break;
+            }
+            next = entry.cause.as_deref().map(Uid::parse);
+            chain.push(entry.clone());
+        }
+        chain
+    }
+
+    /// What the collector's requests for a cascade through `owner` say of it: the root of the
+    /// cascade (kind, namespace, name, uid) and the user who deleted it, where the record knows
+    /// them; else `owner` as the graph knows it.
+    pub fn header(
+        &self,
+        graph: &Graph,
+        kind: impl Fn(Uid) -> Option<String>,
+        owner: Uid,
+    ) -> String {
+        if let Some(root) = self.chain(owner).pop() {
+            return format!(
+                "cause: root={} uid={} user={}",
+                path(&root.kind, root.namespace.as_deref(), &root.name),
+                root.uid,
+                root.by
+            );
+        }
+        let node = graph.node(owner);
+        format!(
+            "cause: root={} uid={owner}",
+            path(
+                &kind(owner).unwrap_or_default(),
+                node.and_then(|n| n.namespace()),
+                node.map_or("", |n| &n.name),
+            )
+        )
+    }
+}
+
+impl Cascade {
+    fn summary(&self, now: Instant) -> String {
+        let deleted: usize = self.deleted.values().sum();
+        let kinds: Vec<String> = self
+            .deleted
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect();
+        let mut note = format!(
+            "its cascade ended after {}: {deleted} object(s) deleted",
+            crate::duration::format(now.duration_since(self.started))
+        );
+        if !kinds.is_empty() {
+            note.push_str(&format!(" ({})", kinds.join(", ")));
+        }
+        if self.kept > 0 {
+            note.push_str(&format!(", {} kept", self.kept));
+        }
+        if !self.members.is_empty() {
+            note.push_str(&format!(", {} left after {FOLLOWED:?}", self.members.len()));
+        }
+        note
+    }
+}
+
+/// Records, every second, the summary Event of each cascade that has ended (see
+/// [`Causes::ended`]) on its root.
+pub async fn summarize(causes: Causes, graph: Reader, cluster: Cluster) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let ended = causes.ended(&graph.read(), Instant::now());
+        for (root, note) in ended {
+            tracing::info!(%root, %note, "cascade ended");
+            cluster
+                .new_event(&root, EventType::Normal, Reason::CascadeEnded, note)
+                .await;
+        }
+    }
+}
+
+/// `Kind/namespace/name`, or `Kind/name` for a cluster-scoped object.
+fn path(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{kind}/{ns}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Params {
+    uid: Option<String>,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+/// `GET /debug/deleted?uid=…`, or `?kind=…&namespace=…&name=…`: the entries of the object (the
+/// latest first), each with its chain of causes, as JSON.
+pub fn router(causes: Causes) -> Router {
+    Router::new()
+        .route("/debug/deleted", get(deleted))
+        .with_state(causes)
+}
+
+/// One object's entry and its causes up to the root.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Answer {
+    pub chain: Vec<Entry>,
+}
+
+async fn deleted(State(causes): State<Causes>, Query(params): Query<Params>) -> Response {
+    let uids: Vec<Uid> = match (&params.uid, &params.kind, &params.name) {
+        (Some(uid), ..) => vec![Uid::parse(uid)],
+        (None, Some(kind), Some(name)) => causes
+            .find(
+                kind,
+                params.namespace.as_deref().filter(|n| !n.is_empty()),
+                name,
+            )
+            .iter()
+            .map(|e| Uid::parse(&e.uid))
+            .collect(),
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "give uid, or kind, namespace and name\n",
+            )
+                .into_response();
+        }
+    };
+    let answers: Vec<Answer> = uids
+        .into_iter()
+        .map(|uid| Answer {
+            chain: causes.chain(uid),
+        })
+        .filter(|a| !a.chain.is_empty())
+        .collect();
+    axum::Json(answers).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: u128, cause: Option<u128>, by: &str, at: i64) -> Entry {
+        Entry {
+            uid: Uid::from_u128(n).to_string(),
+            kind: "ConfigMap".into(),
+            namespace: Some("ns".into()),
+            name: format!("o{n}"),
+            action: "deleted".into(),
+            by: by.into(),
+            at,
+            cause: cause.map(|c| Uid::from_u128(c).to_string()),
+        }
+    }
+
+    #[test]
+    fn the_chain_leads_to_the_root_and_its_user() {
+        let causes = Causes::default();
+        causes.record(entry(1, None, "alice", 100));
+        causes.record(entry(2, Some(1), "gc", 101));
+        causes.record(entry(3, Some(2), "gc", 102));
+        let chain = causes.chain(Uid::from_u128(3));
+        let names: Vec<&str> = chain.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["o3", "o2", "o1"]);
+        let header = causes.header(&Graph::default(), |_| None, Uid::from_u128(2));
+        assert_eq!(
+            header,
+            format!(
+                "cause: root=ConfigMap/ns/o1 uid={} user=alice",
+                Uid::from_u128(1)
+            )
+        );
+        assert_eq!(causes.find("configmaps", Some("ns"), "o2").len(), 1);
+        assert_eq!(causes.find("ConfigMap", Some("other"), "o2").len(), 0);
+        // A cycle ends.
+        causes.record(entry(1, Some(3), "alice", 103));
+        assert_eq!(causes.chain(Uid::from_u128(3)).len(), 3);
+    }
+
+    #[test]
+    fn a_cascade_ends_when_its_tree_is_gone_or_kept_and_says_what_went() {
+        use crate::graph::{Mode, Observed, ResourceId};
+        const CM: ResourceId = ResourceId::new(0);
+        let mut graph = Graph::new(Mode::Cooperative);
+        for object in [
+            Observed::config_map(2, &[1], Flags::empty()),
+            Observed::config_map(3, &[1], Flags::empty()),
+            Observed::config_map(4, &[2], Flags::empty()),
+        ] {
+            graph.apply(CM, object);
+        }
+        let causes = Causes::default();
+        let root = Target {
+            resource: kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespace: Some("ns".into()),
+            name: "o1".into(),
+            uid: Uid::from_u128(1).to_string(),
+        };
+        let members = graph
+            .walk(Uid::from_u128(1))
+            .map(|s| (s.uid, "ConfigMap".to_owned()));
+        causes.start_cascade(root, members);
+        let now = Instant::now();
+        assert!(causes.ended(&graph, now).is_empty(), "nothing went yet");
+        graph.delete(Uid::from_u128(2));
+        graph.delete(Uid::from_u128(4));
+        assert!(
+            causes.ended(&graph, now).is_empty(),
+            "3 still names its owner"
+        );
+        // 3 loses its reference: kept.
+        graph.apply(CM, Observed::config_map(3, &[], Flags::empty()));
+        let ended = causes.ended(&graph, now);
+        assert_eq!(ended.len(), 1);
+        assert!(
+            ended[0]
+                .1
+                .contains("2 object(s) deleted (2 ConfigMap), 1 kept"),
+            "{}",
+            ended[0].1
+        );
+        assert!(causes.ended(&graph, now).is_empty(), "one summary");
+    }
+
+    #[test]
+    fn the_record_is_bounded_by_count_and_age() {
+        let causes = Causes::default();
+        for n in 0..(CAPACITY as u128 + 10) {
+            causes.record(entry(n, None, "u", 1_000));
+        }
+        assert_eq!(causes.0.lock().entries.len(), CAPACITY);
+        assert!(causes.get(Uid::from_u128(0)).is_none());
+        causes.record(entry(u128::MAX, None, "u", 1_000 + KEEP + 1));
+        assert_eq!(
+            causes.0.lock().entries.len(),
+            1,
+            "all the others are too old"
+        );
+        // An object recorded again keeps its latest entry.
+        let causes = Causes::default();
+        causes.record(entry(1, None, "a", 10));
+        causes.record(entry(1, None, "b", 20));
+        assert_eq!(causes.get(Uid::from_u128(1)).unwrap().by, "b");
+    }
+}
