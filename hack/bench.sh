@@ -3,7 +3,7 @@
 # of this machine, in one run on the local control plane, as ratios (what each phase measures:
 # benches/cluster/main.rs). Starts the control plane when it is not running, builds in release
 # mode, prints the tables and writes them with a plot to benches/results/cluster.{md,svg}.
-#   hack/bench.sh [PHASE]...     graph cascade sync order barrier platform plan webhook writes memory scale
+#   hack/bench.sh [PHASE]...     graph cascade sync order barrier platform plan guards webhook writes memory scale
 #                              workloads
 #                              (default: all)
 # Environment (defaults in brackets): SYNCGC_BENCH_SIZES [1000,5000] N of the unthrottled cascades,

@@ -472,7 +472,13 @@ impl RunArgs {
         // The metrics and probes on the webhook's port too, which every NetworkPolicy of an
         // install lets the apiserver reach: `syncgc check` reads them there through the
         // apiserver's proxy, wherever the apiserver runs.
-        .merge(metrics::router(metrics.clone(), readiness.clone()));
+        .merge(metrics::router(metrics.clone(), readiness.clone()))
+        // `syncgc explain --why-deleted` reads the causes there too, through the apiserver's
+        // proxy (which RBAC guards: pods/proxy).
+        .merge(match &causes {
+            Some(causes) => gc::causes::router(causes.clone()),
+            None => axum::Router::new(),
+        });
         if let Some(causes) = &causes {
             tokio::spawn(gc::causes::summarize(
                 causes.clone(),
@@ -506,7 +512,7 @@ impl RunArgs {
             .await
             .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
         let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
-        if let Some(causes) = &causes {
+        if let Some(causes) = causes.as_ref().filter(|_| debug_graph) {
             metrics_router = metrics_router.merge(gc::causes::router(causes.clone()));
         }
         if debug_graph {

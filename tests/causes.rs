@@ -49,7 +49,12 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
     let controller = support::controller_kubeconfig_path();
     let syncgc = tokio::task::spawn_blocking({
         let name = name.clone();
-        move || Syncgc::start_as(&name, &controller, &TEST_TIMEOUTS)
+        let args: Vec<&str> = TEST_TIMEOUTS
+            .iter()
+            .copied()
+            .chain(["--debug-graph"])
+            .collect();
+        move || Syncgc::start_as(&name, &controller, &args)
     })
     .await
     .unwrap();

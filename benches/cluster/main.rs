@@ -15,6 +15,8 @@
 //!    as the number of kinds served grows, before and after adding 300 CRDs ([`platform`]);
 //!    `syncgc plan` of an owner with 10,000 dependents there, and what `explain --watch` asks
 //!    of the apiserver while it follows a deletion ([`plan`]);
+//!    the guards' price: the webhook's added latency for a DELETE judged by the cascade limit,
+//!    and the collector's throughput with causes recorded ÷ without ([`guards`]);
 //! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
 //! 6. what the webhook's registration costs writes that do not concern it ([`writes`]);
 //! 7. the ownership graph's bytes per node, and syncgc's resident memory with 10,000 objects;
@@ -25,13 +27,14 @@
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `order`, `barrier`, `platform`, `plan`, `webhook`, `writes`, `memory`, `scale`,
+//! `sync`, `order`, `barrier`, `platform`, `plan`, `guards`, `webhook`, `writes`, `memory`, `scale`,
 //! `workloads`).
 
 mod bare;
 mod barrier;
 mod cascade;
 mod graph;
+mod guards;
 mod load;
 mod order;
 mod plan;
@@ -68,7 +71,7 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 12] = [
+const PHASES: [&str; 13] = [
     "graph",
     "cascade",
     "sync",
@@ -76,6 +79,7 @@ const PHASES: [&str; 12] = [
     "barrier",
     "platform",
     "plan",
+    "guards",
     "webhook",
     "writes",
     "memory",
@@ -256,6 +260,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("plan") {
         plan::phase(settings, plane, report).await?;
+    }
+    if settings.runs("guards") {
+        guards::phase(settings, plane, report).await?;
     }
     if settings.runs("cascade") {
         cascades.syncgc(settings, plane).await?;

@@ -100,6 +100,17 @@ pub fn judge(
     if !guarded || admitted {
         return Verdict::Pass { warnings, released };
     }
+    // Within its limit whatever the model says (a cascade deletes at most the tree), and
+    // nothing protected to reach: no need to run it.
+    let tree = graph.transitive_dependents(delete.uid);
+    if !delete.namespace_object && graph.protected().len() == 0 && limit.is_some_and(|l| tree <= l)
+    {
+        warnings.push(format!(
+            "syncgc: this DELETE deletes at most {tree} objects, within the cascade limit of {}",
+            limit.unwrap_or_default()
+        ));
+        return Verdict::Pass { warnings, released };
+    }
     let deleted = if delete.namespace_object {
         graph.in_namespace(delete.name).collect()
     } else if delete.propagation == Propagation::Orphan || graph.dependents(delete.uid).is_empty() {

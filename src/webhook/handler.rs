@@ -129,10 +129,17 @@ async fn mutate(
             Answer::Deny { message },
         ));
     }
+    // Counted for an opted-in object's DELETE only: its warnings are the only ones to say it.
     let dependents = match (request.operation, &request.old_object) {
         (Operation::Delete, Some(old)) => old
             .metadata
             .as_ref()
+            .filter(|m| {
+                admit::opted_in(m)
+                    || m.finalizers()
+                        .iter()
+                        .any(|f| f == crate::names::SYNCHRONOUS_FINALIZER)
+            })
             .and_then(|m| m.uid.as_deref())
             .map_or(0, |uid| {
                 let graph = webhook.graph.read();
@@ -195,7 +202,12 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
     ) else {
         return pass;
     };
-    let Some(uid) = meta.uid.as_deref().map(Uid::parse) else {
+    // A DELETE of an object being deleted already (a Pod's last, from its kubelet) was judged
+    // when its deletion was admitted.
+    let (Some(uid), None) = (
+        meta.uid.as_deref().map(Uid::parse),
+        &meta.deletion_timestamp,
+    ) else {
         return pass;
     };
     // A DELETE of a collection names no object: its items' names are in the objects.
@@ -251,6 +263,11 @@ fn record(webhook: &Webhook, request: &review::Request) {
     let Some(uid) = meta.uid.clone() else {
         return;
     };
+    // A DELETE of an object being deleted already (a Pod's last, from its kubelet) keeps the
+    // cause of the first.
+    if meta.deletion_timestamp.is_some() && causes.get(Uid::parse(&uid)).is_some() {
+        return;
+    }
     let namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
     let object = Uid::parse(&uid);
     let cause = {
