@@ -21,19 +21,17 @@ const WAIT: Duration = Duration::from_secs(60);
 /// code and standard error.
 fn why_deleted(syncgc: &Syncgc, ns: &str, object: &str) -> Result<Value, (i32, String)> {
     let url = format!("http://{}", syncgc.metrics);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args(["explain", "--why-deleted", object, "-n", ns, "-o", "json"])
-        .args(["--syncgc-url", &url])
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Err((
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
-    }
-    Ok(serde_json::from_slice(&out.stdout).expect("-o json prints JSON"))
+    support::syncgc_json(&[
+        "explain",
+        "--why-deleted",
+        object,
+        "-n",
+        ns,
+        "-o",
+        "json",
+        "--syncgc-url",
+        &url,
+    ])
 }
 
 /// kube-apiserver's audit log of syncgc-controller's writes (`hack/cluster.sh`).

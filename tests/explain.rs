@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::DeleteParams;
 
-use support::process::{Following, WEBHOOK_LABEL, shared};
+use support::process::Following;
 use support::{
     TestNamespace, being_deleted, clear_finalizers, create, eventually, held, opted_in, owner_ref,
 };
@@ -19,10 +19,7 @@ use support::{
 const WAIT: Duration = Duration::from_secs(90);
 
 async fn namespace(test: &str) -> TestNamespace {
-    support::kcm(support::Kcm::Gc);
-    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
-    let client = support::client().await;
-    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+    support::process::served_namespace(test).await
 }
 
 fn explain(args: &[&str]) -> Command {

@@ -14,16 +14,12 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use syncgc::names::{HANDLES_FINALIZERS_ANNOTATION, MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION};
 
-use support::process::{WEBHOOK_LABEL, shared};
 use support::{TestNamespace, config_map, create, eventually, exists, gone, owner_ref, tree};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn namespace(test: &str) -> TestNamespace {
-    support::kcm(support::Kcm::Gc);
-    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
-    let client = support::client().await;
-    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+    support::process::served_namespace(test).await
 }
 
 fn annotated(mut cm: ConfigMap, key: &str, value: &str) -> ConfigMap {

@@ -15,7 +15,7 @@ use syncgc::names::{
     TIMEOUT_ANNOTATION,
 };
 
-use support::process::{Following, WEBHOOK_LABEL, shared};
+use support::process::{Following, shared};
 use support::{
     HOLD, TestNamespace, being_deleted, clear_finalizers, config_map, create, create_crd, delete,
     delete_crd, eventually, exists, gone, held, opted_in, owner_and_held, owner_ref, tree,
@@ -24,10 +24,7 @@ use support::{
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn namespace(test: &str) -> TestNamespace {
-    support::kcm(support::Kcm::Gc);
-    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
-    let client = support::client().await;
-    TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+    support::process::served_namespace(test).await
 }
 
 /// The ConfigMaps a test made (kube-controller-manager puts `kube-root-ca.crt` in every

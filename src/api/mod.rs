@@ -188,6 +188,12 @@ impl Cluster {
         }
         Err(result)
     }
+    /// The text the apiserver answers a GET of `path` with: a proxy to a pod's port, say.
+    pub async fn get_text_at(&self, path: &str) -> anyhow::Result<String> {
+        let request = http::Request::get(path).body(Vec::new())?;
+        Ok(self.streams().request_text(request).await?)
+    }
+
     /// The object named by `target`, if it exists with `target`'s uid (an empty uid matches
     /// any).
     pub async fn get(&self, target: &Target) -> Result<Option<DynamicObject>, ApiError> {

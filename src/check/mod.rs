@@ -549,16 +549,7 @@ async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>)
             "/api/v1/namespaces/{}/pods/https:{pod}:8443/proxy/metrics",
             args.syncgc_namespace
         );
-        let request = http::Request::get(&path).body(Vec::new());
-        let text = match request {
-            Ok(request) => cluster
-                .streams()
-                .request_text(request)
-                .await
-                .map_err(anyhow::Error::from),
-            Err(err) => Err(err.into()),
-        };
-        (format!("pod {pod}"), text)
+        (format!("pod {pod}"), cluster.get_text_at(&path).await)
     } else {
         return Finding::skip(
             "metrics",

@@ -121,14 +121,7 @@ async fn latest(
         let text = if url.starts_with("http") {
             crate::api::get_text(&url).await
         } else {
-            match http::Request::get(&url).body(Vec::new()) {
-                Ok(request) => cluster
-                    .streams()
-                    .request_text(request)
-                    .await
-                    .map_err(anyhow::Error::from),
-                Err(err) => Err(err.into()),
-            }
+            cluster.get_text_at(&url).await
         };
         let answers: Vec<Answer> = match text.and_then(|t| Ok(serde_json::from_str(&t)?)) {
             Ok(answers) => answers,

@@ -22,7 +22,7 @@ use crate::api::{Cluster, Target};
 use crate::gc::cascade::{self, Preview};
 use crate::gc::causes::{Causes, Entry};
 use crate::gc::discovery;
-use crate::graph::{Reader, Uid};
+use crate::graph::{Graph, Reader, ResourceId, Uid};
 use crate::metrics::Metrics;
 use crate::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION, Reason};
 use kube::runtime::events::EventType;
@@ -53,6 +53,22 @@ pub struct Webhook {
     /// Where the DELETEs let through are recorded, with who sent them and why (`None`: not
     /// recorded).
     pub causes: Option<Causes>,
+}
+
+impl Webhook {
+    /// Runs `f` on the graph, with the kind of each of its resources (the graph's lock taken
+    /// first, as everywhere).
+    fn on_graph<T>(&self, f: impl FnOnce(&Graph, &dyn Fn(ResourceId) -> String) -> T) -> T {
+        let graph = self.graph.read();
+        let resources = self.resources.read();
+        let kind = |id| {
+            resources
+                .get(id)
+                .map(|r| r.api.kind.clone())
+                .unwrap_or_default()
+        };
+        f(&graph, &kind)
+    }
 }
 
 /// The webhook's router: `POST /mutate`. The state is shared, not cloned, per request.
@@ -233,16 +249,8 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
         max_cascade: crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)),
         propagation: admit::propagation(request),
     };
-    let resources = webhook.resources.read();
-    let kind = |id| {
-        resources
-            .get(id)
-            .map(|r| r.api.kind.clone())
-            .unwrap_or_default()
-    };
-    let graph = webhook.graph.read();
     let now = jiff::Timestamp::now().as_second();
-    guard::judge(&graph, kind, &delete, &webhook.policy, now)
+    webhook.on_graph(|graph, kind| guard::judge(graph, kind, &delete, &webhook.policy, now))
 }
 
 /// Records a DELETE let through (not a dry run): who sent it, and the owner or namespace whose
@@ -396,15 +404,7 @@ fn preview(webhook: &Webhook, request: &review::Request) -> Preview {
         .and_then(|m| m.uid.as_deref())
         .map(Uid::parse)
         .unwrap_or_default();
-    let resources = webhook.resources.read();
-    let kind = |id| {
-        resources
-            .get(id)
-            .map(|r| r.api.kind.clone())
-            .unwrap_or_default()
-    };
-    let graph = webhook.graph.read();
-    cascade::preview(&graph, uid, admit::propagation(request), kind)
+    webhook.on_graph(|graph, kind| cascade::preview(graph, uid, admit::propagation(request), kind))
 }
 
 /// Makes the decision's side effect, if any, and turns the decision into the answer. A side

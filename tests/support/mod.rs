@@ -320,6 +320,23 @@ where
     }
 }
 
+/// `syncgc ARGS` with the tests' kubeconfig: its standard output read as JSON, or its exit
+/// code and standard error.
+pub fn syncgc_json(args: &[&str]) -> Result<serde_json::Value, (i32, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(serde_json::from_slice(&out.stdout).expect("-o json prints JSON"))
+}
+
 /// Runs `work` with a fresh client on a runtime of its own, and waits for it: for clean-up in
 /// `Drop`, where the test's runtime may be shutting down or panicking.
 pub fn cleanup<F, Fut>(work: F)

@@ -54,21 +54,11 @@ pub fn try_plan_in(ns: &str, object: &str, args: &[&str]) -> Result<Value, (i32,
     let lease = COLLECTOR
         .get()
         .map(|(lease, _)| ["--leader-election-lease", lease.as_str()]);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args(["plan", object, "-n", ns, "-o", "json"])
-        .args(TEST_TIMEOUTS)
-        .args(lease.iter().flatten())
-        .args(args)
-        .env("KUBECONFIG", super::kubeconfig_path())
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Err((
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
-    }
-    Ok(serde_json::from_slice(&out.stdout).expect("plan -o json prints JSON"))
+    let mut all = vec!["plan", object, "-n", ns, "-o", "json"];
+    all.extend(TEST_TIMEOUTS);
+    all.extend(lease.iter().flatten().copied());
+    all.extend(args.iter().copied());
+    super::syncgc_json(&all)
 }
 
 /// The plan for `object` in `ns`, with `args`.

@@ -496,6 +496,15 @@ pub fn shared() -> &'static Syncgc {
     })
 }
 
+/// A fresh namespace for `test`, served by the test binary's [`shared`] syncgc (cooperative,
+/// beside kube-controller-manager's collector).
+pub async fn served_namespace(test: &str) -> super::TestNamespace {
+    super::kcm(super::Kcm::Gc);
+    let syncgc = tokio::task::spawn_blocking(shared).await.unwrap();
+    let client = super::client().await;
+    super::TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
+}
+
 /// The `--unarmed-delete` policy in syncgc's arguments `args`.
 fn unarmed_delete(args: &[&str]) -> UnarmedDelete {
     if args.windows(2).any(|w| w == ["--unarmed-delete", "deny"]) {
