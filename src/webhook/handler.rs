@@ -209,13 +209,7 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
         warnings: Vec::new(),
         released: None,
     };
-    let (Operation::Delete, Some(meta)) = (
-        request.operation,
-        request
-            .old_object
-            .as_ref()
-            .and_then(|o| o.metadata.as_ref()),
-    ) else {
+    let (Operation::Delete, Some(meta)) = (request.operation, request.old_meta()) else {
         return pass;
     };
     // A DELETE of an object being deleted already (a Pod's last, from its kubelet) was judged
@@ -261,11 +255,7 @@ fn record(webhook: &Webhook, request: &review::Request) {
     else {
         return;
     };
-    let Some(meta) = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref())
-    else {
+    let Some(meta) = request.old_meta() else {
         return;
     };
     let Some(uid) = meta.uid.clone() else {
@@ -335,11 +325,7 @@ async fn drop_references(
     owners: &[Uid],
     deadline: Instant,
 ) {
-    let Some(meta) = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref())
-    else {
+    let Some(meta) = request.old_meta() else {
         return;
     };
     let mut target = target_of(request, meta.uid.clone().unwrap_or_default());
@@ -398,9 +384,7 @@ fn handler_released(webhook: &Webhook, handler: Uid, note: String) {
 /// What the DELETE of `request`'s object would do, run on a copy of its part of the graph.
 fn preview(webhook: &Webhook, request: &review::Request) -> Preview {
     let uid = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref())
+        .old_meta()
         .and_then(|m| m.uid.as_deref())
         .map(Uid::parse)
         .unwrap_or_default();

@@ -70,6 +70,13 @@ pub struct Request {
     pub user_info: UserInfo,
 }
 
+impl Request {
+    /// The metadata of the object as it was (a DELETE's object, an UPDATE's old one).
+    pub fn old_meta(&self) -> Option<&Metadata> {
+        self.old_object.as_ref()?.metadata.as_ref()
+    }
+}
+
 /// The part of `userInfo` that syncgc reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct UserInfo {
