@@ -861,3 +861,29 @@ async fn a_reference_from_another_namespace_is_left_out_of_the_plan() {
     let other = namespace("plan-elsewhere").await;
     support::plan::a_reference_from_another_namespace(&namespace("plan-here").await, &other).await;
 }
+
+/// A namespace whose DELETEs reach the standalone syncgc's webhook, for its guards.
+async fn guarded_namespace(test: &str) -> TestNamespace {
+    support::kcm(support::Kcm::NoGc);
+    let collector = tokio::task::spawn_blocking(syncgc).await.unwrap();
+    let client = support::client().await;
+    let label = [(support::process::WEBHOOK_LABEL, collector.name.as_str())];
+    let ns = TestNamespace::with_labels(&client, test, &label).await;
+    service_account_ready(&ns).await;
+    ns
+}
+
+#[tokio::test]
+async fn a_protected_object_is_deleted_neither_directly_nor_by_a_cascade() {
+    let ns = guarded_namespace("protected").await;
+    support::guards::a_protected_object_is_deleted_neither_directly_nor_by_a_cascade(&ns).await;
+}
+
+/// syncgc's own DELETE of a protected object whose owner is gone is refused by its webhook,
+/// which drops the reference instead.
+#[tokio::test]
+async fn a_collectors_delete_of_a_protected_object_drops_the_reference_instead() {
+    let ns = guarded_namespace("protected_collected").await;
+    support::guards::a_collectors_delete_of_a_protected_object_drops_the_reference_instead(&ns)
+        .await;
+}

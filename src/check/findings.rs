@@ -208,8 +208,9 @@ pub fn leader(record: Option<&Record>, now: Timestamp, at: &str) -> Finding {
 }
 
 /// Which guards on DELETE are active: all of them when the DELETE webhook sees every DELETE
-/// (no object selector, no condition), none when it sees only armed objects'.
-pub fn guards(found: &MutatingWebhookConfiguration) -> Finding {
+/// (no object selector, no condition), none when it sees only armed objects'; and the
+/// cascade limit of objects without their own (`SYNCGC_MAX_CASCADE` of the Deployment).
+pub fn guards(found: &MutatingWebhookConfiguration, default_limit: Option<&str>) -> Finding {
     use crate::webhook::registration::DELETE_WEBHOOK;
     let delete = found
         .webhooks
@@ -223,17 +224,22 @@ pub fn guards(found: &MutatingWebhookConfiguration) -> Finding {
         });
         !selects && hook.match_conditions.as_ref().is_none_or(Vec::is_empty)
     });
-    Finding::pass(
-        "guards",
-        if every {
+    let message = if every {
+        format!(
             "active: syncgc.io/protected, syncgc.io/max-cascade and \
-             syncgc.io/handles-finalizers (every DELETE reaches the webhook; they fail open)"
-        } else {
-            "off: only armed objects' DELETEs reach the webhook (--guards=false), so \
-             syncgc.io/protected, syncgc.io/max-cascade and syncgc.io/handles-finalizers do \
-             nothing"
-        },
-    )
+             syncgc.io/handles-finalizers (every DELETE reaches the webhook; they fail open); \
+             {}",
+            match default_limit {
+                Some(limit) => format!("objects without syncgc.io/max-cascade may delete {limit}"),
+                None => "no cascade limit for objects without syncgc.io/max-cascade".to_owned(),
+            }
+        )
+    } else {
+        "off: only armed objects' DELETEs reach the webhook (--guards=false), so \
+         syncgc.io/protected, syncgc.io/max-cascade and syncgc.io/handles-finalizers do nothing"
+            .to_owned()
+    };
+    Finding::pass("guards", message)
 }
 
 /// The webhook configuration and where it sends the apiserver.

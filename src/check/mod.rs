@@ -246,7 +246,9 @@ pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
                 ready,
             ));
             if let Some(configuration) = configuration.as_ref().filter(|c| c.webhooks.is_some()) {
-                checks.push(guards(configuration));
+                let deployment = found.as_ref().ok().and_then(Option::as_ref);
+                let limit = deployment.and_then(|d| env(d, "SYNCGC_MAX_CASCADE"));
+                checks.push(guards(configuration, limit.as_deref()));
             }
             if let Some(hook) = first {
                 let deployment = found.as_ref().ok().and_then(Option::as_ref);
@@ -640,6 +642,40 @@ mod tests {
         let ready = deployment(Some(&d), None, "ns/syncgc", &[]);
         assert_eq!(ready.status, Status::Pass);
         assert_eq!(ready.message, "ns/syncgc: 1 of 2 replicas ready");
+    }
+
+    #[test]
+    fn the_guards_are_active_when_every_delete_reaches_the_webhook() {
+        use crate::webhook::admit::UnarmedDelete;
+        use crate::webhook::registration::{Coverage, Registration, WebhookClient};
+        let registration = |guards| {
+            Registration {
+                name: "syncgc".into(),
+                client: WebhookClient::Url("https://127.0.0.1:8443/mutate".into()),
+                ca_bundle: Vec::new(),
+                timeout_seconds: 3,
+                excluded_namespaces: Vec::new(),
+                unarmed_delete: UnarmedDelete::Allow,
+                guards,
+                server: crate::api::ServerVersion {
+                    major: 1,
+                    minor: 20,
+                },
+                scope: Coverage::Every,
+            }
+            .configuration()
+        };
+        let on = guards(&registration(true), Some("500"));
+        assert!(on.message.starts_with("active"), "{}", on.message);
+        assert!(on.message.contains("may delete 500"), "{}", on.message);
+        let unlimited = guards(&registration(true), None);
+        assert!(
+            unlimited.message.contains("no cascade limit"),
+            "{}",
+            unlimited.message
+        );
+        let off = guards(&registration(false), Some("500"));
+        assert!(off.message.starts_with("off"), "{}", off.message);
     }
 
     #[test]
