@@ -56,11 +56,6 @@ pub fn max_cascade(value: Option<&str>) -> Option<usize> {
     value?.trim().parse().ok()
 }
 
-/// Whether `syncgc.io/protected: value` protects: `"true"`, exactly.
-pub fn protects(value: Option<&str>) -> bool {
-    value == Some("true")
-}
-
 /// What is wrong with an object's `syncgc.io/` annotations, a sentence each, saying what syncgc
 /// does instead: an opt-in other than `"true"` or `"false"`, a timeout that is not a duration
 /// or longer than `timeout_max`, an unknown propagation, a deletion order that is not an

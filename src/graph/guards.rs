@@ -30,6 +30,11 @@ pub struct Handles {
     pub cluster_wide: bool,
 }
 
+/// Whether `syncgc.io/protected: value` protects: `"true"`, exactly.
+pub fn protects(value: Option<&str>) -> bool {
+    value == Some("true")
+}
+
 impl Guards {
     /// What `meta` says.
     pub fn of(meta: &Meta) -> Self {
@@ -50,7 +55,7 @@ impl Guards {
         finalizers: impl Iterator<Item = &'a str>,
     ) -> Self {
         Self {
-            protected: crate::annotations::protects(protected),
+            protected: protects(protected),
             handles: handles.and_then(|value| Handles::parse(value, scope).ok()),
             foreign: finalizers
                 .filter(|f| {

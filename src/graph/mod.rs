@@ -16,7 +16,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 pub use flags::{FinalizerPlaces, Flags};
-pub use guards::{Guards, Handles};
+pub use guards::{Guards, Handles, protects};
 pub use shared::{Reader, Writer};
 pub use uid::{Uid, UidHash};
 

@@ -239,7 +239,7 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
         namespace,
         name,
         namespace_object,
-        protected: crate::annotations::protects(meta.annotation(PROTECTED_ANNOTATION)),
+        protected: crate::graph::protects(meta.annotation(PROTECTED_ANNOTATION)),
         max_cascade: crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)),
         propagation: admit::propagation(request),
     };
