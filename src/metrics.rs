@@ -96,6 +96,8 @@ pub struct Metrics {
     pub barrier_rounds: IntCounter,
     /// Requests the release barrier made (a list, each page counted once, or a read).
     pub barrier_reads: IntCounter,
+    /// How long the release barrier's rounds took, by scope (namespace, cluster).
+    pub barrier_round_duration: HistogramVec,
     /// Times the release barrier held an owner, by reason.
     pub barrier_holds: IntCounterVec,
     /// Waves of deletion-ordered dependents started.
@@ -262,6 +264,12 @@ impl Metrics {
             barrier_reads: r.counter(
                 "syncgc_barrier_reads_total",
                 "Lists and reads of the release barrier's rounds",
+            )?,
+            barrier_round_duration: r.histogram_vec(
+                "syncgc_barrier_round_duration_seconds",
+                "How long the release barrier's rounds of reads took, by scope (namespace, cluster)",
+                LATENCY_BUCKETS,
+                &["scope"],
             )?,
             barrier_holds: r.counter_vec(
                 "syncgc_barrier_holds_total",

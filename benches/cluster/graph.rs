@@ -1,7 +1,9 @@
 //! The ownership graph's memory and speed for synthetic objects (owners with 9 dependents each),
-//! at two sizes, so that what grows faster than the objects shows. Memory is what the graph holds on the heap, counted by a global allocator
-//! that keeps the number of live bytes: exact, and free of the allocator's caching that makes
-//! resident memory drift.
+//! at three sizes up to ten million, so that what grows faster than the objects shows. Memory
+//! is what the graph holds on the heap, counted by a global allocator that keeps the number of
+//! live bytes: exact, and free of the allocator's caching that makes resident memory drift.
+//! The largest pause is the longest single apply or removal: what a watch event or a worker
+//! waits for the graph's lock at worst (an index growing).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
@@ -43,8 +45,8 @@ fn live() -> usize {
 }
 
 const PER_OWNER: u128 = 9;
-/// The sizes measured: 100,000 and 1,000,000 objects.
-pub const SIZES: [usize; 2] = [100_000, 1_000_000];
+/// The sizes measured: 100,000, 1,000,000 and 10,000,000 objects.
+pub const SIZES: [usize; 3] = [100_000, 1_000_000, 10_000_000];
 
 /// A ConfigMap as a watch reports it: names as long as generated ones, 50 namespaces.
 fn object(n: u128, owner: Option<u128>) -> Observed {
@@ -84,40 +86,65 @@ pub struct GraphMeasurement {
     pub bytes_per_node: f64,
     pub apply: Duration,
     pub transitive_dependents: Duration,
+    /// Each object's removal (its watch's DELETED event), dependents after their owners.
+    pub remove: Duration,
+    /// The longest single apply or removal.
+    pub largest_pause: Duration,
+}
+
+/// Runs `f`, returning how long it took.
+fn timed(f: impl FnOnce()) -> Duration {
+    let started = Instant::now();
+    f();
+    started.elapsed()
 }
 
 /// The graph of `n` objects (a tenth of them owners).
 pub fn measure(n: usize) -> GraphMeasurement {
     let owners = (n / (1 + PER_OWNER as usize)) as u128;
     let objects = || objects(owners);
-    // Memory: objects are made one at a time, so what stays allocated is the graph's.
+    // Memory and the largest pause: objects are made one at a time, so what stays allocated
+    // is the graph's.
     let before = live();
     let mut graph = Graph::new(Mode::Standalone);
+    let mut largest_pause = Duration::ZERO;
     for object in objects() {
-        black_box(graph.apply(ResourceId::new(0), object));
+        let pause = timed(|| drop(black_box(graph.apply(ResourceId::new(0), object))));
+        largest_pause = largest_pause.max(pause);
     }
     let bytes_per_node = (live() - before) as f64 / n as f64;
     drop(graph);
 
     // Speed: the objects are made first.
     let prepared: Vec<Observed> = objects().collect();
-    let started = Instant::now();
+    let uids: Vec<Uid> = prepared.iter().map(|o| o.uid).collect();
     let mut graph = Graph::new(Mode::Standalone);
-    for object in prepared {
-        black_box(graph.apply(ResourceId::new(0), object));
-    }
-    let apply = started.elapsed() / n as u32;
+    let apply = timed(|| {
+        for object in prepared {
+            black_box(graph.apply(ResourceId::new(0), object));
+        }
+    }) / n as u32;
 
-    let started = Instant::now();
     let mut total = 0;
-    for o in 0..owners {
-        total += graph.transitive_dependents(Uid::from_u128(o));
-    }
-    let transitive_dependents = started.elapsed() / owners as u32;
+    let transitive_dependents = timed(|| {
+        for o in 0..owners {
+            total += graph.transitive_dependents(Uid::from_u128(o));
+        }
+    }) / owners as u32;
     assert_eq!(total, (owners * PER_OWNER) as usize);
+
+    let remove = timed(|| {
+        for &uid in &uids {
+            let pause = timed(|| drop(black_box(graph.delete(uid))));
+            largest_pause = largest_pause.max(pause);
+        }
+    }) / n as u32;
+    assert_eq!(graph.counts().0, 0, "every object removed");
     GraphMeasurement {
         bytes_per_node,
         apply,
         transitive_dependents,
+        remove,
+        largest_pause,
     }
 }

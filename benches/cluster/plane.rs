@@ -465,6 +465,39 @@ fn status_bytes(pid: u32, field: &str) -> Result<u64> {
     Ok(kib * 1024)
 }
 
+/// The CPU time (user and system) the threads of process `pid` whose name `thread` accepts have
+/// used so far, in seconds; a thread that ended took its time with it.
+pub fn cpu_seconds(pid: u32, thread: impl Fn(&str) -> bool) -> Result<f64> {
+    let mut ticks = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
+            continue;
+        };
+        // `PID (NAME) STATE …`: the name may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !thread(&stat[open + 1..close]) {
+            continue;
+        }
+        // utime and stime: fields 14 and 15, the 12th and 13th after the name.
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        ticks += fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    }
+    // The kernel's USER_HZ: 100 on every Linux architecture syncgc is built for.
+    Ok(ticks as f64 / 100.0)
+}
+
+/// The first process whose name (`/proc/PID/comm`) is `name`.
+pub fn process_named(name: &str) -> Result<u32> {
+    std::fs::read_dir("/proc")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .with_context(|| format!("no process named {name}"))
+}
+
 pub fn syncgc_binary() -> &'static str {
     env!("CARGO_BIN_EXE_syncgc")
 }

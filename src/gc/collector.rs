@@ -61,13 +61,13 @@ impl Collector {
         let rediscovery = Arc::<Rediscovery>::default();
         let barrier = Barrier::new(
             config.barrier,
-            Reads {
-                cluster: cluster.clone(),
-                graph: graph.clone(),
-                resources: resources.clone(),
-                rediscovery: rediscovery.clone(),
-                metrics: metrics.clone(),
-            },
+            Reads::new(
+                &cluster,
+                graph.clone(),
+                resources.clone(),
+                rediscovery.clone(),
+                metrics.clone(),
+            ),
         );
         Self {
             cx: Context::new(graph, resources, cluster, metrics, config),

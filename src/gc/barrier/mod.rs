@@ -67,7 +67,7 @@ pub use self::hold::{
 };
 pub use self::read::Reads;
 use super::context::Context;
-use crate::api::{RateLimiter, Target};
+use crate::api::Target;
 use crate::graph::{Graph, Node, Uid};
 use crate::names::Reason;
 
@@ -77,9 +77,13 @@ const REST_STEP: Duration = Duration::from_millis(5);
 pub(super) const READS_AT_ONCE: usize = 16;
 /// How many scopes are read at once.
 pub const SCOPES_AT_ONCE: usize = 4;
-/// The barrier's request budget (calls a second, burst): its reads are lists of one
+/// The barrier's request budget, at least (calls a second, burst): its reads are lists of one
 /// namespace, a millisecond or two of the apiserver's time each.
 const BUDGET: (f64, u32) = (500.0, 500);
+/// Rounds a second the budget allows at least, whatever the number of resources a round reads:
+/// on a cluster serving hundreds of kinds a lone release pays in requests, not in waiting for
+/// them.
+const ROUNDS_A_SECOND: f64 = 4.0;
 
 /// What the barrier answers an owner that arrives at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,11 +253,8 @@ pub struct Barrier {
 }
 
 impl Barrier {
-    /// A barrier reading through `reads`, whose cluster gets the barrier's own budget.
-    pub fn new(enabled: bool, mut reads: Reads) -> Self {
-        reads.cluster = reads
-            .cluster
-            .with_limiter(Arc::new(RateLimiter::new(BUDGET.0, BUDGET.1)));
+    /// A barrier reading through `reads`.
+    pub fn new(enabled: bool, reads: Reads) -> Self {
         Self {
             enabled,
             state: Mutex::default(),

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::READS_AT_ONCE;
 use super::hold::{Hold, Referrer, Round, Scope, serves_objects};
-use crate::api::{Cluster, Target, meta};
+use super::{BUDGET, READS_AT_ONCE, ROUNDS_A_SECOND};
+use crate::api::{Cluster, RateLimiter, Target, meta};
 use crate::gc::discovery::{self, Rediscovery, Resource};
 use crate::gc::watch;
 use crate::graph::{Flags, Reader, Uid};
@@ -18,14 +18,36 @@ use crate::metrics::Metrics;
 /// What the barrier reads with: its own budget on the collector's client, and read-only
 /// views of what the graph builder keeps.
 pub struct Reads {
-    pub cluster: Cluster,
-    pub graph: Reader,
-    pub resources: discovery::Reader,
-    pub rediscovery: Arc<Rediscovery>,
-    pub metrics: Metrics,
+    pub(super) cluster: Cluster,
+    /// The barrier's own budget: at least [`BUDGET`], raised to [`ROUNDS_A_SECOND`] rounds of
+    /// the largest round read so far.
+    pub(super) budget: Arc<RateLimiter>,
+    pub(super) graph: Reader,
+    pub(super) resources: discovery::Reader,
+    pub(super) rediscovery: Arc<Rediscovery>,
+    pub(super) metrics: Metrics,
 }
 
 impl Reads {
+    /// Reads through the collector's client `cluster`, under a budget of their own.
+    pub fn new(
+        cluster: &Cluster,
+        graph: Reader,
+        resources: discovery::Reader,
+        rediscovery: Arc<Rediscovery>,
+        metrics: Metrics,
+    ) -> Self {
+        let budget = Arc::new(RateLimiter::new(BUDGET.0, BUDGET.1));
+        Self {
+            cluster: cluster.with_limiter(budget.clone()),
+            budget,
+            graph,
+            resources,
+            rediscovery,
+            metrics,
+        }
+    }
+
     /// One round: consistent reads of every watched resource in `scope`, and of the discovery
     /// sources.
     pub(super) async fn round(&self, scope: &Scope) -> Round {
@@ -53,6 +75,10 @@ impl Reads {
             };
             (reads, known)
         };
+        let size = reads.len() as f64;
+        self.budget
+            .at_least(ROUNDS_A_SECOND * size, (2.0 * size) as u32)
+            .await;
         let results: Vec<Result<Findings, Hold>> = futures::stream::iter(reads)
             .map(|(resource, referrers, source)| {
                 self.read_one(scope, resource, referrers, source, &known)
@@ -80,6 +106,15 @@ impl Reads {
         if round.unsure.is_none() {
             round.unsure = self.undiscovered(unknown).await;
         }
+        let kind = if scope.namespace().is_some() {
+            "namespace"
+        } else {
+            "cluster"
+        };
+        self.metrics
+            .barrier_round_duration
+            .with_label_values(&[kind])
+            .observe(started.elapsed().as_secs_f64());
         tracing::debug!(?scope, references = round.references.len(), unsure = ?round.unsure, "release barrier: read the scope");
         round
     }
