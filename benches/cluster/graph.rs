@@ -90,6 +90,29 @@ pub struct GraphMeasurement {
     pub remove: Duration,
     /// The longest single apply or removal.
     pub largest_pause: Duration,
+    /// The memory system's part: the same objects inserted into a bare map of uids to boxed
+    /// 64-byte records, each also reaching its owner's record, per object.
+    pub bare_index: Duration,
+}
+
+/// The least an apply of the graph's objects touches: its uid's slot and record, and its
+/// owner's, in a map as large as the graph's index; per object.
+fn bare_index(owners: u128) -> Duration {
+    let uids: Vec<(Uid, Option<Uid>)> = objects(owners)
+        .map(|o| (o.uid, o.owners.first().map(|l| l.uid)))
+        .collect();
+    let mut index: std::collections::HashMap<Uid, Box<[u64; 8]>, syncgc::graph::UidHash> =
+        Default::default();
+    let took = timed(|| {
+        for (uid, owner) in &uids {
+            index.entry(*uid).or_insert_with(|| Box::new([0; 8]))[0] += 1;
+            if let Some(record) = owner.and_then(|o| index.get_mut(&o)) {
+                record[1] += 1;
+            }
+        }
+    });
+    black_box(&index);
+    took / uids.len() as u32
 }
 
 /// Runs `f`, returning how long it took.
@@ -140,7 +163,10 @@ pub fn measure(n: usize) -> GraphMeasurement {
         }
     }) / n as u32;
     assert_eq!(graph.counts().0, 0, "every object removed");
+    drop(graph);
+    let bare_index = bare_index(owners);
     GraphMeasurement {
+        bare_index,
         bytes_per_node,
         apply,
         transitive_dependents,

@@ -318,6 +318,12 @@ fn graph_phase(report: &mut Report) {
              with the strings and owner slice it points to (graph.go, Go 1.19 sizes)",
         ),
         row("apply, per object", &|m| ns(m.apply), ""),
+        row(
+            "the memory system's part: a bare uid map of 64-byte records, each object's and \
+             its owner's reached, per object",
+            &|m| ns(m.bare_index),
+            "",
+        ),
         row("removal, per object (each timed)", &|m| ns(m.remove), ""),
         row(
             "transitive dependents, per owner",

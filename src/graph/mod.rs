@@ -6,6 +6,7 @@
 
 mod flags;
 mod guards;
+mod index;
 mod shared;
 mod uid;
 
@@ -405,7 +406,7 @@ pub struct Graph {
     /// Each node boxed: the index's empty slots (up to half of them right after it grows)
     /// then cost a pointer each, not a whole node, so memory per object stays the same from
     /// thousands of objects to millions.
-    nodes: HashMap<Uid, Box<Node>, UidHash>,
+    nodes: index::Nodes,
     namespaces: HashSet<Arc<String>>,
     /// When each observed object being deleted got its deletionTimestamp (seconds since the
     /// epoch); only those, so nodes stay small.
@@ -436,7 +437,7 @@ impl Graph {
     }
 
     pub fn node(&self, uid: Uid) -> Option<&Node> {
-        self.nodes.get(&uid).map(|n| &**n)
+        self.nodes.get(&uid)
     }
 
     /// The uids of the objects that name `uid` as an owner.
@@ -907,7 +908,7 @@ mod tests {
 
     /// The graph's invariant: each owner's dependents are exactly the objects naming it.
     fn check(g: &Graph) {
-        for (uid, node) in &g.nodes {
+        for (uid, node) in g.nodes.iter() {
             for owner in node.owners.iter() {
                 assert!(
                     g.dependents(owner.uid).contains(uid),
