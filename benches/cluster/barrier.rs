@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use syncgc::names::SYNCHRONOUS_ANNOTATION;
 
 use crate::plane::{Kcm, Plane, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
-use crate::report::{Report, round};
+use crate::report::{Goal, Report, round};
 use crate::{Settings, registered_namespace, run_args};
 
 const HOLD: &str = "bench.syncgc.io/hold";
@@ -96,6 +96,12 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         String::new(),
         String::new(),
     ]);
+    report.target(
+        "release: p50 from the last dependent's DELETED event to the owner's, idle",
+        with.percentile_ms(0.5),
+        Goal::AtMost(50.0),
+        "ms",
+    );
     Ok(())
 }
 

@@ -192,6 +192,11 @@ struct Observer {
     /// What the workload deletes itself once its tree is collected (`namespace/name`), until
     /// it is seen gone: a survivor among them is not held to survive.
     retired: HashSet<String>,
+    /// When the last object of each present owner's tree was seen gone.
+    tree_emptied: HashMap<String, std::time::Instant>,
+    /// Armed owners released (not by their deadline): from the last object of their tree seen
+    /// gone to their own DELETED event.
+    releases: Vec<Duration>,
 }
 
 impl Observer {
@@ -291,6 +296,12 @@ impl Observer {
             } else {
                 Vec::new()
             };
+            if seen.armed
+                && left.is_empty()
+                && let Some(emptied) = self.tree_emptied.get(uid)
+            {
+                self.releases.push(emptied.elapsed());
+            }
             if !left.is_empty() {
                 if by_deadline {
                     self.released_by_deadline += 1;
@@ -329,6 +340,20 @@ impl Observer {
         }
         self.by_key.remove(&seen.key);
         self.present.remove(uid);
+        self.tree_emptied.remove(uid);
+        // Every present owner above it, transitively, has just lost a member of its tree.
+        let now = std::time::Instant::now();
+        let mut above: Vec<String> = seen.owners.iter().map(|(o, _)| o.clone()).collect();
+        let mut visited = HashSet::new();
+        while let Some(owner) = above.pop() {
+            let Some(present) = self.present.get(&owner) else {
+                continue;
+            };
+            if visited.insert(owner.clone()) {
+                above.extend(present.owners.iter().map(|(o, _)| o.clone()));
+                self.tree_emptied.insert(owner, now);
+            }
+        }
     }
 }
 
@@ -1496,6 +1521,15 @@ fn report(
         percentile(&mut collected, 0.5).as_secs_f64(),
         percentile(&mut collected, 0.99).as_secs_f64(),
         percentile(&mut collected, 1.0).as_secs_f64()
+    );
+    let mut releases = observer.releases.clone();
+    let _ = writeln!(
+        out,
+        "| armed owners released, p50 / p99 / max from the last of their tree seen gone to their own DELETED event | {} / {:.0}ms / {:.0}ms / {:.0}ms |",
+        releases.len(),
+        percentile(&mut releases, 0.5).as_secs_f64() * 1000.0,
+        percentile(&mut releases, 0.99).as_secs_f64() * 1000.0,
+        percentile(&mut releases, 1.0).as_secs_f64() * 1000.0
     );
     let _ = writeln!(
         out,
