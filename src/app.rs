@@ -505,6 +505,7 @@ impl RunArgs {
             cert.clone(),
             webhook,
             Limits::default(),
+            metrics.webhook_connections.clone(),
             webhook_stop.clone(),
         ));
 

@@ -40,6 +40,9 @@ pub struct Metrics {
     pub webhook_duration: HistogramVec,
     /// Admission reviews being answered now.
     pub webhook_in_flight: IntGauge,
+    /// Connections to the webhook whose TLS handshake completed: with keep-alive, far fewer
+    /// than reviews.
+    pub webhook_connections: IntCounter,
     /// Changes made through the API while answering a DELETE review, by result.
     pub webhook_side_effects: IntCounterVec,
     /// Checks of the serving certificate files, by result.
@@ -143,6 +146,10 @@ impl Metrics {
                 "Time to answer an admission review, by operation",
                 LATENCY_BUCKETS,
                 &["operation"],
+            )?,
+            webhook_connections: r.counter(
+                "syncgc_webhook_connections_total",
+                "Connections to the webhook whose TLS handshake completed (each serves many reviews while kept alive)",
             )?,
             webhook_in_flight: r.gauge(
                 "syncgc_webhook_in_flight",

@@ -166,6 +166,11 @@ async fn answers_over_http1_in_the_version_asked() {
         .with_label_values(&["CREATE", "arm"])
         .get();
     assert_eq!(counted, 2);
+    assert_eq!(
+        served.metrics.webhook_connections.get(),
+        2,
+        "a connection for each review sent on a connection of its own"
+    );
 }
 
 #[tokio::test]
@@ -195,6 +200,11 @@ async fn answers_over_http2() {
             uid,
         );
     }
+    assert_eq!(
+        served.metrics.webhook_connections.get(),
+        1,
+        "reviews on a kept connection count it once"
+    );
 }
 
 #[tokio::test]

@@ -522,7 +522,13 @@ async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return Err(Rejection::TooLarge);
     }
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+    // A review's body nearly always arrives with its headers: read at once, it needs no timer.
+    let mut read = std::pin::pin!(axum::body::to_bytes(body, MAX_BODY_BYTES));
+    let read = match futures::poll!(read.as_mut()) {
+        std::task::Poll::Ready(read) => Ok(read),
+        std::task::Poll::Pending => tokio::time::timeout(timeout, read).await,
+    };
+    match read {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(err)) => {
             let too_large = std::error::Error::source(&err)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use prometheus::IntCounter;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -49,12 +50,14 @@ impl Default for Limits {
 }
 
 /// Serves `router` over TLS on `listener` until `shutdown`, then stops accepting and lets
-/// in-flight requests finish (up to `limits.drain_timeout`).
+/// in-flight requests finish (up to `limits.drain_timeout`); counts the connections in
+/// `connections`.
 pub async fn serve(
     listener: TcpListener,
     cert: Arc<ReloadingCert>,
     router: Router,
     limits: Limits,
+    connections: IntCounter,
     shutdown: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()));
@@ -97,11 +100,15 @@ pub async fn serve(
         let builder = builder.clone();
         let service = TowerToHyperService::new(router.clone());
         let watcher = graceful.watcher();
+        let connections = connections.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let tls =
                 match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
+                    Ok(Ok(tls)) => {
+                        connections.inc();
+                        tls
+                    }
                     Ok(Err(err)) => {
                         tracing::debug!(%peer, %err, "TLS handshake failed");
                         return;

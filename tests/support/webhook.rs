@@ -78,6 +78,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         cert.clone(),
         router,
         limits,
+        metrics.webhook_connections.clone(),
         shutdown.clone(),
     ));
     Served {
