@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use prometheus::IntCounter;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use prometheus::IntCounter;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
