@@ -21,6 +21,8 @@
 //! - The apiserver's answer alone: every ConfigMap's metadata listed from its watch cache as
 //!   syncgc lists it (protobuf, `resourceVersion=0`), read to its end and dropped ([`STARTS`]
 //!   times, the median): what any collector waits for before it knows the ConfigMaps.
+//!   And the same list with the custom resources' (in JSON: the apiserver encodes them one by
+//!   one) sent at once, as syncgc sends them: the least any collector of both waits for.
 //!
 //! With all N objects in place, one owner with [`CASCADE`] dependents
 //! (`SYNCGC_BENCH_SCALE_CASCADE`) in a namespace of its own is deleted in the background, once
@@ -131,6 +133,8 @@ struct Point {
     syncgc_peak: u64,
     /// The apiserver's answer to syncgc's list of every ConfigMap, read alone.
     list_alone: Duration,
+    /// That list and the custom resources' sent at once, as syncgc sends them.
+    lists_together: Duration,
 }
 
 impl Point {
@@ -144,6 +148,11 @@ impl Point {
     }
 
     /// The apiserver's time per object for the ConfigMap list alone, in microseconds.
+    /// syncgc's time to ready ÷ the ConfigMap list alone.
+    fn ready_over_list(&self) -> f64 {
+        self.syncgc_ready.as_secs_f64() / self.list_alone.as_secs_f64()
+    }
+
     fn list_per_object(&self) -> f64 {
         self.list_alone.as_secs_f64() * 1e6 / self.objects as f64
     }
@@ -192,7 +201,8 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
         let with_gc = median_start(plane, settings, Start::Native { gc: true }).await?;
         let without_gc = median_start(plane, settings, Start::Native { gc: false }).await?;
         let syncgc = median_start(plane, settings, Start::Syncgc).await?;
-        let list_alone = list_alone(plane).await?;
+        let list_alone = read_lists(plane, &[CONFIG_MAPS]).await?;
+        let lists_together = read_lists(plane, &[CONFIG_MAPS, &scaleds()]).await?;
         let per_object =
             |with: u64, without: u64| with.saturating_sub(without) as f64 / size as f64;
         let point = Point {
@@ -205,12 +215,14 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             syncgc_at_ready: syncgc.at_ready,
             syncgc_peak: syncgc.peak,
             list_alone,
+            lists_together,
         };
         eprintln!(
-            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s, the ConfigMap list alone {:.2} s; bytes per object native {:.0} resident, {:.0} Go heap, syncgc {:.0}; syncgc peak {:.0} MiB, at ready {:.0} MiB",
+            "scale: {size} objects: ready native {:.2} s, syncgc {:.2} s, the ConfigMap list alone {:.2} s, with the custom resources' {:.2} s; bytes per object native {:.0} resident, {:.0} Go heap, syncgc {:.0}; syncgc peak {:.0} MiB, at ready {:.0} MiB",
             point.native_ready.as_secs_f64(),
             point.syncgc_ready.as_secs_f64(),
             point.list_alone.as_secs_f64(),
+            point.lists_together.as_secs_f64(),
             point.native_bytes,
             point.native_heap_bytes,
             point.syncgc_bytes,
@@ -257,7 +269,9 @@ fn report_phase(
              syncgc's figure per object ÷ the same at the smallest size; list alone = the \
              apiserver's answer to syncgc's list of every ConfigMap (protobuf metadata from its \
              watch cache), read to its end and dropped, and its time per object ÷ the same at \
-             the smallest size; medians of {STARTS} starts or lists each",
+             the smallest size; with the custom resources' = that list and the custom \
+             resources' (which the apiserver answers in JSON) sent at once, as syncgc sends \
+             them, until both have ended; medians of {STARTS} starts or lists each",
             SETTLE.as_secs(),
             mib(syncgc_baseline)
         ),
@@ -269,6 +283,8 @@ fn report_phase(
             "syncgc ready µs/object, growth",
             "list alone s",
             "list alone µs/object, growth",
+            "syncgc ready ÷ list alone",
+            "with the custom resources' s",
             "native B/object resident",
             "native B/object Go heap",
             "syncgc B/object resident",
@@ -297,6 +313,8 @@ fn report_phase(
                 round(p.list_per_object()),
                 round(p.list_per_object() / first.list_per_object())
             ),
+            round(p.ready_over_list()),
+            round(p.lists_together.as_secs_f64()),
             format!("{:.0}", p.native_bytes),
             format!("{:.0}", p.native_heap_bytes),
             format!("{:.0}", p.syncgc_bytes),
@@ -372,6 +390,17 @@ fn report_phase(
         Goal::AtMost(1.2),
         "×",
     );
+    for p in [first, last] {
+        report.target(
+            format!(
+                "scale, {} objects: syncgc's time to ready ÷ the apiserver's ConfigMap list alone",
+                p.objects
+            ),
+            p.ready_over_list(),
+            Goal::AtMost(1.15),
+            "×",
+        );
+    }
     report.target(
         format!(
             "scale: syncgc's memory per object, {objects} ÷ {} objects",
@@ -384,32 +413,49 @@ fn report_phase(
     Ok(())
 }
 
-/// The apiserver's answer to syncgc's list of every ConfigMap (metadata in protobuf, from its
-/// watch cache), read to its end and dropped: the median of [`STARTS`] lists.
-async fn list_alone(plane: &Plane) -> Result<Duration> {
-    let mut times = Vec::new();
-    for _ in 0..STARTS {
+/// Every ConfigMap, listed as syncgc lists it.
+const CONFIG_MAPS: &str = "/api/v1/configmaps";
+
+/// Every custom resource of the phase, listed as syncgc lists it.
+fn scaleds() -> String {
+    format!("/apis/{}/{PLURAL}", custom_resource().api_version)
+}
+
+/// The apiserver's answers to syncgc's lists of every object of `collections`, sent at once
+/// (metadata, in protobuf where it can, from its watch cache), each read to its end and
+/// dropped: the median of [`STARTS`] times until the last has ended.
+async fn read_lists(plane: &Plane, collections: &[&str]) -> Result<Duration> {
+    let read = |collection: &str| {
         let cache = kube::api::ListParams {
             resource_version: Some("0".to_owned()),
             ..Default::default()
         };
-        let mut request = kube::core::Request::new("/api/v1/configmaps").list_metadata(&cache)?;
-        request.headers_mut().insert(
-            http::header::ACCEPT,
-            http::HeaderValue::from_static(syncgc::api::proto::ACCEPT),
-        );
+        let request = kube::core::Request::new(collection).list_metadata(&cache);
+        let collection = collection.to_owned();
+        async move {
+            let mut request = request?;
+            request.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(syncgc::api::proto::ACCEPT),
+            );
+            let response = plane
+                .client
+                .send(request.map(kube::client::Body::from))
+                .await?;
+            if !response.status().is_success() {
+                bail!("listing {collection}: {}", response.status());
+            }
+            let mut body = response.into_body();
+            while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+                frame?;
+            }
+            Ok(())
+        }
+    };
+    let mut times = Vec::new();
+    for _ in 0..STARTS {
         let started = Instant::now();
-        let response = plane
-            .client
-            .send(request.map(kube::client::Body::from))
-            .await?;
-        if !response.status().is_success() {
-            bail!("listing every ConfigMap: {}", response.status());
-        }
-        let mut body = response.into_body();
-        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
-            frame?;
-        }
+        futures::future::try_join_all(collections.iter().map(|c| read(c))).await?;
         times.push(started.elapsed());
     }
     Ok(middle(times))

@@ -1,6 +1,7 @@
 //! A work queue that deduplicates, delays and backs off, in the manner of client-go's rate-limited
 //! work queue: an item is handed to one worker at a time; added again while being worked on,
-//! it comes back once that worker is done.
+//! it comes back once that worker is done. Its items are keyed by uid, hashed as the graph
+//! hashes them.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -10,6 +11,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::graph::UidHash;
+
 const BASE_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -17,12 +20,12 @@ struct Items<T> {
     /// Handed out before `ready`, in the order they came.
     first: VecDeque<T>,
     ready: VecDeque<T>,
-    queued: HashSet<T>,
-    processing: HashSet<T>,
+    queued: HashSet<T, UidHash>,
+    processing: HashSet<T, UidHash>,
     /// Items added while processing: back in the queue when done (ahead, when added so).
-    dirty: HashMap<T, bool>,
+    dirty: HashMap<T, bool, UidHash>,
     delayed: BTreeSet<(Instant, T)>,
-    failures: HashMap<T, u32>,
+    failures: HashMap<T, u32, UidHash>,
     shut_down: bool,
 }
 
@@ -37,11 +40,11 @@ impl<T: Clone + Eq + Hash + Ord> Default for WorkQueue<T> {
             state: Mutex::new(Items {
                 first: VecDeque::new(),
                 ready: VecDeque::new(),
-                queued: HashSet::new(),
-                processing: HashSet::new(),
-                dirty: HashMap::new(),
+                queued: HashSet::default(),
+                processing: HashSet::default(),
+                dirty: HashMap::default(),
                 delayed: BTreeSet::new(),
-                failures: HashMap::new(),
+                failures: HashMap::default(),
                 shut_down: false,
             }),
             notify: Notify::new(),

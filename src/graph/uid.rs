@@ -72,6 +72,11 @@ impl std::hash::Hasher for UidHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e3779b97f4a7c15);
     }
+
+    /// An enum's discriminant (a work item's kind, say).
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
 }
 
 /// Builds [`UidHasher`]s.
