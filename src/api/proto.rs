@@ -320,7 +320,7 @@ fn list_meta(buf: &[u8]) -> Result<ListMeta, Malformed> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
     use crate::names::{ARMED_LABEL, SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 
@@ -359,8 +359,7 @@ pub(super) mod tests {
         [bytes(1, k.as_bytes()), bytes(2, v.as_bytes())].concat()
     }
 
-    /// A `PartialObjectMetadata` item, `name` in namespace `ns` with one owner.
-    pub(in crate::api) fn object(name: &str, uid: &str) -> Vec<u8> {
+    fn object(name: &str, uid: &str) -> Vec<u8> {
         let reference = [
             bytes(1, b"ConfigMap"),
             bytes(3, b"owner"),
@@ -388,8 +387,7 @@ pub(super) mod tests {
         bytes(2, &bytes(1, &meta))
     }
 
-    /// A metadata list's answer holding `items`, at resourceVersion 777.
-    pub(in crate::api) fn answer(items: &[Vec<u8>]) -> Vec<u8> {
+    fn answer(items: &[Vec<u8>]) -> Vec<u8> {
         let list_meta = bytes(1, &[bytes(2, b"777"), bytes(3, b"")].concat());
         let list = [vec![list_meta], items.to_vec()].concat().concat();
         [

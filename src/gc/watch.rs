@@ -72,19 +72,6 @@ pub fn observe(resource: &ApiResource, meta: &Meta, aliases: &Aliases) -> Option
     })
 }
 
-/// What the graph keeps of each of `objects` (of `resource`).
-fn observe_all(
-    resource: &ApiResource,
-    objects: &[Meta],
-    aliases: &RwLock<Aliases>,
-) -> Vec<Observed> {
-    let aliases = aliases.read();
-    objects
-        .iter()
-        .filter_map(|meta| observe(resource, meta, &aliases))
-        .collect()
-}
-
 /// Where a watch's first list is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum InitialList {
@@ -351,14 +338,12 @@ impl Reflector<'_> {
                 Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => {
                     batch.push(object.metadata);
                     if batch.len() == BATCH {
-                        self.take_in(feed, self.observe_all(&batch), &mut listed)
-                            .await?;
+                        self.take_in(feed, &batch, &mut listed).await?;
                         batch.clear();
                     }
                 }
                 Ok(WatchEvent::Deleted(object)) => {
-                    self.take_in(feed, self.observe_all(&batch), &mut listed)
-                        .await?;
+                    self.take_in(feed, &batch, &mut listed).await?;
                     batch.clear();
                     if let Some(uid) = object.metadata.uid.as_deref().map(Uid::parse) {
                         if let Some(listed) = listed.as_mut() {
@@ -374,8 +359,7 @@ impl Reflector<'_> {
                         .get(INITIAL_EVENTS_END)
                         .is_some_and(|end| end == "true") =>
                 {
-                    self.take_in(feed, self.observe_all(&batch), &mut listed)
-                        .await?;
+                    self.take_in(feed, &batch, &mut listed).await?;
                     feed.send(GraphEvent::Listed(feed.id, listed)).await?;
                     return Ok(Ok((bookmark.metadata.resource_version, Some(events))));
                 }
@@ -418,10 +402,8 @@ impl Reflector<'_> {
                 Err(err) => return Ok(Err(err)),
             };
             loop {
-                let (api, aliases) = (self.resource.api.clone(), self.aliases.clone());
-                let observed = list.next(move |objects| observe_all(&api, &objects, &aliases));
-                match observed.await {
-                    Ok(Some(observed)) => self.take_in(feed, observed, &mut listed).await?,
+                match list.next().await {
+                    Ok(Some(objects)) => self.take_in(feed, &objects, &mut listed).await?,
                     Ok(None) => break,
                     Err(err) => return Ok(Err(err)),
                 }
@@ -441,28 +423,29 @@ impl Reflector<'_> {
         }
     }
 
-    /// Sends listed objects to the graph, in pages of [`BATCH`], noting their uids in
-    /// `listed`.
+    /// Sends listed objects to the graph, in batches, noting their uids in `listed`.
     async fn take_in(
         &self,
         feed: &Feed,
-        observed: Vec<Observed>,
+        objects: &[Meta],
         listed: &mut Option<HashSet<Uid, UidHash>>,
     ) -> Result<(), Closed> {
-        if let Some(listed) = listed.as_mut() {
-            listed.extend(observed.iter().map(|o| o.uid));
-        }
-        let mut observed = observed.into_iter().peekable();
-        while observed.peek().is_some() {
-            let page = observed.by_ref().take(BATCH).collect();
-            feed.send(GraphEvent::Page(feed.id, page)).await?;
+        for batch in objects.chunks(BATCH) {
+            let observed: Vec<Observed> = {
+                let aliases = self.aliases.read();
+                batch
+                    .iter()
+                    .filter_map(|meta| observe(&self.resource.api, meta, &aliases))
+                    .inspect(|o| {
+                        if let Some(listed) = listed.as_mut() {
+                            listed.insert(o.uid);
+                        }
+                    })
+                    .collect()
+            };
+            feed.send(GraphEvent::Page(feed.id, observed)).await?;
         }
         Ok(())
-    }
-
-    /// What the graph keeps of each of `objects`.
-    fn observe_all(&self, objects: &[Meta]) -> Vec<Observed> {
-        observe_all(&self.resource.api, objects, &self.aliases)
     }
 
     /// Sends a watch's events until it ends, keeping `version` at the last one seen.
