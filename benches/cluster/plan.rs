@@ -15,14 +15,15 @@ use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube::{Api, ResourceExt};
 use syncgc::api::{Cluster, Target};
 
 use crate::Settings;
 use crate::plane::{Kcm, Plane, high_water_mark};
 use crate::platform::{CRDS, crds};
 use crate::report::{Goal, Report, round};
+use crate::tree::reference_to;
 
 /// Dependents of the planned owner.
 const DEPENDENTS: usize = 10_000;
@@ -187,17 +188,6 @@ async fn create(
         ..Default::default()
     };
     Ok(api.create(&PostParams::default(), &object).await?)
-}
-
-fn reference_to(owner: &ConfigMap) -> Result<OwnerReference> {
-    Ok(OwnerReference {
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        name: owner.name_any(),
-        uid: owner.uid().context("the owner's uid")?,
-        block_owner_deletion: Some(true),
-        controller: None,
-    })
 }
 
 /// What any plan reads: discovery, and every namespaced kind's metadata in the namespace,

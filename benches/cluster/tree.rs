@@ -13,7 +13,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use syncgc::names::DELETION_ORDER_ANNOTATION;
 use tokio::sync::oneshot;
 
@@ -195,4 +195,16 @@ impl Tree {
         ready.await.context("the watch ended before it listed")?;
         Ok(task)
     }
+}
+
+/// A reference to the ConfigMap `owner`, blocking its foreground deletion.
+pub fn reference_to(owner: &ConfigMap) -> Result<OwnerReference> {
+    Ok(OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: owner.name_any(),
+        uid: owner.uid().context("the owner's uid")?,
+        block_owner_deletion: Some(true),
+        controller: None,
+    })
 }
