@@ -19,7 +19,7 @@ use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 
 use crate::plane::{Kcm, Plane, Syncgc, UNTHROTTLED_BURST, UNTHROTTLED_QPS};
 use crate::report::{Goal, Report, round};
-use crate::tree::reference_to;
+use crate::tree::{owner_with_dependents, reference_to};
 use crate::{Settings, registered_namespace, run_args};
 
 const HOLD: &str = "bench.syncgc.io/hold";
@@ -281,32 +281,17 @@ impl WriteLoad {
 async fn tree(api: &Api<ConfigMap>, k: usize) -> Result<usize> {
     let owner = format!("t{k}");
     let armed = k % 5 < 3;
-    let made = api
-        .create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(owner.clone()),
-                    annotations: armed
-                        .then(|| [(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await?;
-    let dependents = 1 + k % 6;
-    for d in 0..dependents {
-        let dependent = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(format!("t{k}-d{d}")),
-                owner_references: Some(vec![reference_to(&made)?]),
-                ..Default::default()
-            },
+    let object = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(owner.clone()),
+            annotations: armed
+                .then(|| [(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into()),
             ..Default::default()
-        };
-        api.create(&PostParams::default(), &dependent).await?;
-    }
+        },
+        ..Default::default()
+    };
+    let dependents = 1 + k % 6;
+    owner_with_dependents(api, object, dependents).await?;
     api.delete(&owner, &DeleteParams::background()).await?;
     Ok(1 + dependents)
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
 use syncgc::names::SYNCHRONOUS_ANNOTATION;
@@ -23,6 +22,7 @@ use syncgc::names::SYNCHRONOUS_ANNOTATION;
 use crate::plane::{Kcm, Plane};
 use crate::report::{Goal, Report, round};
 use crate::scale::{Start, median_start};
+use crate::tree::owner_with_dependents;
 use crate::{Settings, registered_namespace};
 
 /// Namespaced CRDs added for the second reading.
@@ -340,44 +340,17 @@ fn kubectl(args: &[&str], input: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// An armed owner `name` with `dependents` ConfigMaps that refer to it.
-async fn owner_with_dependents(api: &Api<ConfigMap>, name: &str, dependents: usize) -> Result<()> {
-    let owner = api
-        .create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    annotations: Some(
-                        [(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into(),
-                    ),
-                    labels: Some([("owner".to_owned(), "true".to_owned())].into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await?;
-    let reference = OwnerReference {
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        name: name.to_owned(),
-        uid: owner.uid().context("the owner's uid")?,
-        block_owner_deletion: Some(true),
-        controller: None,
-    };
-    for d in 0..dependents {
-        let dependent = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}-{d}")),
-                owner_references: Some(vec![reference.clone()]),
-                ..Default::default()
-            },
+/// An armed owner `name`, labelled as one.
+fn armed_owner(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            annotations: Some([(SYNCHRONOUS_ANNOTATION.to_owned(), "true".to_owned())].into()),
+            labels: Some([("owner".to_owned(), "true".to_owned())].into()),
             ..Default::default()
-        };
-        api.create(&PostParams::default(), &dependent).await?;
+        },
+        ..Default::default()
     }
-    Ok(())
 }
 
 /// The barrier's rounds of a namespace so far: their seconds and their count.
@@ -393,7 +366,7 @@ async fn round_totals(syncgc: &crate::plane::Syncgc) -> Result<(f64, f64)> {
 /// One lone release: from the owner's DELETE to its DELETED event.
 async fn lone_release(api: &Api<ConfigMap>, i: usize) -> Result<Duration> {
     let owner = format!("lone-{i}");
-    owner_with_dependents(api, &owner, LONE_DEPENDENTS).await?;
+    owner_with_dependents(api, armed_owner(&owner), LONE_DEPENDENTS).await?;
     // As a user's `kubectl delete` after creating: the watches have seen the tree.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let version = api
@@ -427,7 +400,7 @@ async fn delete_at_once(apis: &[Api<ConfigMap>]) -> Result<Duration> {
         .map(|i| (&apis[i % apis.len()], format!("burst-{i}")))
         .collect();
     futures::stream::iter(&owners)
-        .map(|(api, name)| owner_with_dependents(api, name, BURST_DEPENDENTS))
+        .map(|(api, name)| owner_with_dependents(api, armed_owner(name), BURST_DEPENDENTS))
         .buffer_unordered(32)
         .collect::<Vec<Result<()>>>()
         .await

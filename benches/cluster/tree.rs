@@ -101,14 +101,10 @@ impl Tree {
                         annotations: (level == 0 && waves > 1).then(|| {
                             BTreeMap::from([(DELETION_ORDER_ANNOTATION.to_owned(), wave)])
                         }),
-                        owner_references: Some(vec![OwnerReference {
-                            api_version: "v1".into(),
-                            kind: "ConfigMap".into(),
-                            name: owner_name.clone(),
-                            uid: owner_uid.clone(),
-                            block_owner_deletion: Some(true),
-                            controller: None,
-                        }]),
+                        owner_references: Some(vec![reference(
+                            owner_name.clone(),
+                            owner_uid.clone(),
+                        )]),
                         ..Default::default()
                     },
                     ..Default::default()
@@ -199,12 +195,43 @@ impl Tree {
 
 /// A reference to the ConfigMap `owner`, blocking its foreground deletion.
 pub fn reference_to(owner: &ConfigMap) -> Result<OwnerReference> {
-    Ok(OwnerReference {
+    Ok(reference(
+        owner.name_any(),
+        owner.uid().context("the owner's uid")?,
+    ))
+}
+
+/// A reference to the ConfigMap `name` (`uid`), blocking its foreground deletion.
+fn reference(name: String, uid: String) -> OwnerReference {
+    OwnerReference {
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
-        name: owner.name_any(),
-        uid: owner.uid().context("the owner's uid")?,
+        name,
+        uid,
         block_owner_deletion: Some(true),
         controller: None,
-    })
+    }
+}
+
+/// Creates `owner`, then `dependents` ConfigMaps named after it (`NAME-0`, `NAME-1`, …) that
+/// refer to it.
+pub async fn owner_with_dependents(
+    api: &Api<ConfigMap>,
+    owner: ConfigMap,
+    dependents: usize,
+) -> Result<()> {
+    let owner = api.create(&PostParams::default(), &owner).await?;
+    let (name, reference) = (owner.name_any(), reference_to(&owner)?);
+    for d in 0..dependents {
+        let dependent = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-{d}")),
+                owner_references: Some(vec![reference.clone()]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &dependent).await?;
+    }
+    Ok(())
 }
