@@ -38,7 +38,10 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             "ns" => 1e-9,
             _ => return Err(err()),
         };
-        total += Duration::try_from_secs_f64(value * seconds).map_err(|_| err())?;
+        // Each part fits, but their sum may not: a value written to stop a worker is an error.
+        total = total
+            .checked_add(Duration::try_from_secs_f64(value * seconds).map_err(|_| err())?)
+            .ok_or_else(err)?;
         rest = tail;
     }
     Ok(total)
@@ -147,6 +150,13 @@ mod tests {
             .map(|_| Backoff::new(Duration::from_secs(1), Duration::from_secs(5)).failed())
             .collect();
         assert!(waits.len() > 40, "{} distinct waits of 50", waits.len());
+    }
+
+    #[test]
+    fn a_sum_past_the_largest_duration_is_an_error() {
+        let text = "10000000000000000000s10000000000000000000s";
+        assert!(parse("10000000000000000000s").is_ok(), "each part fits");
+        assert_eq!(parse(text), Err(DurationError(text.to_owned())));
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub struct Metrics {
     pub queue_adds: IntCounterVec,
     /// Items queued again after a failure, by item and reason.
     pub queue_retries: IntCounterVec,
+    pub worker_panics: IntCounterVec,
     /// Owners the graph did not hold, read from the apiserver, by what was found (present,
     /// absent).
     pub owner_reads: IntCounterVec,
@@ -157,7 +158,7 @@ impl Metrics {
             )?,
             webhook_side_effects: r.counter_vec(
                 "syncgc_webhook_side_effects_total",
-                "Finalizers added through the API while answering a DELETE review, by result",
+                "Finalizers added through the API while answering a DELETE review, by result (ok; unconfirmed: the live object did not bear out the review, nothing written; error)",
                 &["result"],
             )?,
             certificate_reloads: r.counter_vec(
@@ -208,6 +209,11 @@ impl Metrics {
                 "syncgc_queue_retries_total",
                 "Items queued again after a failure (with backoff; none is dropped), by item and reason",
                 &["item", "reason"],
+            )?,
+            worker_panics: r.counter_vec(
+                "syncgc_worker_panics_total",
+                "Items on which a worker panicked (the item is queued again with backoff; the worker goes on), by item",
+                &["item"],
             )?,
             owner_reads: r.counter_vec(
                 "syncgc_owner_reads_total",

@@ -31,6 +31,8 @@ pub enum ApiError {
     Replaced(String, String),
     #[error("{0} is being deleted: no finalizer can be added")]
     Terminating(String),
+    #[error("{0} does not bear out what the request said of it ({1}): nothing was written")]
+    Unconfirmed(String, String),
     #[error("{0} kept changing under every attempt to patch it")]
     Conflict(String),
     #[error("{verb} {target}: not sent, this replica's leader lease may have passed")]
@@ -58,6 +60,7 @@ impl ApiError {
             | Self::InferConfig(_)
             | Self::Client(_)
             | Self::Replaced(..)
+            | Self::Unconfirmed(..)
             | Self::Terminating(_) => false,
         }
     }
@@ -71,6 +74,7 @@ impl ApiError {
             Self::UnknownKind { .. } => "unknown_kind",
             Self::Replaced(..) => "replaced",
             Self::Terminating(_) => "terminating",
+            Self::Unconfirmed(..) => "unconfirmed",
             Self::ReadKubeconfig { .. } | Self::InferConfig(_) | Self::Client(_) => "config",
             Self::Version(_) | Self::Call { .. } => match self.status() {
                 Some(404) => "not_found",

@@ -44,7 +44,7 @@ pub use self::event::EVENT_REPORTER;
 pub use self::fence::Fence;
 pub use self::limiter::RateLimiter;
 pub use self::list::{LIST_PAGE, MetaList, null_is_empty};
-pub use self::patch::{Changed, Marks};
+pub use self::patch::{Changed, Claims, Marks};
 pub use self::target::{Propagation, Target};
 pub use self::whole::Whole;
 use crate::metrics::Metrics;

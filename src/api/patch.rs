@@ -21,6 +21,51 @@ pub struct Marks<'a> {
     pub annotation: Option<(&'a str, &'a str)>,
 }
 
+/// What the live object must show for a write made on somebody else's word (an admission
+/// review, which anyone who reaches the webhook can post): each annotation with its value, and
+/// each finalizer. A write whose object does not show them is not made
+/// ([`ApiError::Unconfirmed`]); the uid is checked by every write anyway.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Claims {
+    pub annotations: Vec<(&'static str, String)>,
+    pub finalizers: Vec<&'static str>,
+}
+
+impl Claims {
+    /// The first claim `meta` does not bear out, as `key=value` or the finalizer's name.
+    fn unconfirmed(&self, meta: &ObjectMeta) -> Option<String> {
+        let annotations = meta.annotations.as_ref();
+        let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+        self.annotations
+            .iter()
+            .find(|(key, value)| annotations.and_then(|a| a.get(*key)) != Some(value))
+            .map(|(key, value)| format!("{key}={value}"))
+            .or_else(|| {
+                self.finalizers
+                    .iter()
+                    .find(|f| !finalizers.iter().any(|have| have == *f))
+                    .map(|f| (*f).to_owned())
+            })
+    }
+
+    /// The claims, as `key=value` and finalizer names.
+    fn summary(&self) -> String {
+        let annotations = self.annotations.iter().map(|(k, v)| format!("{k}={v}"));
+        let finalizers = self.finalizers.iter().map(|f| (*f).to_owned());
+        annotations.chain(finalizers).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The claims on annotations as JSON-patch `test` ops, for a write made without a read.
+    fn tests(&self) -> impl Iterator<Item = PatchOperation> + '_ {
+        self.annotations.iter().map(|(key, value)| {
+            test(
+                PointerBuf::from_tokens(["metadata", "annotations", key]),
+                value,
+            )
+        })
+    }
+}
+
 /// Whether a finalizer change changed the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Changed {
@@ -113,17 +158,18 @@ impl Cluster {
         target: &Target,
         finalizer: &str,
     ) -> Result<Changed, ApiError> {
-        self.add_finalizer_with(target, finalizer, Marks::default())
+        self.add_finalizer_with(target, finalizer, Marks::default(), &Claims::default())
             .await
     }
 
-    /// [`Self::add_finalizer`], setting `marks` in the same write; `AlreadySo` only when the
-    /// finalizer and the label are both there.
+    /// [`Self::add_finalizer`], setting `marks` in the same write, only while the object
+    /// bears out `claims`; `AlreadySo` only when the finalizer and the label are both there.
     pub async fn add_finalizer_with(
         &self,
         target: &Target,
         finalizer: &str,
         marks: Marks<'_>,
+        claims: &Claims,
     ) -> Result<Changed, ApiError> {
         self.guarded(target, None, |meta| {
             let Some(meta) = meta else {
@@ -131,6 +177,9 @@ impl Cluster {
             };
             if meta.deletion_timestamp.is_some() {
                 return Err(ApiError::Terminating(target.to_string()));
+            }
+            if let Some(claim) = claims.unconfirmed(&meta) {
+                return Err(ApiError::Unconfirmed(target.to_string(), claim));
             }
             let mut finalizers = meta.finalizers.unwrap_or_default();
             let has_finalizer = finalizers.iter().any(|f| f == finalizer);
@@ -167,7 +216,7 @@ impl Cluster {
             label: Some((ARMED_LABEL, "true")),
             annotation: None,
         };
-        self.add_finalizer_with(target, SYNCHRONOUS_FINALIZER, marks)
+        self.add_finalizer_with(target, SYNCHRONOUS_FINALIZER, marks, &Claims::default())
             .await
     }
 
@@ -228,16 +277,19 @@ impl Cluster {
         .await
     }
 
-    /// Removes from `target` the ownerReferences to the owners in `owners` (by uid).
+    /// Removes from `target` the ownerReferences to the owners in `owners` (by uid), only
+    /// while the object bears out `claims` (on annotations: the patch's `test` ops check them).
     pub async fn remove_owner_references(
         &self,
         target: &Target,
         references: &[OwnerReference],
         owners: &[String],
+        claims: &Claims,
     ) -> Result<(), ApiError> {
         self.patch_owner_references(
             target,
             references,
+            claims,
             |r| owners.contains(&r.uid),
             |path| PatchOperation::Remove(RemoveOperation { path }),
         )
@@ -255,6 +307,7 @@ impl Cluster {
         self.patch_owner_references(
             target,
             references,
+            &Claims::default(),
             |r| owners.contains(&r.uid) && r.block_owner_deletion == Some(true),
             |path| {
                 PatchOperation::Replace(ReplaceOperation {
@@ -274,10 +327,14 @@ impl Cluster {
         &self,
         target: &Target,
         references: &[OwnerReference],
+        claims: &Claims,
         pick: impl Fn(&OwnerReference) -> bool,
         change: impl Fn(PointerBuf) -> PatchOperation,
     ) -> Result<(), ApiError> {
         let mut ops = vec![test_uid(target)];
+        let claimed = ops.len();
+        ops.extend(claims.tests());
+        let claimed = ops.len() - claimed;
         for (index, reference) in references.iter().enumerate().rev() {
             if pick(reference) {
                 let path =
@@ -286,10 +343,16 @@ impl Cluster {
                 ops.push(change(path));
             }
         }
-        if ops.len() == 1 {
+        if ops.len() == 1 + claimed {
             return Ok(());
         }
-        self.json_patch(target, &JsonPatch(ops)).await
+        match self.json_patch(target, &JsonPatch(ops)).await {
+            // A `test` op that failed: the object is not as read, or not as claimed.
+            Err(err) if claimed > 0 && matches!(err.status(), Some(409 | 422)) => {
+                Err(ApiError::Unconfirmed(target.to_string(), claims.summary()))
+            }
+            written => written,
+        }
     }
 }
 

@@ -5,8 +5,15 @@
 //! requests it sends for it ([`Causes::header`]), where the apiserver's audit log records it;
 //! `syncgc explain --why-deleted` reads the record from `GET /debug/deleted`.
 //!
-//! The record holds the last [`CAPACITY`] entries and none older than [`KEEP`]; a restart
-//! loses it, and each replica holds what its own webhook saw.
+//! A DELETE's entry is only a claim until the cluster confirms it: the webhook cannot tell a
+//! review the apiserver sent from one anybody posted, so what it admits waits ([`Pending`])
+//! until the graph shows the object being deleted, or gone after it was seen, and is dropped
+//! unconfirmed after [`CONFIRM_WITHIN`]. Only then is it recorded and its cascade followed.
+//!
+//! The record holds the last [`CAPACITY`] entries and none older than [`KEEP`], each field cut
+//! to [`MAX_FIELD`] bytes; at most [`MAX_PENDING`] claims wait, and the cascades followed hold
+//! at most [`MAX_MEMBERS`] objects together. A restart loses it, and each replica holds what
+//! its own webhook saw.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -31,6 +38,16 @@ use crate::names::Reason;
 pub const CAPACITY: usize = 50_000;
 /// How long an entry is kept (seconds).
 pub const KEEP: i64 = 3600;
+/// The longest field of an entry kept (bytes); longer ones are cut, marked `…`.
+pub const MAX_FIELD: usize = 512;
+/// The most admitted DELETEs waiting for the cluster to confirm them.
+pub const MAX_PENDING: usize = 4096;
+/// How long an admitted DELETE waits for the cluster to confirm it: longer than the
+/// apiserver waits for any webhook.
+pub const CONFIRM_WITHIN: Duration = Duration::from_secs(60);
+/// The most objects the cascades followed at once hold together; a cascade that would pass it
+/// is recorded but not followed.
+pub const MAX_MEMBERS: usize = 1_000_000;
 
 /// What was done to one object.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -55,6 +72,26 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The entry with each field cut to [`MAX_FIELD`] bytes.
+    pub fn bounded(mut self) -> Self {
+        for field in [
+            &mut self.uid,
+            &mut self.kind,
+            &mut self.name,
+            &mut self.action,
+            &mut self.by,
+        ] {
+            cut(field);
+        }
+        if let Some(namespace) = &mut self.namespace {
+            cut(namespace);
+        }
+        if let Some(cause) = &mut self.cause {
+            cut(cause);
+        }
+        self
+    }
+
     /// `Kind namespace/name`.
     pub fn described(&self) -> String {
         match &self.namespace {
@@ -74,8 +111,33 @@ struct Record {
     entries: HashMap<Uid, Entry>,
     /// In the order written, to drop the oldest first.
     order: VecDeque<(Uid, i64)>,
+    /// The DELETEs admitted and not yet confirmed, the latest admission of each object.
+    pending: HashMap<Uid, Pending>,
     /// The cascades started by DELETEs this replica's webhook let through, until they end.
     cascades: Vec<Cascade>,
+}
+
+/// A DELETE the webhook let through, waiting for the cluster to confirm it.
+#[derive(Debug)]
+pub struct Pending {
+    pub entry: Entry,
+    /// Whether the graph held the object when its DELETE was admitted: then its absence
+    /// confirms it.
+    pub seen: bool,
+    /// The cascade it starts, when it is a cascade's root: to follow once confirmed.
+    pub cascade: Option<(Target, Vec<(Uid, String)>)>,
+    pub admitted: Instant,
+}
+
+impl Pending {
+    /// Whether `graph` confirms the deletion: the object is being deleted, or gone after it
+    /// was seen.
+    fn confirmed(&self, graph: &Graph, uid: Uid) -> bool {
+        match graph.node(uid) {
+            Some(node) if !node.is(Flags::VIRTUAL) => node.is(Flags::DELETING),
+            _ => self.seen,
+        }
+    }
 }
 
 /// A cascade followed to its end, for the summary Event on its root.
@@ -96,26 +158,93 @@ impl Causes {
     /// Records `entry` (replacing an earlier one of its object), dropping the entries over
     /// [`CAPACITY`] or older than [`KEEP`].
     pub fn record(&self, entry: Entry) {
+        self.0.lock().record(entry);
+    }
+
+    /// Holds the DELETE `pending` admitted until the cluster confirms it ([`Causes::confirm`]);
+    /// a later admission of the same object replaces it.
+    pub fn admitted(&self, pending: Pending) {
+        let uid = Uid::parse(&pending.entry.uid);
+        let pending = Pending {
+            entry: pending.entry.bounded(),
+            ..pending
+        };
+        let mut record = self.0.lock();
+        if record.pending.len() >= MAX_PENDING && !record.pending.contains_key(&uid) {
+            let oldest = record
+                .pending
+                .iter()
+                .min_by_key(|(_, p)| p.admitted)
+                .map(|(uid, _)| *uid);
+            if let Some(oldest) = oldest {
+                record.pending.remove(&oldest);
+            }
+        }
+        record.pending.insert(uid, pending);
+    }
+
+    /// Records the admitted DELETEs that `graph` confirms, and follows the cascades they
+    /// start; drops those left unconfirmed for [`CONFIRM_WITHIN`] (a review nobody's DELETE
+    /// followed: nothing of it is kept).
+    pub fn confirm(&self, graph: &Graph, now: Instant) {
+        let mut record = self.0.lock();
+        let uids: Vec<Uid> = record.pending.keys().copied().collect();
+        for uid in uids {
+            record.confirm_one(graph, uid, now);
+        }
+    }
+
+    /// Whether the DELETE of `uid` is recorded already (confirmed).
+    pub fn has(&self, uid: Uid) -> bool {
+        self.0.lock().entries.contains_key(&uid)
+    }
+}
+
+impl Record {
+    fn record(&mut self, entry: Entry) {
+        let entry = entry.bounded();
         let uid = Uid::parse(&entry.uid);
         let at = entry.at;
-        let mut record = self.0.lock();
-        record.entries.insert(uid, entry);
-        record.order.push_back((uid, at));
-        while let Some(&(oldest, written)) = record.order.front() {
-            if record.order.len() <= CAPACITY && written > at - KEEP {
+        self.entries.insert(uid, entry);
+        self.order.push_back((uid, at));
+        while let Some(&(oldest, written)) = self.order.front() {
+            if self.order.len() <= CAPACITY && written > at - KEEP {
                 break;
             }
-            record.order.pop_front();
+            self.order.pop_front();
             // Only when this is its latest entry.
-            if record.entries.get(&oldest).is_some_and(|e| e.at == written) {
-                record.entries.remove(&oldest);
+            if self.entries.get(&oldest).is_some_and(|e| e.at == written) {
+                self.entries.remove(&oldest);
             }
+        }
+    }
+
+    /// Confirms, records or drops the admitted DELETE of `uid` (see [`Causes::confirm`]).
+    fn confirm_one(&mut self, graph: &Graph, uid: Uid, now: Instant) {
+        let Some(pending) = self.pending.get(&uid) else {
+            return;
+        };
+        if pending.confirmed(graph, uid) {
+            let Some(pending) = self.pending.remove(&uid) else {
+                return;
+            };
+            self.record(pending.entry);
+            if let Some((root, members)) = pending.cascade {
+                self.start_cascade(root, members.into_iter(), pending.admitted);
+            }
+        } else if now.duration_since(pending.admitted) > CONFIRM_WITHIN {
+            self.pending.remove(&uid);
         }
     }
 
     /// Follows the cascade the DELETE of `root` starts over `members` (its tree, or the
     /// objects of a namespace), with their kinds: [`Causes::ended`] says when it ends.
-    pub fn start_cascade(&self, root: Target, members: impl Iterator<Item = (Uid, String)>) {
+    fn start_cascade(
+        &mut self,
+        root: Target,
+        members: impl Iterator<Item = (Uid, String)>,
+        started: Instant,
+    ) {
         let mut kinds: HashMap<String, Arc<str>> = HashMap::new();
         let members: HashMap<Uid, Arc<str>> = members
             .map(|(uid, kind)| {
@@ -129,18 +258,24 @@ impl Causes {
         if members.is_empty() {
             return;
         }
-        let mut record = self.0.lock();
         let uid = root.uid.clone();
-        record.cascades.retain(|c| c.root.uid != uid);
-        record.cascades.push(Cascade {
+        self.cascades.retain(|c| c.root.uid != uid);
+        let followed: usize = self.cascades.iter().map(|c| c.members.len()).sum();
+        if followed + members.len() > MAX_MEMBERS {
+            tracing::warn!(%root, members = members.len(), followed, "a cascade too large to follow beside the others: no summary Event for it");
+            return;
+        }
+        self.cascades.push(Cascade {
             root,
-            started: Instant::now(),
+            started,
             members,
             deleted: BTreeMap::new(),
             kept: 0,
         });
     }
+}
 
+impl Causes {
     /// The cascades that have ended by `graph` at `now`, each with the note of its summary:
     /// every object of its tree gone (counted by kind) or kept (it lost its references to the
     /// tree, or was never to be deleted), and the root gone or no longer waiting.
@@ -218,10 +353,18 @@ impl Causes {
     /// The chain of causes from `uid` up: its entry, its cause's, … to the root of its
     /// cascade, as far as the record holds them.
     pub fn chain(&self, uid: Uid) -> Vec<Entry> {
-        let record = self.0.lock();
+        self.chain_confirmed(uid, None)
+    }
+
+    /// [`Causes::chain`], confirming by `graph` (when given) the admitted DELETEs on the way.
+    fn chain_confirmed(&self, uid: Uid, graph: Option<&Graph>) -> Vec<Entry> {
+        let mut record = self.0.lock();
         let mut chain: Vec<Entry> = Vec::new();
         let mut next = Some(uid);
         while let Some(uid) = next {
+            if let Some(graph) = graph {
+                record.confirm_one(graph, uid, Instant::now());
+            }
             let Some(entry) = record.entries.get(&uid) else {
                 break;
             };
@@ -243,7 +386,7 @@ impl Causes {
         kind: impl Fn(Uid) -> Option<String>,
         owner: Uid,
     ) -> String {
-        if let Some(root) = self.chain(owner).pop() {
+        if let Some(root) = self.chain_confirmed(owner, Some(graph)).pop() {
             return format!(
                 "cause: root={} uid={} user={}",
                 path(&root.kind, root.namespace.as_deref(), &root.name),
@@ -294,13 +437,29 @@ pub async fn summarize(causes: Causes, graph: Reader, cluster: Cluster) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let ended = causes.ended(&graph.read(), Instant::now());
+        let ended = {
+            let graph = graph.read();
+            causes.confirm(&graph, Instant::now());
+            causes.ended(&graph, Instant::now())
+        };
         for (root, note) in ended {
             tracing::info!(%root, %note, "cascade ended");
             cluster
                 .new_event(&root, EventType::Normal, Reason::CascadeEnded, note)
                 .await;
         }
+    }
+}
+
+/// `field`, cut to [`MAX_FIELD`] bytes (on a character boundary, marked `…`).
+fn cut(field: &mut String) {
+    if field.len() > MAX_FIELD {
+        let mut end = MAX_FIELD - '…'.len_utf8();
+        while !field.is_char_boundary(end) {
+            end -= 1;
+        }
+        field.truncate(end);
+        field.push('…');
     }
 }
 
@@ -426,9 +585,17 @@ mod tests {
         };
         let members = graph
             .walk(Uid::from_u128(1))
-            .map(|s| (s.uid, "ConfigMap".to_owned()));
-        causes.start_cascade(root, members);
+            .map(|s| (s.uid, "ConfigMap".to_owned()))
+            .collect();
         let now = Instant::now();
+        causes.admitted(Pending {
+            entry: entry(1, None, "alice", 100),
+            seen: true,
+            cascade: Some((root, members)),
+            admitted: now,
+        });
+        causes.confirm(&graph, now);
+        assert!(causes.has(Uid::from_u128(1)), "its root is gone: confirmed");
         assert!(causes.ended(&graph, now).is_empty(), "nothing went yet");
         graph.delete(Uid::from_u128(2));
         graph.delete(Uid::from_u128(4));
@@ -448,6 +615,69 @@ mod tests {
             ended[0].1
         );
         assert!(causes.ended(&graph, now).is_empty(), "one summary");
+    }
+
+    #[test]
+    fn an_admitted_delete_is_recorded_only_once_the_graph_confirms_it() {
+        use crate::graph::{Mode, Observed, ResourceId};
+        const CM: ResourceId = ResourceId::new(0);
+        let mut graph = Graph::new(Mode::Cooperative);
+        graph.apply(CM, Observed::config_map(1, &[], Flags::empty()));
+        let causes = Causes::default();
+        let now = Instant::now();
+        let admit = |n: u128, seen: bool, by: &str| {
+            causes.admitted(Pending {
+                entry: entry(n, None, by, 100),
+                seen,
+                cascade: None,
+                admitted: now,
+            });
+        };
+        // A review of a live object that nobody deletes: never recorded, dropped in time.
+        admit(1, true, "mallory");
+        // A review of an object the graph never held: its absence proves nothing.
+        admit(2, false, "mallory");
+        causes.confirm(&graph, now);
+        assert!(!causes.has(Uid::from_u128(1)) && !causes.has(Uid::from_u128(2)));
+        causes.confirm(&graph, now + CONFIRM_WITHIN + Duration::from_secs(1));
+        assert!(
+            causes.0.lock().pending.is_empty(),
+            "unconfirmed claims expire"
+        );
+        // Deleted for real: confirmed by its deletionTimestamp, then by its absence.
+        admit(1, true, "alice");
+        graph.apply(CM, Observed::config_map(1, &[], Flags::DELETING));
+        causes.confirm(&graph, now);
+        assert_eq!(causes.get(Uid::from_u128(1)).unwrap().by, "alice");
+        admit(3, true, "bob");
+        causes.confirm(&graph, now);
+        assert_eq!(
+            causes.get(Uid::from_u128(3)).unwrap().by,
+            "bob",
+            "seen, and gone"
+        );
+    }
+
+    #[test]
+    fn claims_and_fields_are_bounded() {
+        let causes = Causes::default();
+        let now = Instant::now();
+        for n in 0..(MAX_PENDING as u128 + 10) {
+            causes.admitted(Pending {
+                entry: entry(n, None, &"u".repeat(5_000_000), 1),
+                seen: false,
+                cascade: None,
+                admitted: now + Duration::from_nanos(n as u64),
+            });
+        }
+        let record = causes.0.lock();
+        assert_eq!(record.pending.len(), MAX_PENDING);
+        assert!(
+            !record.pending.contains_key(&Uid::from_u128(0)),
+            "the oldest went"
+        );
+        let by = &record.pending[&Uid::from_u128(20)].entry.by;
+        assert!(by.len() <= MAX_FIELD && by.ends_with('…'), "{}", by.len());
     }
 
     #[test]

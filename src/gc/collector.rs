@@ -10,7 +10,7 @@
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::events::EventType;
 use tokio::sync::watch as signal;
@@ -25,7 +25,7 @@ use super::discovery::{self, Rediscovery};
 use super::foreground::Foreground;
 use super::synchronous::{Deadlines, Synchronous};
 use super::waves::Waves;
-use crate::api::{ApiError, Cluster, Target};
+use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::graph::{Flags, Mode, Reader, Uid, Work};
 use crate::metrics::{Action, Metrics};
 use crate::names::{ORPHAN_FINALIZER, Reason};
@@ -186,25 +186,56 @@ pub async fn work(
             },
             () = lost(&mut leading) => continue,
         };
-        match collector.process(item).await {
-            Ok(()) => collector.cx.queue.forget(&item),
-            Err(err) => {
-                let delay = collector.cx.queue.retry(item);
+        // A panic on one item (a bug, or input nobody thought of) fails that item, not the
+        // worker: it is logged, counted and queued again with backoff like any failure.
+        let processed = std::panic::AssertUnwindSafe(collector.process(item))
+            .catch_unwind()
+            .await;
+        let failed = match processed {
+            Ok(Ok(())) => None,
+            Ok(Err(err)) => {
+                if err.is_retryable() {
+                    tracing::debug!(?item, %err, "retrying");
+                } else {
+                    tracing::warn!(?item, %err, "failed; retrying with backoff");
+                }
+                Some(err.reason())
+            }
+            Err(panic) => {
+                let panic = panic_message(panic.as_ref());
+                tracing::error!(?item, %panic, "a worker panicked on an item; retrying it with backoff");
+                collector
+                    .cx
+                    .metrics
+                    .worker_panics
+                    .with_label_values(&[item.name()])
+                    .inc();
+                Some("panic")
+            }
+        };
+        match failed {
+            None => collector.cx.queue.forget(&item),
+            Some(reason) => {
+                collector.cx.queue.retry(item);
                 collector
                     .cx
                     .metrics
                     .queue_retries
-                    .with_label_values(&[item.name(), err.reason()])
+                    .with_label_values(&[item.name(), reason])
                     .inc();
-                if err.is_retryable() {
-                    tracing::debug!(?item, %err, retry_in = ?delay, "retrying");
-                } else {
-                    tracing::warn!(?item, %err, retry_in = ?delay, "failed; retrying with backoff");
-                }
             }
         }
         collector.cx.queue.done(&item);
     }
+}
+
+/// What a panic said, as its payload carries it (`panic!` with a string or a format).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 impl Collector {
@@ -310,9 +341,12 @@ impl Collector {
                         cause,
                         self.cx.act(
                             Action::RemoveOwnerReferences,
-                            self.cx
-                                .cluster
-                                .remove_owner_references(target, &references, &dropped),
+                            self.cx.cluster.remove_owner_references(
+                                target,
+                                &references,
+                                &dropped,
+                                &Claims::default(),
+                            ),
                         ),
                     )
                     .await?;
@@ -519,9 +553,12 @@ impl Collector {
                         Some(uid),
                         self.cx.act(
                             Action::RemoveOwnerReferences,
-                            self.cx
-                                .cluster
-                                .remove_owner_references(&dependent, &references, owner),
+                            self.cx.cluster.remove_owner_references(
+                                &dependent,
+                                &references,
+                                owner,
+                                &Claims::default(),
+                            ),
                         ),
                     )
                     .await?;

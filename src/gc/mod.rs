@@ -195,24 +195,43 @@ pub async fn run(
             readiness.set(true);
         }
     }
-    let workers: Vec<JoinHandle<()>> = if shutdown.is_cancelled() {
+    let spawn = || {
+        tokio::spawn(collector::work(
+            collector.clone(),
+            leading.clone(),
+            shutdown.clone(),
+        ))
+    };
+    let configured = collector.cx.config.workers.max(1);
+    let mut workers: Vec<JoinHandle<()>> = if shutdown.is_cancelled() {
         Vec::new()
     } else {
-        (0..collector.cx.config.workers.max(1))
-            .map(|_| {
-                tokio::spawn(collector::work(
-                    collector.clone(),
-                    leading.clone(),
-                    shutdown.clone(),
-                ))
-            })
-            .collect()
+        (0..configured).map(|_| spawn()).collect()
     };
+    let mut degraded = false;
     let mut gauges = tokio::time::interval(GAUGES_INTERVAL);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
-            _ = gauges.tick() => collector.refresh_gauges(),
+            _ = gauges.tick() => {
+                collector.refresh_gauges();
+                // A worker ends only at shutdown; one that ended otherwise is started again,
+                // and the collector is not ready until it has been.
+                let ended = workers.iter().filter(|w| w.is_finished()).count();
+                if ended > 0 && !shutdown.is_cancelled() {
+                    tracing::error!(ended, configured, "workers ended before shutdown; starting them again");
+                    readiness.fail(
+                        crate::metrics::Condition::Collector,
+                        format!("{} of {configured} workers run", configured - ended),
+                    );
+                    workers.retain(|w| !w.is_finished());
+                    workers.extend((0..ended).map(|_| spawn()));
+                    degraded = true;
+                } else if degraded {
+                    readiness.set(true);
+                    degraded = false;
+                }
+            }
         }
     }
     readiness.set(false);

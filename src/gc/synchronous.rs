@@ -27,7 +27,7 @@ use super::barrier::{self, Barrier, Verdict};
 use super::context::Context;
 use super::decide::{self, Deadline, OwnerState, Release, Unproven};
 use super::waves::Waves;
-use crate::api::{ApiError, Marks, Target};
+use crate::api::{ApiError, Claims, Marks, Target};
 use crate::graph::{Flags, Graph, Uid, Work};
 use crate::metrics::Action;
 use crate::names::{
@@ -359,11 +359,13 @@ impl Synchronous<'_> {
             label: None,
             annotation,
         };
+        // The collector arms dependents for its own cascade: no request's word to check.
+        let claims = Claims::default();
         let add = |marks| {
             cx.act(
                 Action::Arm,
                 cx.cluster
-                    .add_finalizer_with(target, SYNCHRONOUS_FINALIZER, marks),
+                    .add_finalizer_with(target, SYNCHRONOUS_FINALIZER, marks, &claims),
             )
         };
         let armed = match add(marks).await {

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::review::{Metadata, Operation, Request};
 use crate::annotations::{Timeouts, annotation_problems};
-use crate::api::{Marks, Propagation};
+use crate::api::{Claims, Marks, Propagation};
 use crate::gc::cascade::Preview;
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
@@ -86,6 +86,9 @@ pub struct AddFinalizer {
     pub finalizer: &'static str,
     /// The object's uid, a precondition of the change.
     pub uid: String,
+    /// What the review said of the object that the change rests on: the live object must
+    /// still say so, or nothing is written (a review may come from anyone).
+    pub claims: Claims,
 }
 
 impl AddFinalizer {
@@ -249,6 +252,10 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
                 side_effect: (!dry_run && !uid.is_empty()).then(|| AddFinalizer {
                     finalizer: SYNCHRONOUS_FINALIZER,
                     uid: uid.clone(),
+                    claims: Claims {
+                        annotations: vec![(SYNCHRONOUS_ANNOTATION, "true".to_owned())],
+                        finalizers: Vec::new(),
+                    },
                 }),
                 ..Decision::allow(Case::DeleteUnarmedDenied)
             },
@@ -281,7 +288,17 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
         return Decision::allow(Case::DeleteArmed);
     }
     Decision {
-        side_effect: Some(AddFinalizer { finalizer, uid }),
+        side_effect: Some(AddFinalizer {
+            finalizer,
+            uid,
+            claims: Claims {
+                annotations: vec![
+                    (SYNCHRONOUS_ANNOTATION, "true".to_owned()),
+                    (PROPAGATION_ANNOTATION, default.to_owned()),
+                ],
+                finalizers: vec![SYNCHRONOUS_FINALIZER],
+            },
+        }),
         ..Decision::allow(Case::DeleteDefaultPropagation)
     }
 }
@@ -750,7 +767,14 @@ mod tests {
                 d.side_effect,
                 Some(AddFinalizer {
                     finalizer,
-                    uid: "uid-1".into()
+                    uid: "uid-1".into(),
+                    claims: Claims {
+                        annotations: vec![
+                            (SYNCHRONOUS_ANNOTATION, "true".into()),
+                            (PROPAGATION_ANNOTATION, default.into()),
+                        ],
+                        finalizers: vec![SYNCHRONOUS_FINALIZER],
+                    },
                 })
             );
         }
@@ -828,7 +852,11 @@ mod tests {
             d.side_effect,
             Some(AddFinalizer {
                 finalizer: SYNCHRONOUS_FINALIZER,
-                uid: "uid-1".into()
+                uid: "uid-1".into(),
+                claims: Claims {
+                    annotations: vec![(SYNCHRONOUS_ANNOTATION, "true".into())],
+                    finalizers: Vec::new(),
+                },
             })
         );
 

@@ -3,6 +3,7 @@
 //! [`admit`] for the decision, makes its side effect through the API before the apiserver's
 //! deadline, answers. It decides nothing itself.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,11 +19,11 @@ use super::admit::{self, Decision, Policy, admit};
 use super::guard;
 use super::review::Operation;
 use super::review::{self, Answer, Review};
-use crate::api::{Cluster, Target};
+use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::gc::cascade::{self, Preview};
-use crate::gc::causes::{Causes, Entry};
+use crate::gc::causes::{Causes, Entry, Pending};
 use crate::gc::discovery;
-use crate::graph::{Graph, Reader, ResourceId, Uid};
+use crate::graph::{Flags, Graph, Reader, ResourceId, Uid};
 use crate::metrics::Metrics;
 use crate::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION, Reason};
 use kube::runtime::events::EventType;
@@ -71,11 +72,27 @@ impl Webhook {
     }
 }
 
+/// The webhook and what it remembers between reviews.
+struct Served {
+    webhook: Webhook,
+    /// The finalizer handlers whose hold's end was reported, and when: once per
+    /// [`REPORT_AGAIN`], however many DELETEs (or reviews posted by anyone) pass.
+    reported: parking_lot::Mutex<HashMap<Uid, Instant>>,
+}
+
+/// How often the end of one handler's hold is reported at most.
+const REPORT_AGAIN: Duration = Duration::from_secs(600);
+/// The most handlers remembered as reported.
+const MAX_REPORTED: usize = 1024;
+
 /// The webhook's router: `POST /mutate`. The state is shared, not cloned, per request.
 pub fn router(webhook: Webhook) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
-        .with_state(Arc::new(webhook))
+        .with_state(Arc::new(Served {
+            webhook,
+            reported: parking_lot::Mutex::default(),
+        }))
 }
 
 /// The `timeout` query parameter the apiserver adds (`?timeout=10s`).
@@ -87,10 +104,11 @@ fn timeout_param(query: Option<&str>) -> Option<Duration> {
 }
 
 async fn mutate(
-    State(webhook): State<Arc<Webhook>>,
+    State(served): State<Arc<Served>>,
     RawQuery(query): RawQuery,
     request: Request,
 ) -> Response {
+    let webhook = &served.webhook;
     let started = Instant::now();
     let metrics = &webhook.metrics;
     metrics.webhook_in_flight.inc();
@@ -118,7 +136,7 @@ async fn mutate(
         }
     };
     let request = &review.request;
-    let verdict = guard(&webhook, request);
+    let verdict = guard(webhook, request);
     if let guard::Verdict::Refuse {
         message,
         drop_owners,
@@ -126,7 +144,7 @@ async fn mutate(
     } = verdict.clone()
     {
         if !drop_owners.is_empty() && !admit::dry_run(request) {
-            drop_references(&webhook, request, &drop_owners, deadline).await;
+            drop_references(webhook, request, &drop_owners, deadline).await;
         }
         tracing::info!(
             uid = %request.uid,
@@ -165,7 +183,7 @@ async fn mutate(
     };
     let mut decision = admit(request, &webhook.policy, dependents);
     if decision.deletes_armed() && admit::dry_run(request) {
-        let preview = preview(&webhook, request);
+        let preview = preview(webhook, request);
         decision.warnings.extend(admit::dry_run_warnings(
             request,
             &webhook.policy,
@@ -175,13 +193,15 @@ async fn mutate(
     }
     if let guard::Verdict::Pass { warnings, released } = verdict {
         decision.warnings.extend(warnings);
-        if let Some((handler, note)) = released {
-            handler_released(&webhook, handler, note);
+        if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request)) {
+            if first_report(&served.reported, handler, started) {
+                handler_released(webhook, handler, note);
+            }
         }
     }
-    let answer = settle(&webhook, request, &decision, deadline).await;
+    let answer = settle(webhook, request, &decision, deadline).await;
     if matches!(answer, Answer::Allow { .. }) {
-        record(&webhook, request);
+        record(webhook, request);
     }
     tracing::debug!(
         uid = %request.uid,
@@ -248,7 +268,8 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
 }
 
 /// Records a DELETE let through (not a dry run): who sent it, and the owner or namespace whose
-/// going made it a step of a cascade.
+/// going made it a step of a cascade — held until the graph confirms the deletion, since a
+/// review alone proves nothing (see [`crate::gc::causes`]).
 fn record(webhook: &Webhook, request: &review::Request) {
     let (Some(causes), Operation::Delete, false) =
         (&webhook.causes, request.operation, admit::dry_run(request))
@@ -261,17 +282,20 @@ fn record(webhook: &Webhook, request: &review::Request) {
     let Some(uid) = meta.uid.clone() else {
         return;
     };
+    let object = Uid::parse(&uid);
     // A DELETE of an object being deleted already (a Pod's last, from its kubelet) keeps the
     // cause of the first.
-    if meta.deletion_timestamp.is_some() && causes.get(Uid::parse(&uid)).is_some() {
+    if meta.deletion_timestamp.is_some() && causes.has(object) {
         return;
     }
     let namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
-    let object = Uid::parse(&uid);
-    let cause = {
+    let (cause, seen, cascade) = {
         let graph = webhook.graph.read();
         let cause = graph.cause_of(object);
-        if cause.is_none() && admit::propagation(request) != crate::api::Propagation::Orphan {
+        let seen = graph.node(object).is_some_and(|n| !n.is(Flags::VIRTUAL));
+        let mut cascade = None;
+        if seen && cause.is_none() && admit::propagation(request) != crate::api::Propagation::Orphan
+        {
             // The root of a cascade: followed to its end, for its summary Event.
             let resources = webhook.resources.read();
             let kind = |member: Uid| {
@@ -279,35 +303,42 @@ fn record(webhook: &Webhook, request: &review::Request) {
                 Some((member, resources.get(resource)?.api.kind.clone()))
             };
             let mut root = target_of(request, uid.clone());
-            if let Some(name) = &meta.name {
-                root.name.clone_from(name);
-            }
-            if namespace_object {
+            root.name = root_name(meta, request);
+            let members: Vec<(Uid, String)> = if namespace_object {
                 root.namespace = None;
-                causes.start_cascade(
-                    root,
-                    graph
-                        .in_namespace(&root_name(meta, request))
-                        .filter_map(kind),
-                );
+                graph
+                    .in_namespace(&root_name(meta, request))
+                    .filter_map(kind)
+                    .take(crate::gc::causes::MAX_MEMBERS + 1)
+                    .collect()
             } else {
-                causes.start_cascade(root, graph.walk(object).filter_map(|s| kind(s.uid)));
-            }
+                graph
+                    .walk(object)
+                    .filter_map(|s| kind(s.uid))
+                    .take(crate::gc::causes::MAX_MEMBERS + 1)
+                    .collect()
+            };
+            cascade = Some((root, members));
         }
-        cause
+        (cause, seen, cascade)
     };
-    causes.record(Entry {
-        uid,
-        kind: request.kind.kind.clone(),
-        namespace: request
-            .namespace
-            .clone()
-            .filter(|ns| !ns.is_empty() && !namespace_object),
-        name: root_name(meta, request),
-        action: "deleted".to_owned(),
-        by: request.user_info.username.clone(),
-        at: jiff::Timestamp::now().as_second(),
-        cause: cause.map(|c| c.to_string()),
+    causes.admitted(Pending {
+        entry: Entry {
+            uid,
+            kind: request.kind.kind.clone(),
+            namespace: request
+                .namespace
+                .clone()
+                .filter(|ns| !ns.is_empty() && !namespace_object),
+            name: root_name(meta, request),
+            action: "deleted".to_owned(),
+            by: request.user_info.username.clone(),
+            at: jiff::Timestamp::now().as_second(),
+            cause: cause.map(|c| c.to_string()),
+        },
+        seen,
+        cascade,
+        admitted: tokio::time::Instant::now(),
     });
 }
 
@@ -334,11 +365,23 @@ async fn drop_references(
     }
     let references = meta.owner_references.clone().unwrap_or_default();
     let owners: Vec<String> = owners.iter().map(ToString::to_string).collect();
+    // Only while the live object is protected as the review says.
+    let claims = Claims {
+        annotations: meta
+            .annotation(PROTECTED_ANNOTATION)
+            .map(|value| (PROTECTED_ANNOTATION, value.to_owned()))
+            .into_iter()
+            .collect(),
+        finalizers: Vec::new(),
+    };
+    if claims.annotations.is_empty() {
+        return;
+    }
     let outcome = tokio::time::timeout_at(
         deadline.into(),
         webhook
             .cluster
-            .remove_owner_references(&target, &references, &owners),
+            .remove_owner_references(&target, &references, &owners, &claims),
     )
     .await;
     match outcome {
@@ -352,6 +395,30 @@ async fn drop_references(
             tracing::warn!(%target, "could not remove a protected object's references before the deadline")
         }
     }
+}
+
+/// Whether the end of `handler`'s hold is to be reported at `now`: not within
+/// [`REPORT_AGAIN`] of the last report.
+fn first_report(
+    reported: &parking_lot::Mutex<HashMap<Uid, Instant>>,
+    handler: Uid,
+    now: Instant,
+) -> bool {
+    let mut reported = reported.lock();
+    if reported
+        .get(&handler)
+        .is_some_and(|at| now.duration_since(*at) < REPORT_AGAIN)
+    {
+        return false;
+    }
+    if reported.len() >= MAX_REPORTED {
+        reported.retain(|_, at| now.duration_since(*at) < REPORT_AGAIN);
+        if reported.len() >= MAX_REPORTED {
+            reported.clear();
+        }
+    }
+    reported.insert(handler, now);
+    true
 }
 
 /// Records, in the background, that the hold of the finalizer handler `handler` ended by its
@@ -402,20 +469,32 @@ async fn settle(
 ) -> Answer {
     let mut warnings = decision.warnings.clone();
     if let Some(effect) = &decision.side_effect {
-        let target = target_of(request, effect.uid.clone());
+        let mut target = target_of(request, effect.uid.clone());
+        // A DELETE of a collection names its items in the objects only.
+        if let Some(name) = request.old_meta().and_then(|m| m.name.as_ref()) {
+            target.name.clone_from(name);
+        }
         let outcome = tokio::time::timeout_at(
             deadline.into(),
-            webhook
-                .cluster
-                .add_finalizer_with(&target, effect.finalizer, effect.marks()),
+            webhook.cluster.add_finalizer_with(
+                &target,
+                effect.finalizer,
+                effect.marks(),
+                &effect.claims,
+            ),
         )
         .await;
-        let failure = match outcome {
-            Ok(Ok(_)) => None,
-            Ok(Err(err)) => Some(err.to_string()),
-            Err(_) => Some("the apiserver's webhook deadline passed".to_owned()),
+        let (result, failure) = match outcome {
+            Ok(Ok(_)) => ("ok", None),
+            // The live object does not say what the review says: a review nobody's request
+            // is behind (or an object changed since): answered, and nothing else.
+            Ok(Err(err @ ApiError::Unconfirmed(..))) => ("unconfirmed", Some(err.to_string())),
+            Ok(Err(err)) => ("error", Some(err.to_string())),
+            Err(_) => (
+                "error",
+                Some("the apiserver's webhook deadline passed".to_owned()),
+            ),
         };
-        let result = if failure.is_some() { "error" } else { "ok" };
         webhook
             .metrics
             .webhook_side_effects
