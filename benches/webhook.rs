@@ -92,6 +92,12 @@ fn main() {
             resources: Default::default(),
             body_timeout: Duration::from_secs(10),
             causes: None,
+            // No collector: the graph, empty, is all there is.
+            readiness: {
+                let readiness = syncgc::metrics::Readiness::default();
+                readiness.set(true);
+                readiness
+            },
         })
     });
     let routed = measure(budget, || {

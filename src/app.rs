@@ -468,6 +468,7 @@ impl RunArgs {
             cluster: webhook_cluster.clone(),
             body_timeout: Duration::from_secs(10),
             causes: causes.clone(),
+            readiness: readiness.clone(),
         })
         // The metrics and probes on the webhook's port too, which every NetworkPolicy of an
         // install lets the apiserver reach: `syncgc check` reads them there through the

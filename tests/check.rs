@@ -1,12 +1,14 @@
 //! `syncgc check` against the real apiserver: with syncgc running (every check passes), with
 //! its webhook configuration carrying a CA bundle that did not sign the served certificate
-//! (the certificate and the dry-run arming fail, and the exit code says so), and with syncgc
-//! stopped; `--pre` on a cluster before install.
+//! (the certificate and the dry-run arming fail, and the exit code says so), with syncgc
+//! stopped, and with a leader killed while other replicas run (a warning until they should
+//! have taken its Lease over, which `--wait` waits for); `--pre` on a cluster before install.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -81,8 +83,9 @@ async fn check_says_whether_syncgc_works_and_what_is_wrong() {
         &metrics,
     ];
 
-    // Running: every check passes; no Deployment, since this syncgc runs outside one.
-    let (code, statuses, report) = check(&args);
+    // Running: every check passes; no Deployment, since this syncgc runs outside one. (It
+    // leads as soon as it is ready; --wait would wait for it otherwise.)
+    let (code, statuses, report) = check(&[&args[..], &["--wait", "30s"]].concat());
     expect(
         &statuses,
         &[
@@ -216,6 +219,119 @@ async fn check_says_whether_syncgc_works_and_what_is_wrong() {
     assert!(text.starts_with("✓ apiserver"), "{text}");
     assert!(text.contains("✗ leader"), "{text}");
     assert!(text.contains("    → "), "{text}");
+
+    // A leader killed: its Lease names it until it expires. With replicas of a Deployment
+    // running (stand-ins here, retrying every 30 s), that is a warning, not a failure, until
+    // they should have taken it over: the Lease's 3 s and two retry periods after they started.
+    let mut killed = Syncgc::start_async(&name, &[]).await;
+    killed.kill();
+    let died = Instant::now();
+    let _replicas = StandIns::run(&name);
+    let with_deployment = [&args[..], &["--deployment", &name]].concat();
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(died.elapsed()));
+    let (_, statuses, report) = check(&with_deployment);
+    expect(
+        &statuses,
+        &[("deployment", "pass"), ("leader", "warn")],
+        &report,
+    );
+    let leader = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "leader")
+        .unwrap();
+    let message = leader["message"].as_str().unwrap();
+    assert!(
+        message.contains("not renewed for") && message.contains("a replica takes it over within"),
+        "{leader}"
+    );
+    // --wait checks again until the warning is gone or the time is up.
+    let waiting = Instant::now();
+    let (code, statuses, report) = check(&[&with_deployment[..], &["--wait", "3s"]].concat());
+    assert!(waiting.elapsed() >= Duration::from_secs(3), "{report:#}");
+    expect(
+        &statuses,
+        &[("leader", "warn"), ("admission", "fail")],
+        &report,
+    );
+    assert_eq!(
+        code, 1,
+        "the admission's failure counts, the leader's warning does not"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .arg("check")
+        .args(&with_deployment)
+        .args(["--kubeconfig", &kubeconfig_path()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("! leader"), "{text}");
+    assert!(text.contains(" check(s) failed, 1 warning(s)\n"), "{text}");
+}
+
+/// Stand-ins for syncgc's replicas: a Deployment named like the test's syncgc in its namespace,
+/// whose Pods run (busybox) and whose replicas would retry for the Lease every 30 s. Deleted
+/// when dropped.
+struct StandIns(String);
+
+impl StandIns {
+    fn run(name: &str) -> Self {
+        let deployment = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": name, "namespace": "syncgc-system" },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": name } },
+                "template": {
+                    "metadata": { "labels": { "app": name } },
+                    "spec": {
+                        "tolerations": [{ "key": "syncgc.io/node", "operator": "Exists" }],
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{
+                            "name": "syncgc",
+                            "image": "syncgc.local/busybox:1.35",
+                            "imagePullPolicy": "Never",
+                            "command": ["sleep", "3600"],
+                            "env": [{ "name": "SYNCGC_LEADER_ELECTION_RETRY_PERIOD",
+                                      "value": "30s" }],
+                        }],
+                    },
+                },
+            },
+        });
+        kubectl(&["apply", "-f", "-"], Some(&deployment.to_string()));
+        let this = Self(name.to_owned());
+        kubectl(
+            &[
+                "rollout",
+                "status",
+                "-n",
+                "syncgc-system",
+                &format!("deployment/{name}"),
+                "--timeout=120s",
+            ],
+            None,
+        );
+        this
+    }
+}
+
+impl Drop for StandIns {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .args([
+                "delete",
+                "deployment",
+                &self.0,
+                "-n",
+                "syncgc-system",
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .env("KUBECONFIG", kubeconfig_path())
+            .output();
+    }
 }
 
 #[tokio::test]

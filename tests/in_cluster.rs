@@ -142,9 +142,11 @@ async fn rolled_out(client: &Client, replicas: i32) {
 }
 
 /// `syncgc check` from outside the cluster: every line ✓, the metrics read through the
-/// apiserver's proxy to the leader's Pod.
+/// apiserver's proxy to the leader's Pod. It waits for a leader: the Lease may still name a
+/// Pod of an earlier install or of the last rollout, which the new replicas take over only
+/// once it has not changed for its duration.
 fn checks_pass() {
-    let (ok, out) = syncgc(&["check"]);
+    let (ok, out) = syncgc(&["check", "--wait", "60s"]);
     assert!(ok, "syncgc check failed:\n{out}");
     assert!(!out.contains('✗'), "{out}");
     for line in [

@@ -188,8 +188,9 @@ enum Position {
 }
 
 /// The header of a length-delimited field at the start of `buf`: its number, the header's
-/// length and the value's; `None` while incomplete; `unexpected` when it is not
-/// length-delimited.
+/// length and the whole field's (header and value); `None` while incomplete; `unexpected`
+/// when it is not length-delimited, an error too when the length the field claims does not
+/// fit in memory (it could never be read, and adding it up would overflow).
 fn header(buf: &[u8], unexpected: &'static str) -> Result<Option<(u64, usize, usize)>, Malformed> {
     let Some((key, key_len)) = varint(buf) else {
         return Ok(None);
@@ -200,8 +201,12 @@ fn header(buf: &[u8], unexpected: &'static str) -> Result<Option<(u64, usize, us
     let Some((len, len_len)) = varint(&buf[key_len..]) else {
         return Ok(None);
     };
-    let len = usize::try_from(len).map_err(|_| Malformed("length"))?;
-    Ok(Some((key >> 3, key_len + len_len, len)))
+    let head = key_len + len_len;
+    let whole = usize::try_from(len)
+        .ok()
+        .and_then(|len| head.checked_add(len))
+        .ok_or(Malformed("a field longer than memory"))?;
+    Ok(Some((key >> 3, head, whole)))
 }
 
 /// The list's own metadata.
@@ -249,15 +254,15 @@ impl ListDecoder {
                     self.state = Position::Envelope;
                 }
                 Position::Envelope => {
-                    let Some((field, head, len)) = header(rest, "unexpected envelope field")?
+                    let Some((field, head, whole)) = header(rest, "unexpected envelope field")?
                     else {
                         break;
                     };
                     if field == 2 {
                         at += head;
-                        self.state = Position::List(len);
-                    } else if rest.len() >= head + len {
-                        at += head + len;
+                        self.state = Position::List(whole - head);
+                    } else if rest.len() >= whole {
+                        at += whole;
                     } else {
                         break;
                     }
@@ -265,10 +270,9 @@ impl ListDecoder {
                 Position::List(0) => self.state = Position::Envelope,
                 Position::List(left) => {
                     // One whole field of the list at a time.
-                    let Some((field, head, len)) = header(rest, "unexpected list field")? else {
+                    let Some((field, head, whole)) = header(rest, "unexpected list field")? else {
                         break;
                     };
-                    let whole = head + len;
                     if whole > left {
                         return Err(Malformed("an item longer than the list"));
                     }
@@ -464,5 +468,28 @@ mod tests {
         let mut decoder = ListDecoder::default();
         assert!(decoder.feed(&whole[..whole.len() - 5]).unwrap().is_empty());
         assert!(decoder.finish().is_err());
+    }
+
+    /// A length near 2⁶⁴ would wrap when added to its header's length (11 bytes here): an
+    /// error, in the envelope and in the list, whatever the chunks.
+    #[test]
+    fn a_length_past_memory_is_an_error() {
+        for len in [u64::MAX, u64::MAX - 1, u64::MAX - 10] {
+            let field = |number| [key(number, 2), encode_varint(len), b"abc".to_vec()].concat();
+            let in_envelope = [MAGIC.to_vec(), field(3)].concat();
+            let in_list = [MAGIC.to_vec(), bytes(2, &field(2))].concat();
+            for answer in [in_envelope, in_list] {
+                for chunk in [1, 5, answer.len()] {
+                    let mut decoder = ListDecoder::default();
+                    let fed: Result<Vec<_>, Malformed> =
+                        answer.chunks(chunk).try_fold(Vec::new(), |mut all, part| {
+                            all.extend(decoder.feed(part)?);
+                            Ok(all)
+                        });
+                    let err = fed.expect_err("a length past memory");
+                    assert!(err.0.contains("longer"), "{err}");
+                }
+            }
+        }
     }
 }

@@ -193,17 +193,178 @@ pub fn deployment(
     }
 }
 
-/// Whether a replica holds the leader Lease, renewed within its duration at `now`.
-pub fn leader(record: Option<&Record>, now: Timestamp, at: &str) -> Finding {
-    let fresh = crate::disarm::running(record, None, now);
-    match fresh.into_iter().next() {
-        Some(holds) => Finding::pass("leader", holds),
-        None => Finding::fail(
+/// syncgc's replicas as the leader check sees them: the Pods of its Deployment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replicas {
+    /// The names of the Deployment's Pods, terminating or not.
+    pub pods: Vec<String>,
+    /// What the names of the Deployment's Pods start with (`DEPLOYMENT-`): a Lease holder
+    /// named so but not among [`Replicas::pods`] is gone. `None`: no Deployment.
+    pub prefix: Option<String>,
+    /// When each replica that runs (its Pod not being deleted, its container running)
+    /// started.
+    pub started: Vec<Timestamp>,
+    /// How often a replica tries for the Lease (`--leader-election-retry-period`).
+    pub retry_period: Duration,
+}
+
+/// `syncgc run`'s default `--leader-election-retry-period`.
+const RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+impl Replicas {
+    /// None known: syncgc runs outside a Deployment, or its Pods could not be listed.
+    pub fn unknown() -> Self {
+        Self {
+            pods: Vec::new(),
+            prefix: None,
+            started: Vec::new(),
+            retry_period: RETRY_PERIOD,
+        }
+    }
+
+    /// The replicas of `deployment` among `pods` (those its selector lists), with the retry
+    /// period its containers are given (`SYNCGC_LEADER_ELECTION_RETRY_PERIOD` or the flag).
+    pub fn of(deployment: &Deployment, pods: &[Pod]) -> Self {
+        const FLAG: &str = "--leader-election-retry-period";
+        let args = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .into_iter()
+            .flat_map(|p| &p.containers)
+            .flat_map(|c| c.args.iter().flatten().chain(c.command.iter().flatten()));
+        let mut flag = None;
+        let mut after_flag = false;
+        for arg in args {
+            if after_flag {
+                flag = Some(arg.clone());
+            }
+            after_flag = arg == FLAG;
+            if let Some(value) = arg.strip_prefix(FLAG).and_then(|a| a.strip_prefix('=')) {
+                flag = Some(value.to_owned());
+            }
+        }
+        let retry_period = flag
+            .or_else(|| super::env(deployment, "SYNCGC_LEADER_ELECTION_RETRY_PERIOD"))
+            .and_then(|text| crate::duration::parse(&text).ok())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(RETRY_PERIOD);
+        let started = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| {
+                let status = p.status.as_ref()?;
+                status
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+                    .map(|t| t.0)
+                    .max()
+            })
+            .collect();
+        Self {
+            pods: pods
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect(),
+            prefix: deployment.metadata.name.as_ref().map(|n| format!("{n}-")),
+            started,
+            retry_period,
+        }
+    }
+
+    /// Whether `holder` was one of these replicas' Pods and is no more.
+    fn gone(&self, holder: &str) -> bool {
+        self.prefix
+            .as_deref()
+            .is_some_and(|prefix| holder.starts_with(prefix))
+            && !self.pods.iter().any(|p| p == holder)
+    }
+}
+
+/// The replica that leads at `now`: the Lease's holder, renewed within its duration, unless it
+/// was one of the Deployment's Pods and is gone.
+pub fn leading(record: Option<&Record>, replicas: &Replicas, now: Timestamp) -> Option<String> {
+    let holder = record?.holder.as_deref()?;
+    let fresh = !crate::disarm::running(record, None, now).is_empty();
+    (fresh && !replicas.gone(holder)).then(|| holder.to_owned())
+}
+
+/// Whether a replica holds the leader Lease, renewed within its duration at `now`. When none
+/// does but replicas run, one of them takes the Lease over (creates it, takes it when free, or
+/// once its record has stayed unchanged for its duration on the replica's own clock): a
+/// warning until that should have happened (the later of the last renewal and the first
+/// replica's start, plus the lease duration and two retry periods: one to see the last
+/// renewal, one to act), a failure after.
+pub fn leader(record: Option<&Record>, replicas: &Replicas, now: Timestamp, at: &str) -> Finding {
+    if leading(record, replicas, now).is_some() {
+        let holds = crate::disarm::running(record, None, now);
+        return Finding::pass("leader", holds.into_iter().next().unwrap_or_default());
+    }
+    let seconds = |d: jiff::SignedDuration| format!("{:.0}s", d.as_secs_f64().max(0.0));
+    let renewed = record.and_then(|r| r.renew_time);
+    // What the Lease says, and how long after its last change (or a replica's start) a
+    // replica running takes it over at the latest.
+    let (state, unchanged_for, takes) = match record {
+        None => ("does not exist".to_owned(), Duration::ZERO, "creates it"),
+        Some(Record { holder: None, .. }) => ("is free".to_owned(), Duration::ZERO, "takes it"),
+        Some(Record {
+            holder: Some(holder),
+            lease_duration,
+            ..
+        }) => {
+            let ago = renewed.map(|t| now.duration_since(t));
+            let state = match ago {
+                None => format!("names {holder}, never renewed"),
+                Some(ago) if replicas.gone(holder) => {
+                    format!(
+                        "names {holder}, whose Pod is gone, renewed {} ago",
+                        seconds(ago)
+                    )
+                }
+                Some(ago) => format!("names {holder}, not renewed for {}", seconds(ago)),
+            };
+            (state, *lease_duration, "takes it over")
+        }
+    };
+    let fix = "look at syncgc's logs (kubectl logs deploy/syncgc -n NAMESPACE): a replica that \
+               cannot write the Lease says why";
+    let Some(first) = replicas.started.iter().min() else {
+        return Finding::fail(
             "leader",
-            format!("no replica holds the leader Lease {at}: nothing is being collected"),
-            "look at syncgc's logs (kubectl logs deploy/syncgc -n NAMESPACE): a replica that \
-             cannot write the Lease says why",
-        ),
+            format!(
+                "no replica holds the leader Lease {at}, which {state}: nothing is being collected"
+            ),
+            fix,
+        );
+    };
+    let within = unchanged_for + 2 * replicas.retry_period;
+    let since = renewed.map_or(*first, |renewed| renewed.max(*first));
+    let deadline = since
+        .checked_add(jiff::SignedDuration::try_from(within).unwrap_or(jiff::SignedDuration::MAX))
+        .unwrap_or(Timestamp::MAX);
+    let left = deadline.duration_since(now);
+    if left.is_positive() {
+        Finding::warn(
+            "leader",
+            format!(
+                "the leader Lease {at} {state}; a replica {takes} within {}s",
+                left.as_secs() + i64::from(left.subsec_nanos() > 0)
+            ),
+            "nothing to do: wait a moment, or run syncgc check --wait 1m",
+        )
+    } else {
+        Finding::fail(
+            "leader",
+            format!(
+                "no replica holds the leader Lease {at}, which {state}, and none of the {} \
+                 running took it over within {}",
+                replicas.started.len(),
+                seconds(jiff::SignedDuration::try_from(within).unwrap_or_default())
+            ),
+            fix,
+        )
     }
 }
 
@@ -593,5 +754,240 @@ pub fn metrics(text: &str, from: &str) -> Finding {
             ),
             "syncgc's logs say why each condition fails (docs/troubleshooting.md)",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Status;
+
+    const AT: &str = "syncgc-system/syncgc";
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    /// A Lease held by `holder`, renewed at `renewed` (seconds), lasting 15 s.
+    fn lease(holder: Option<&str>, renewed: i64) -> Record {
+        Record {
+            holder: holder.map(str::to_owned),
+            lease_duration: Duration::from_secs(15),
+            acquire_time: Some(at(renewed)),
+            renew_time: Some(at(renewed)),
+            transitions: 0,
+            resource_version: Some("1".to_owned()),
+        }
+    }
+
+    /// The Deployment syncgc's Pods `pods`, started at `started` (seconds), retrying every 2 s.
+    fn replicas(pods: &[&str], started: &[i64]) -> Replicas {
+        Replicas {
+            pods: pods.iter().map(|p| (*p).to_owned()).collect(),
+            prefix: Some("syncgc-".to_owned()),
+            started: started.iter().map(|s| at(*s)).collect(),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn a_lease_renewed_within_its_duration_by_a_replica_passes() {
+        let record = lease(Some("syncgc-abc-1"), 97);
+        let found = leader(
+            Some(&record),
+            &replicas(&["syncgc-abc-1"], &[0]),
+            at(100),
+            AT,
+        );
+        assert_eq!(found.status, Status::Pass, "{found:?}");
+        assert_eq!(
+            found.message,
+            "syncgc-abc-1 holds the leader Lease, renewed 3s ago"
+        );
+        // syncgc run outside a Deployment leads too.
+        let record = lease(Some("laptop-4242"), 97);
+        let found = leader(Some(&record), &Replicas::unknown(), at(100), AT);
+        assert_eq!(found.status, Status::Pass, "{found:?}");
+        assert_eq!(
+            leading(Some(&record), &Replicas::unknown(), at(100)).as_deref(),
+            Some("laptop-4242")
+        );
+    }
+
+    #[test]
+    fn an_expired_lease_is_a_warning_while_a_running_replica_takes_it_over() {
+        // Renewed at 88 by a replica killed then; the replicas ran since before: they take it
+        // over by 88 + 15 + 2 × 2 = 107.
+        let record = lease(Some("syncgc-abc-1"), 88);
+        let running = replicas(&["syncgc-abc-1", "syncgc-abc-2"], &[0, 0]);
+        let found = leader(Some(&record), &running, at(104), AT);
+        assert_eq!(found.status, Status::Warn, "{found:?}");
+        assert_eq!(
+            found.message,
+            "the leader Lease syncgc-system/syncgc names syncgc-abc-1, not renewed for 16s; a \
+             replica takes it over within 3s"
+        );
+        assert!(found.fix.unwrap().contains("--wait"));
+        assert_eq!(leading(Some(&record), &running, at(104)), None);
+
+        // Expired long ago (an earlier install's), new replicas started at 95: each waits the
+        // whole duration from its own start, by 95 + 19 = 114.
+        let record = lease(Some("syncgc-old-1"), 10);
+        let new = replicas(&["syncgc-new-1", "syncgc-new-2"], &[95, 96]);
+        let found = leader(Some(&record), &new, at(100), AT);
+        assert_eq!(found.status, Status::Warn, "{found:?}");
+        assert_eq!(
+            found.message,
+            "the leader Lease syncgc-system/syncgc names syncgc-old-1, whose Pod is gone, \
+             renewed 90s ago; a replica takes it over within 14s"
+        );
+    }
+
+    #[test]
+    fn a_fresh_lease_of_a_pod_that_is_gone_is_a_warning_too() {
+        let record = lease(Some("syncgc-old-1"), 97);
+        let new = replicas(&["syncgc-new-1"], &[90]);
+        assert_eq!(leading(Some(&record), &new, at(100)), None);
+        let found = leader(Some(&record), &new, at(100), AT);
+        assert_eq!(found.status, Status::Warn, "{found:?}");
+        assert!(
+            found.message.ends_with("takes it over within 16s"),
+            "{}",
+            found.message
+        );
+        // A holder not named as the Deployment's Pods (syncgc run elsewhere) is not gone.
+        let record = lease(Some("laptop-4242"), 97);
+        assert_eq!(
+            leader(Some(&record), &new, at(100), AT).status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn a_lease_nobody_took_over_in_time_fails() {
+        // Replicas running since 0, the holder's last renewal at 10: taken over by 29.
+        let record = lease(Some("syncgc-abc-1"), 10);
+        let running = replicas(&["syncgc-abc-1", "syncgc-abc-2"], &[0, 0]);
+        let found = leader(Some(&record), &running, at(29), AT);
+        assert_eq!(found.status, Status::Fail, "{found:?}");
+        assert_eq!(
+            found.message,
+            "no replica holds the leader Lease syncgc-system/syncgc, which names syncgc-abc-1, \
+             not renewed for 19s, and none of the 2 running took it over within 19s"
+        );
+        assert!(found.fix.unwrap().contains("kubectl logs"));
+        assert_eq!(
+            leader(Some(&record), &running, at(28), AT).status,
+            Status::Warn
+        );
+    }
+
+    #[test]
+    fn without_a_replica_running_nothing_takes_the_lease_over() {
+        let expired = lease(Some("syncgc-abc-1"), 10);
+        for record in [None, Some(&expired), Some(&lease(None, 10))] {
+            for none in [Replicas::unknown(), replicas(&["syncgc-abc-1"], &[])] {
+                let found = leader(record, &none, at(100), AT);
+                assert_eq!(found.status, Status::Fail, "{found:?}");
+                assert!(
+                    found.message.ends_with("nothing is being collected"),
+                    "{}",
+                    found.message
+                );
+            }
+        }
+        assert_eq!(
+            leader(None, &Replicas::unknown(), at(100), AT).message,
+            "no replica holds the leader Lease syncgc-system/syncgc, which does not exist: \
+             nothing is being collected"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_free_lease_is_taken_within_two_retry_periods_of_a_start() {
+        let started = replicas(&["syncgc-abc-1"], &[99]);
+        let missing = leader(None, &started, at(100), AT);
+        assert_eq!(missing.status, Status::Warn, "{missing:?}");
+        assert_eq!(
+            missing.message,
+            "the leader Lease syncgc-system/syncgc does not exist; a replica creates it within 3s"
+        );
+        let free = leader(Some(&lease(None, 50)), &started, at(100), AT);
+        assert_eq!(free.status, Status::Warn, "{free:?}");
+        assert!(
+            free.message
+                .contains("is free; a replica takes it within 3s")
+        );
+        assert_eq!(leader(None, &started, at(103), AT).status, Status::Fail);
+    }
+
+    #[test]
+    fn the_replicas_are_the_deployments_running_pods_with_its_retry_period() {
+        let deployment: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "syncgc", "namespace": "syncgc-system" },
+            "spec": {
+                "selector": { "matchLabels": { "app": "syncgc" } },
+                "template": { "spec": { "containers": [{
+                    "name": "syncgc", "args": ["run"],
+                    "env": [{ "name": "SYNCGC_LEADER_ELECTION_RETRY_PERIOD", "value": "500ms" }],
+                }] } },
+            },
+        }))
+        .unwrap();
+        let pod = |name: &str, running: Option<&str>, deleted: bool| -> Pod {
+            let state = match running {
+                Some(at) => serde_json::json!({ "running": { "startedAt": at } }),
+                None => serde_json::json!({ "waiting": { "reason": "ContainerCreating" } }),
+            };
+            let mut pod = serde_json::json!({
+                "metadata": { "name": name },
+                "status": { "containerStatuses": [{
+                    "name": "syncgc", "image": "syncgc", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": state,
+                }] },
+            });
+            if deleted {
+                pod["metadata"]["deletionTimestamp"] = "2023-11-14T22:13:30Z".into();
+            }
+            serde_json::from_value(pod).unwrap()
+        };
+        let pods = [
+            pod("syncgc-a-1", Some("2023-11-14T22:13:20Z"), false),
+            pod("syncgc-a-2", Some("2023-11-14T22:13:21Z"), true),
+            pod("syncgc-b-1", None, false),
+        ];
+        let found = Replicas::of(&deployment, &pods);
+        assert_eq!(found.pods, ["syncgc-a-1", "syncgc-a-2", "syncgc-b-1"]);
+        assert_eq!(found.prefix.as_deref(), Some("syncgc-"));
+        assert_eq!(found.started, [at(0)]);
+        assert_eq!(found.retry_period, Duration::from_millis(500));
+
+        // The flag wins over the environment, in either form; without either, the default.
+        let retry = |args: &[&str], env: bool| {
+            let mut changed = deployment.clone();
+            let pod = changed
+                .spec
+                .as_mut()
+                .unwrap()
+                .template
+                .spec
+                .as_mut()
+                .unwrap();
+            let container = &mut pod.containers[0];
+            container.args = Some(args.iter().map(|a| (*a).to_owned()).collect());
+            if !env {
+                container.env = None;
+            }
+            Replicas::of(&changed, &pods).retry_period
+        };
+        assert_eq!(
+            retry(&["run", "--leader-election-retry-period", "3s"], true),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            retry(&["run", "--leader-election-retry-period=1s"], true),
+            Duration::from_secs(1)
+        );
+        assert_eq!(retry(&["run"], false), Duration::from_secs(2));
     }
 }

@@ -5,7 +5,9 @@
 //! - API groups that do not answer (syncgc cannot see their objects, and a namespace that
 //!   holds one cannot be deleted);
 //! - syncgc's Deployment with ready replicas (and why the others are not: an image that cannot
-//!   be pulled, a crash loop, no node to run on), and a replica holding the leader Lease;
+//!   be pulled, a crash loop, no node to run on), and a replica holding the leader Lease (a
+//!   warning, not a failure, while a replica that runs is taking it over: from a replica
+//!   killed, or before the first has it);
 //! - the MutatingWebhookConfiguration with its webhooks (for a Service, whether it has ready
 //!   endpoints for the apiserver to call), and its CA bundle verifying the
 //!   certificate syncgc serves (a TLS handshake for a URL, the certificate's Secret for a
@@ -19,7 +21,8 @@
 //!
 //! With `--pre`, before installing: the version, the groups, the APIs syncgc needs, and
 //! whether the user may install it. The findings are pure functions of what was read
-//! ([`Finding`]); the reading is thin.
+//! ([`Finding`]); the reading is thin. With `--wait`, it reads again until nothing fails and no
+//! warning is left (a leader taken over), or the time is up.
 
 mod findings;
 
@@ -78,6 +81,11 @@ pub struct CheckArgs {
     /// Output format: a line per check, or JSON.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// Check again every 2 seconds until no check fails and none warns (such as a leader
+    /// Lease being taken over after an install or a restart), for at most this long (such as
+    /// 60s); then print the last result.
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse)]
+    pub wait: Option<Duration>,
     #[command(flatten)]
     pub access: crate::api::Access,
 }
@@ -90,6 +98,9 @@ pub enum Status {
     Fail,
     /// Could not be asked here, or does not apply; not a failure.
     Skip,
+    /// Not a failure, and passes on its own shortly (a replica taking the leader Lease over);
+    /// `--wait` waits it out.
+    Warn,
 }
 
 impl Status {
@@ -98,6 +109,7 @@ impl Status {
             Self::Pass => "✓",
             Self::Fail => "✗",
             Self::Skip => "·",
+            Self::Warn => "!",
         }
     }
 }
@@ -128,6 +140,15 @@ impl Finding {
             status: Status::Fail,
             message: message.into(),
             fix: Some(fix.into()),
+        }
+    }
+
+    fn warn(check: &'static str, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Self {
+            check,
+            status: Status::Warn,
+            message: message.into(),
+            fix: Some(hint.into()),
         }
     }
 
@@ -204,23 +225,25 @@ pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
     };
     let deployments = cluster.namespaced::<Deployment>(&args.syncgc_namespace);
     let found = cluster.get_whole(&deployments, &args.deployment).await;
+    let pods = match &found {
+        Ok(Some(found)) => pods(&cluster, found).await,
+        _ => None,
+    };
+    let replicas = match (&found, &pods) {
+        (Ok(Some(found)), Some(pods)) => Replicas::of(found, pods),
+        _ => Replicas::unknown(),
+    };
     let now = crate::api::clock::now();
-    let holder = record
-        .as_ref()
-        .filter(|r| !crate::disarm::running(Some(r), None, now).is_empty())
-        .and_then(|r| r.holder.clone());
+    let holder = leading(record.as_ref(), &replicas, now);
     checks.push(match &found {
         Ok(found) => {
-            let waiting = match found {
-                Some(found) => waiting_pods(&cluster, found).await,
-                None => Vec::new(),
-            };
+            let waiting: Vec<String> = pods.iter().flatten().filter_map(not_ready).collect();
             deployment(found.as_ref(), holder.as_deref(), &at, &waiting)
         }
         Err(err) => Finding::unread("deployment", err),
     });
     checks.push(match &lease {
-        Ok(_) => leader(record.as_ref(), now, &lease_at),
+        Ok(_) => leader(record.as_ref(), &replicas, now, &lease_at),
         Err(err) => Finding::unread("leader", err),
     });
 
@@ -296,16 +319,26 @@ impl Report {
         }
     }
 
+    /// The checks that failed or warn: what `--wait` waits for.
+    fn unsettled(&self) -> Vec<&'static str> {
+        self.checks
+            .iter()
+            .filter(|c| matches!(c.status, Status::Fail | Status::Warn))
+            .map(|c| c.check)
+            .collect()
+    }
+
     pub fn text(&self) -> String {
         let mut text: String = self.checks.iter().map(|c| c.line() + "\n").collect();
-        let failed = self
-            .checks
-            .iter()
-            .filter(|c| c.status == Status::Fail)
-            .count();
-        text.push_str(&match failed {
-            0 => "syncgc works here\n".to_owned(),
-            n => format!("{n} check(s) failed\n"),
+        let count = |status| self.checks.iter().filter(|c| c.status == status).count();
+        let warnings = match count(Status::Warn) {
+            0 => String::new(),
+            n => format!(", {n} warning(s)"),
+        };
+        text.push_str(&match count(Status::Fail) {
+            0 if warnings.is_empty() => "syncgc works here\n".to_owned(),
+            0 => format!("no check failed{warnings}\n"),
+            n => format!("{n} check(s) failed{warnings}\n"),
         });
         text
     }
@@ -528,16 +561,16 @@ async fn ready_endpoints(cluster: &Cluster, namespace: &str, name: &str) -> Opti
     )
 }
 
-/// Why the Pods of syncgc's Deployment that are not ready are not ([`not_ready`]); none when
-/// they cannot be listed (the Deployment's line says what it can without them).
-async fn waiting_pods(cluster: &Cluster, deployment: &Deployment) -> Vec<String> {
+/// The Pods of syncgc's Deployment: why those not ready are not ([`not_ready`]), and which
+/// run ([`Replicas`]); `None` when they cannot be listed (the Deployment's line says what it
+/// can without them, and no replica is known to run).
+async fn pods(cluster: &Cluster, deployment: &Deployment) -> Option<Vec<Pod>> {
     let namespace = deployment.metadata.namespace.as_deref().unwrap_or_default();
-    let selector = crate::disarm::pod_selector(deployment).unwrap_or_default();
-    let pods = cluster
+    let selector = crate::disarm::pod_selector(deployment).filter(|s| !s.is_empty())?;
+    cluster
         .list_whole(&cluster.namespaced::<Pod>(namespace), &selector)
         .await
-        .unwrap_or_default();
-    pods.iter().filter_map(not_ready).collect()
+        .ok()
 }
 
 /// The leader's `/metrics`: at `--metrics-url`, or through the apiserver's proxy to the pod
@@ -570,15 +603,40 @@ async fn read_metrics(cluster: &Cluster, args: &CheckArgs, holder: Option<&str>)
     }
 }
 
+/// How long `--wait` waits between two checks.
+const AGAIN: Duration = Duration::from_secs(2);
+
 impl CheckArgs {
     /// Runs the checks and prints them; whether every check passed.
     pub async fn run(self) -> anyhow::Result<bool> {
-        let report = check(&self).await?;
+        let report = self.settled().await?;
         match self.output {
             Output::Text => print!("{}", report.text()),
             Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         }
         Ok(report.ok)
+    }
+
+    /// The checks, again every [`AGAIN`] until none fails or warns or `--wait` has passed
+    /// (once without it): the last report.
+    async fn settled(&self) -> anyhow::Result<Report> {
+        let until = self.wait.map(|wait| Instant::now() + wait);
+        loop {
+            let report = check(self).await?;
+            let unsettled = report.unsettled();
+            let left = until.map_or(Duration::ZERO, |until| {
+                until.saturating_duration_since(Instant::now())
+            });
+            if unsettled.is_empty() || left.is_zero() {
+                return Ok(report);
+            }
+            eprintln!(
+                "waiting for {} ({}s left)",
+                unsettled.join(", "),
+                left.as_secs()
+            );
+            tokio::time::sleep(AGAIN.min(left)).await;
+        }
     }
 }
 
@@ -894,5 +952,41 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["checks"][0]["status"], "fail");
         assert_eq!(json["checks"][0]["fix"], "mend it");
+        assert_eq!(report.unsettled(), ["c"]);
+    }
+
+    #[test]
+    fn a_warning_is_not_a_failure_but_is_waited_for() {
+        let report = Report::of(vec![
+            Finding::pass("a", "fine"),
+            Finding::warn("leader", "being taken over", "wait"),
+        ]);
+        assert!(report.ok);
+        assert_eq!(report.unsettled(), ["leader"]);
+        assert!(
+            report.text().ends_with(
+                "! leader       being taken over\n    → wait\nno check failed, 1 warning(s)\n"
+            ),
+            "{}",
+            report.text()
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["ok"], true);
+        assert_eq!(json["checks"][1]["status"], "warn");
+        let report = Report::of(vec![
+            Finding::warn("leader", "being taken over", "wait"),
+            Finding::fail("c", "broken", "mend it"),
+        ]);
+        assert!(!report.ok);
+        assert!(
+            report.text().ends_with("1 check(s) failed, 1 warning(s)\n"),
+            "{}",
+            report.text()
+        );
+        assert!(
+            Report::of(vec![Finding::skip("b", "not here")])
+                .unsettled()
+                .is_empty()
+        );
     }
 }

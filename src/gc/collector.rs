@@ -28,7 +28,7 @@ use super::waves::Waves;
 use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::graph::{Flags, Mode, Reader, Uid, Work};
 use crate::metrics::{Action, Metrics};
-use crate::names::{ORPHAN_FINALIZER, Reason};
+use crate::names::{ORPHAN_FINALIZER, PROTECTED_ANNOTATION, Reason};
 
 /// How many dependents of one orphaning owner are patched at once.
 const ORPHAN_CONCURRENCY: usize = 16;
@@ -229,6 +229,48 @@ pub async fn work(
     }
 }
 
+impl Collector {
+    /// Keeps the protected dependent `target` that its owners' going would delete: its
+    /// references to them are removed instead (as the webhook does when it refuses such a
+    /// DELETE), while it is still protected as read. `false`: it is not protected any more,
+    /// and goes as any dependent.
+    async fn keep_protected(&self, target: &Target) -> Result<bool, ApiError> {
+        let Some(meta) = self.cx.cluster.get_metadata(target).await? else {
+            return Ok(true);
+        };
+        let value = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROTECTED_ANNOTATION));
+        if !crate::graph::protects(value.map(String::as_str)) {
+            return Ok(false);
+        }
+        let references = meta.owner_references.clone().unwrap_or_default();
+        let owners: Vec<String> = references.iter().map(|r| r.uid.clone()).collect();
+        let claims = Claims {
+            annotations: vec![(PROTECTED_ANNOTATION, "true".to_owned())],
+            finalizers: Vec::new(),
+        };
+        tracing::info!(dependent = %target, "keeping a protected dependent: removing its references to its owners");
+        let cause = owners.first().map(|o| Uid::parse(o));
+        self.cx
+            .caused(
+                cause,
+                self.cx.act(
+                    Action::RemoveOwnerReferences,
+                    self.cx
+                        .cluster
+                        .remove_owner_references(target, &references, &owners, &claims),
+                ),
+            )
+            .await?;
+        if let Some(owner) = owners.first() {
+            self.cx.record_orphaned(target, owner);
+        }
+        Ok(true)
+    }
+}
+
 /// What a panic said, as its payload carries it (`panic!` with a string or a format).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -393,6 +435,10 @@ impl Collector {
         propagation: Propagation,
         resource_version: Option<u64>,
     ) -> Result<(), ApiError> {
+        let protected = self.cx.graph().guards(uid).is_some_and(|g| g.protected);
+        if protected && self.keep_protected(target).await? {
+            return Ok(());
+        }
         let waiting: Vec<Uid> = self.cx.graph().waiting_owners_of(uid).collect();
         self.barrier.deleting_for(waiting, uid);
         let cause = self.cx.graph().cause_of(uid);

@@ -11,7 +11,7 @@ mod shared;
 mod uid;
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::num::NonZeroU16;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -399,33 +399,58 @@ pub struct Step {
     pub depth: usize,
 }
 
-/// The graph.
-#[derive(Debug, Default)]
-pub struct Graph {
+/// The graph. `S` hashes its maps keyed by uid: the process's keyed [`UidHash`], always; a
+/// parameter only so that the graph benchmark can measure the same graph with another hasher
+/// as its baseline.
+#[derive(Debug)]
+pub struct Graph<S = UidHash> {
     mode: Mode,
     /// Each node boxed: the index's empty slots (up to half of them right after it grows)
     /// then cost a pointer each, not a whole node, so memory per object stays the same from
     /// thousands of objects to millions.
-    nodes: index::Nodes,
+    nodes: index::Nodes<S>,
     namespaces: HashSet<Arc<String>>,
     /// When each observed object being deleted got its deletionTimestamp (seconds since the
     /// epoch); only those, so nodes stay small.
-    deleted_at: HashMap<Uid, i64, UidHash>,
+    deleted_at: HashMap<Uid, i64, S>,
     /// The order of each observed object not in wave 0 or with an invalid order; only those,
     /// so nodes stay small.
-    orders: HashMap<Uid, Order, UidHash>,
+    orders: HashMap<Uid, Order, S>,
     /// What each observed object that says something to the guards says; only those.
-    guards: HashMap<Uid, Guards, UidHash>,
+    guards: HashMap<Uid, Guards, S>,
     /// The protected objects and the finalizer handlers among them, for the question every
     /// DELETE asks first: is there any?
-    protected: HashSet<Uid, UidHash>,
-    handlers: HashSet<Uid, UidHash>,
+    protected: HashSet<Uid, S>,
+    handlers: HashSet<Uid, S>,
     /// The uid of each Namespace observed, by name.
     namespace_objects: HashMap<Box<str>, Uid>,
 }
 
+impl<S: BuildHasher + Default + Clone> Default for Graph<S> {
+    fn default() -> Self {
+        Self {
+            mode: Mode::default(),
+            nodes: index::Nodes::default(),
+            namespaces: HashSet::default(),
+            deleted_at: HashMap::default(),
+            orders: HashMap::default(),
+            guards: HashMap::default(),
+            protected: HashSet::default(),
+            handlers: HashSet::default(),
+            namespace_objects: HashMap::default(),
+        }
+    }
+}
+
 impl Graph {
     pub fn new(mode: Mode) -> Self {
+        Self::hashed_with(mode)
+    }
+}
+
+impl<S: BuildHasher + Default + Clone> Graph<S> {
+    /// An empty graph whose uid maps hash with `S` (the benchmark's baseline).
+    pub fn hashed_with(mode: Mode) -> Self {
         Self {
             mode,
             ..Self::default()
@@ -588,7 +613,7 @@ impl Graph {
     }
 
     fn set_guards(&mut self, uid: Uid, guards: Guards) {
-        let mark = |set: &mut HashSet<Uid, UidHash>, on: bool| {
+        let mark = |set: &mut HashSet<Uid, S>, on: bool| {
             if on {
                 set.insert(uid);
             } else {

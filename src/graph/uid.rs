@@ -1,6 +1,9 @@
 //! Object uids, kept as 128-bit numbers rather than strings.
 
+use std::collections::hash_map::RandomState;
 use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 /// A Kubernetes uid. UUIDs (what the apiserver assigns) are stored exactly and print back the
 /// same; any other string is hashed. Two `u64` halves rather than a `u128`, so that structures
@@ -51,26 +54,101 @@ fn uuid(text: &str) -> Option<u128> {
     Some(value)
 }
 
-/// Hashes a [`Uid`] for the graph's maps: a UUID is random already (and anything else was
-/// hashed into one), so mixing its two halves is enough; much cheaper than SipHash for the
-/// several lookups each applied object makes.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct UidHasher(u64);
+/// Hashes a [`Uid`] for the graph's maps and the work queue, with a key of the process's own.
+///
+/// Uids are not all the apiserver's: an ownerReference may name any uid, and the apiserver only
+/// checks that it is not empty, so whoever may write an object chooses 128 bits that become a
+/// key of the graph's index (a virtual owner). An unkeyed hash of them, however well it mixes,
+/// can be run backwards: with it, one tenant could send references whose uids all fall in one
+/// bucket, and every insert and lookup among them would cost as many comparisons as there are
+/// of them, under the graph's lock. So every hash mixes in a 128-bit key drawn once per
+/// process, when the first map is made (at start-up), from the operating system's random
+/// source (through [`RandomState`], whose SipHash output under its own random key gives the two
+/// halves), and known only to the process.
+///
+/// The mixing is a folded multiply, the core of foldhash (and wyhash): each pair of 64-bit
+/// words is combined with the key's halves by xor, multiplied into 128 bits, and the product's
+/// halves are xored together; a word left over is folded with the key once more. For a uid,
+/// `fold((hi ^ k0) × (lo ^ k1))`. Each bit of the folded product depends on the bits of both
+/// factors, so on the key's, and without the key one cannot say which uids fold to the same bucket: unlike the
+/// unkeyed mix it replaces (`(h <<< 29 ^ word) × constant`, a bijection per word that anyone
+/// could invert), it gives no handle to choose collisions. It is not a cryptographic hash
+/// (SipHash, std's default, is the conservative choice and costs several times more for the
+/// several lookups each applied object makes); like foldhash, it is meant to keep
+/// chosen-collision floods out of hash tables when the key stays secret. Its cost is the
+/// unkeyed mix's: one 64×64→128-bit multiply per uid instead of two 64-bit ones (measured in
+/// the graph benchmark, `benches/cluster/graph.rs`, against the unkeyed mix).
+///
+/// The key is the same for every map of the process, as the graph's index needs: it takes
+/// each node's shard from the hash the shard's map uses too (`index.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct UidHasher {
+    /// The words folded so far (at first, the key's first half).
+    acc: u64,
+    /// The key's second half.
+    key: u64,
+    /// A word waiting for its pair.
+    pending: Option<u64>,
+}
+
+/// 64 × 64 → 128-bit multiply, the product's halves xored.
+#[inline(always)]
+fn fold(x: u64, y: u64) -> u64 {
+    let product = u128::from(x) * u128::from(y);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// Where a word without a pair is folded: any odd constant (π's digits) keeps it apart from a
+/// pair whose second word is 0.
+const ALONE: u64 = 0x243f_6a88_85a3_08d3;
 
 impl std::hash::Hasher for UidHasher {
+    #[inline]
     fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only reached for keys other than a `Uid`: FNV-1a.
-        for byte in bytes {
-            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x100000001b3);
+        match self.pending {
+            Some(word) => fold(word ^ self.acc, self.key ^ ALONE),
+            None => self.acc,
         }
     }
 
+    #[inline]
     fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e3779b97f4a7c15);
+        match self.pending.take() {
+            Some(first) => self.acc = fold(first ^ self.acc, n ^ self.key),
+            None => self.pending = Some(n),
+        }
+    }
+
+    /// Keys other than a uid's words (none of the graph's): eight bytes at a time, then the
+    /// length.
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.write_u64(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(last));
+        }
+        self.write_u64(bytes.len() as u64);
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n.into());
+    }
+
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(n.into());
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n.into());
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
     }
 
     /// An enum's discriminant (a work item's kind, say).
@@ -79,8 +157,46 @@ impl std::hash::Hasher for UidHasher {
     }
 }
 
-/// Builds [`UidHasher`]s.
-pub type UidHash = std::hash::BuildHasherDefault<UidHasher>;
+/// Builds [`UidHasher`]s with the process's key: the `S` of every map keyed by uid.
+#[derive(Debug, Clone, Copy)]
+pub struct UidHash {
+    key: [u64; 2],
+}
+
+impl UidHash {
+    /// With a key of one's own, for tests.
+    #[cfg(test)]
+    pub(crate) const fn with_key(key: [u64; 2]) -> Self {
+        Self { key }
+    }
+}
+
+impl Default for UidHash {
+    /// With the process's key.
+    #[inline]
+    fn default() -> Self {
+        static KEY: OnceLock<[u64; 2]> = OnceLock::new();
+        let key = *KEY.get_or_init(|| {
+            // Each RandomState is keyed from the operating system's random source.
+            let random = RandomState::new();
+            [random.hash_one(0u8), random.hash_one(1u8)]
+        });
+        Self { key }
+    }
+}
+
+impl BuildHasher for UidHash {
+    type Hasher = UidHasher;
+
+    #[inline]
+    fn build_hasher(&self) -> UidHasher {
+        UidHasher {
+            acc: self.key[0],
+            key: self.key[1],
+            pending: None,
+        }
+    }
+}
 
 impl fmt::Display for Uid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -104,7 +220,7 @@ impl fmt::Debug for Uid {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -134,5 +250,69 @@ mod tests {
     fn other_strings_are_distinct_identities() {
         assert_ne!(Uid::parse("a"), Uid::parse("b"));
         assert_eq!(Uid::parse("a"), Uid::parse("a"));
+    }
+
+    /// Uids whose unkeyed hash (the mix this one replaced) is the same, made as a tenant
+    /// would make them: the high half counts up and the low half undoes it.
+    pub(crate) fn colliding(n: u64) -> impl Iterator<Item = Uid> {
+        const K: u64 = 0x9e3779b97f4a7c15;
+        let inverse = (0..6).fold(K, |x, _| {
+            x.wrapping_mul(2u64.wrapping_sub(K.wrapping_mul(x)))
+        });
+        assert_eq!(K.wrapping_mul(inverse), 1);
+        let target = 0x0123456789abcdefu64.wrapping_mul(inverse);
+        (1..=n).map(move |hi| {
+            let lo = target ^ hi.wrapping_mul(K).rotate_left(29);
+            Uid::from_u128((u128::from(hi) << 64) | u128::from(lo))
+        })
+    }
+
+    /// The mix this one replaced: `(h <<< 29 ^ word) × K` over the two halves, from 0.
+    fn unkeyed(uid: Uid) -> u64 {
+        let mix = |h: u64, n: u64| (h.rotate_left(29) ^ n).wrapping_mul(0x9e3779b97f4a7c15);
+        let value = uid.as_u128();
+        mix(mix(0, (value >> 64) as u64), value as u64)
+    }
+
+    #[test]
+    fn the_hash_depends_on_the_key() {
+        let (a, b) = (UidHash::with_key([1, 2]), UidHash::with_key([3, 4]));
+        let uids = (0..1000u128).map(|n| Uid::from_u128(n * 0x1_0000_0001 + 7));
+        let differ = uids.filter(|u| a.hash_one(u) != b.hash_one(u)).count();
+        assert_eq!(differ, 1000);
+        // And on both halves of the uid.
+        let low = a.hash_one(Uid::from_u128(1));
+        assert_ne!(low, a.hash_one(Uid::from_u128(1 << 64 | 1)));
+        assert_ne!(low, a.hash_one(Uid::from_u128(2)));
+        // One process, one key.
+        let uid = Uid::from_u128(42);
+        assert_eq!(
+            UidHash::default().hash_one(uid),
+            UidHash::default().hash_one(uid)
+        );
+    }
+
+    #[test]
+    fn uids_that_collide_unkeyed_do_not_collide_keyed() {
+        let uids: Vec<Uid> = colliding(10_000).collect();
+        assert!(uids.iter().all(|u| unkeyed(*u) == 0x0123456789abcdef));
+        for hasher in [UidHash::default(), UidHash::with_key([0, 0])] {
+            let hashes: std::collections::HashSet<u64> =
+                uids.iter().map(|u| hasher.hash_one(u)).collect();
+            assert_eq!(hashes.len(), uids.len());
+            // The buckets of a table of 16,384: about as many as for random hashes
+            // (16,384 × (1 - e^(-10,000/16,384)) ≈ 7,500).
+            let buckets: std::collections::HashSet<u64> =
+                hashes.iter().map(|h| h & 0x3fff).collect();
+            assert!(buckets.len() > 7_000, "{}", buckets.len());
+        }
+    }
+
+    #[test]
+    fn keys_other_than_uids_hash_every_byte() {
+        let hasher = UidHash::default();
+        assert_ne!(hasher.hash_one("abc"), hasher.hash_one("abd"));
+        assert_ne!(hasher.hash_one("12345678a"), hasher.hash_one("12345678b"));
+        assert_ne!(hasher.hash_one(1u8), hasher.hash_one(2u8));
     }
 }

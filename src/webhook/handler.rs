@@ -24,13 +24,17 @@ use crate::gc::cascade::{self, Preview};
 use crate::gc::causes::{Causes, Entry, Pending};
 use crate::gc::discovery;
 use crate::graph::{Flags, Graph, Reader, ResourceId, Uid};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Readiness};
 use crate::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION, Reason};
 use kube::runtime::events::EventType;
 
 /// The largest review accepted: the apiserver's objects are up to ~3 MiB, and a review of an
 /// UPDATE carries two of them.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+/// The most bytes of review bodies held at once, across every connection: nine of the
+/// largest reviews, a small share of the chart's memory limit. A body waits for room up to
+/// its body timeout, then is refused (429).
+pub const MAX_IN_FLIGHT_BYTES: usize = 9 * MAX_BODY_BYTES;
 /// The apiserver's default webhook timeout, used when a request names none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The apiserver never waits longer than this for a webhook.
@@ -54,9 +58,17 @@ pub struct Webhook {
     /// Where the DELETEs let through are recorded, with who sent them and why (`None`: not
     /// recorded).
     pub causes: Option<Causes>,
+    /// The collector's readiness: until every watch has listed, the graph may miss objects,
+    /// and the guards do not judge on it.
+    pub readiness: Readiness,
 }
 
 impl Webhook {
+    /// Whether the graph holds the cluster: every watch has listed.
+    fn synced(&self) -> bool {
+        self.readiness.get()
+    }
+
     /// Runs `f` on the graph, with the kind of each of its resources (the graph's lock taken
     /// first, as everywhere).
     fn on_graph<T>(&self, f: impl FnOnce(&Graph, &dyn Fn(ResourceId) -> String) -> T) -> T {
@@ -75,6 +87,8 @@ impl Webhook {
 /// The webhook and what it remembers between reviews.
 struct Served {
     webhook: Webhook,
+    /// Room for [`MAX_IN_FLIGHT_BYTES`] of bodies, a permit per KiB.
+    in_flight: Arc<tokio::sync::Semaphore>,
     /// The finalizer handlers whose hold's end was reported, and when: once per
     /// [`REPORT_AGAIN`], however many DELETEs (or reviews posted by anyone) pass.
     reported: parking_lot::Mutex<HashMap<Uid, Instant>>,
@@ -91,6 +105,7 @@ pub fn router(webhook: Webhook) -> Router {
         .route("/mutate", post(mutate))
         .with_state(Arc::new(Served {
             webhook,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_BYTES / 1024)),
             reported: parking_lot::Mutex::default(),
         }))
 }
@@ -120,7 +135,14 @@ async fn mutate(
     let deadline = started + timeout.saturating_sub(ANSWER_MARGIN).max(timeout / 2);
 
     let (parts, body) = request.into_parts();
-    let body = match read_body(&parts.headers, body, webhook.body_timeout.min(timeout)).await {
+    let read = read_body(
+        &parts.headers,
+        body,
+        webhook.body_timeout.min(timeout),
+        &served.in_flight,
+    );
+    // The room taken is held until the answer is written: the body lives as long.
+    let (body, _room) = match read.await {
         Ok(body) => body,
         Err(rejection) => {
             count(metrics, "unknown", rejection.result(), started);
@@ -135,8 +157,14 @@ async fn mutate(
             return json(review::respond_invalid(&err));
         }
     };
-    let request = &review.request;
-    let verdict = guard(webhook, request);
+    // An eviction deletes its Pod without a DELETE review: judged as that DELETE, on the Pod
+    // as it is, and nothing else.
+    let eviction = match review.request.evicts() {
+        true => evicted(webhook, &review.request, deadline).await,
+        false => None,
+    };
+    let request = eviction.as_ref().unwrap_or(&review.request);
+    let verdict = guard(&served, request, deadline).await;
     if let guard::Verdict::Refuse {
         message,
         drop_owners,
@@ -161,6 +189,19 @@ async fn mutate(
             review.api_version,
             &request.uid,
             Answer::Deny { message },
+        ));
+    }
+    if let (Some(_), guard::Verdict::Pass { warnings, .. }) = (&eviction, &verdict) {
+        let warnings = warnings.clone();
+        record(webhook, request);
+        count(metrics, request.operation.as_str(), "eviction", started);
+        return json(review::respond(
+            review.api_version,
+            &request.uid,
+            Answer::Allow {
+                patch: None,
+                warnings,
+            },
         ));
     }
     // Counted for an opted-in object's DELETE only: its warnings are the only ones to say it.
@@ -222,22 +263,63 @@ async fn mutate(
     json(review::respond(review.api_version, &request.uid, answer))
 }
 
-/// What the guards say of `request`: a DELETE of an object is judged on the graph; anything
-/// else passes.
-fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
+/// What the guards say of `request`, judged off the runtime's threads with the time left to
+/// `deadline`: a DELETE of an object is judged on the graph; anything else passes.
+async fn guard(
+    served: &Arc<Served>,
+    request: &review::Request,
+    deadline: Instant,
+) -> guard::Verdict {
     let pass = guard::Verdict::Pass {
         warnings: Vec::new(),
         released: None,
     };
-    let (Operation::Delete, Some(meta)) = (request.operation, request.old_meta()) else {
+    if request.operation != Operation::Delete || !judged(request) {
+        return pass;
+    }
+    let served = served.clone();
+    let request = request.clone();
+    let judging = tokio::task::spawn_blocking(move || {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Three quarters of the time left: the rest is for the answer and the effects.
+        judge(
+            &served.webhook,
+            &request,
+            guard::Judging::budget_for(left * 3 / 4),
+        )
+    });
+    judging.await.unwrap_or_else(|err| {
+        tracing::error!(%err, "judging a DELETE failed");
+        pass
+    })
+}
+
+/// Whether the guards judge the DELETE of `request`: a DELETE of an object being deleted
+/// already (a Pod's last, from its kubelet) was judged when its deletion was admitted — unless
+/// it names a propagation that deletes what its `orphan` finalizer would have kept.
+fn judged(request: &review::Request) -> bool {
+    let Some(meta) = request.old_meta() else {
+        return false;
+    };
+    meta.deletion_timestamp.is_none()
+        || (meta.has_finalizer(crate::names::ORPHAN_FINALIZER)
+            && request
+                .options
+                .as_ref()
+                .is_some_and(|o| o.propagation_policy.is_some() || o.orphan_dependents.is_some())
+            && admit::propagation(request) != crate::api::Propagation::Orphan)
+}
+
+/// [`guard`]'s judgement, on the caller's thread.
+fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::Verdict {
+    let pass = guard::Verdict::Pass {
+        warnings: Vec::new(),
+        released: None,
+    };
+    let Some(meta) = request.old_meta() else {
         return pass;
     };
-    // A DELETE of an object being deleted already (a Pod's last, from its kubelet) was judged
-    // when its deletion was admitted.
-    let (Some(uid), None) = (
-        meta.uid.as_deref().map(Uid::parse),
-        &meta.deletion_timestamp,
-    ) else {
+    let Some(uid) = meta.uid.as_deref().map(Uid::parse) else {
         return pass;
     };
     // A DELETE of a collection names no object: its items' names are in the objects.
@@ -263,8 +345,41 @@ fn guard(webhook: &Webhook, request: &review::Request) -> guard::Verdict {
         max_cascade: crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)),
         propagation: admit::propagation(request),
     };
-    let now = jiff::Timestamp::now().as_second();
-    webhook.on_graph(|graph, kind| guard::judge(graph, kind, &delete, &webhook.policy, now))
+    let judging = guard::Judging {
+        now: jiff::Timestamp::now().as_second(),
+        synced: webhook.synced(),
+        budget,
+    };
+    webhook.on_graph(|graph, kind| guard::judge(graph, kind, &delete, &webhook.policy, judging))
+}
+
+/// The eviction `request` as the DELETE of its Pod, read live (an eviction carries no object
+/// of the Pod); `None` when the Pod cannot be read before `deadline` (it is let through, as
+/// every review is when syncgc cannot judge it in time).
+async fn evicted(
+    webhook: &Webhook,
+    request: &review::Request,
+    deadline: Instant,
+) -> Option<review::Request> {
+    let target = Target {
+        resource: ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+        namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
+        name: request.name.clone(),
+        uid: String::new(),
+    };
+    let read = tokio::time::timeout_at(deadline.into(), webhook.cluster.get_metadata(&target));
+    match read.await {
+        Ok(Ok(Some(pod))) => Some(request.eviction_as_delete(pod.into())),
+        Ok(Ok(None)) => None,
+        Ok(Err(err)) => {
+            tracing::warn!(%target, %err, "could not read the Pod of an eviction");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%target, "could not read the Pod of an eviction before the deadline");
+            None
+        }
+    }
 }
 
 /// Records a DELETE let through (not a dry run): who sent it, and the owner or namespace whose
@@ -294,7 +409,10 @@ fn record(webhook: &Webhook, request: &review::Request) {
         let cause = graph.cause_of(object);
         let seen = graph.node(object).is_some_and(|n| !n.is(Flags::VIRTUAL));
         let mut cascade = None;
-        if seen && cause.is_none() && admit::propagation(request) != crate::api::Propagation::Orphan
+        if seen
+            && cause.is_none()
+            && admit::propagation(request) != crate::api::Propagation::Orphan
+            && let Some(mut root) = target_of(request, uid.clone())
         {
             // The root of a cascade: followed to its end, for its summary Event.
             let resources = webhook.resources.read();
@@ -302,8 +420,6 @@ fn record(webhook: &Webhook, request: &review::Request) {
                 let resource = graph.node(member)?.resource?;
                 Some((member, resources.get(resource)?.api.kind.clone()))
             };
-            let mut root = target_of(request, uid.clone());
-            root.name = root_name(meta, request);
             let members: Vec<(Uid, String)> = if namespace_object {
                 root.namespace = None;
                 graph
@@ -359,10 +475,9 @@ async fn drop_references(
     let Some(meta) = request.old_meta() else {
         return;
     };
-    let mut target = target_of(request, meta.uid.clone().unwrap_or_default());
-    if let Some(name) = &meta.name {
-        target.name.clone_from(name);
-    }
+    let Some(target) = target_of(request, meta.uid.clone().unwrap_or_default()) else {
+        return;
+    };
     let references = meta.owner_references.clone().unwrap_or_default();
     let owners: Vec<String> = owners.iter().map(ToString::to_string).collect();
     // Only while the live object is protected as the review says.
@@ -469,11 +584,12 @@ async fn settle(
 ) -> Answer {
     let mut warnings = decision.warnings.clone();
     if let Some(effect) = &decision.side_effect {
-        let mut target = target_of(request, effect.uid.clone());
-        // A DELETE of a collection names its items in the objects only.
-        if let Some(name) = request.old_meta().and_then(|m| m.name.as_ref()) {
-            target.name.clone_from(name);
-        }
+        let Some(target) = target_of(request, effect.uid.clone()) else {
+            return Answer::Allow {
+                patch: None,
+                warnings,
+            };
+        };
         let outcome = tokio::time::timeout_at(
             deadline.into(),
             webhook.cluster.add_finalizer_with(
@@ -524,24 +640,58 @@ async fn settle(
     }
 }
 
-/// The object of `request`, with `uid`.
-fn target_of(request: &review::Request, uid: String) -> Target {
-    Target {
+/// The object of `request`, with `uid`, named as its object names it (a DELETE of a
+/// collection names its items there only); `None` when a part of it is not a path segment the
+/// apiserver gives (a review posted by someone else), so that no request goes elsewhere.
+fn target_of(request: &review::Request, uid: String) -> Option<Target> {
+    let name = request
+        .old_meta()
+        .and_then(|m| m.name.clone())
+        .unwrap_or_else(|| request.name.clone());
+    let namespace = request.namespace.clone().filter(|ns| !ns.is_empty());
+    let resource = &request.resource;
+    let segments = [
+        Some(name.as_str()),
+        namespace.as_deref(),
+        Some(resource.resource.as_str()),
+        Some(resource.version.as_str()),
+        (!resource.group.is_empty()).then_some(resource.group.as_str()),
+    ];
+    if !segments.into_iter().flatten().all(path_segment) {
+        tracing::warn!(
+            name,
+            namespace = namespace.as_deref().unwrap_or(""),
+            resource = %resource.resource,
+            "a review names an object that is no path segment: nothing done for it"
+        );
+        return None;
+    }
+    Some(Target {
         resource: ApiResource {
-            group: request.resource.group.clone(),
-            version: request.resource.version.clone(),
-            api_version: if request.resource.group.is_empty() {
-                request.resource.version.clone()
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            api_version: if resource.group.is_empty() {
+                resource.version.clone()
             } else {
-                format!("{}/{}", request.resource.group, request.resource.version)
+                format!("{}/{}", resource.group, resource.version)
             },
             kind: request.kind.kind.clone(),
-            plural: request.resource.resource.clone(),
+            plural: resource.resource.clone(),
         },
-        namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
-        name: request.name.clone(),
+        namespace,
+        name,
         uid,
-    }
+    })
+}
+
+/// Whether `part` can stand in a request path as one segment: not empty, `.` or `..`, no
+/// `/`, `%`, `?`, `#` or control character, and at most 1 KiB.
+fn path_segment(part: &str) -> bool {
+    !matches!(part, "" | "." | "..")
+        && part.len() <= 1024
+        && !part
+            .chars()
+            .any(|c| matches!(c, '/' | '%' | '?' | '#') || c.is_control())
 }
 
 /// Why a request was refused before it could be read as a review.
@@ -549,6 +699,8 @@ fn target_of(request: &review::Request, uid: String) -> Target {
 enum Rejection {
     UnsupportedMediaType(String),
     TooLarge,
+    /// No room for the body among the bodies being read and answered.
+    Busy,
     Unreadable(String),
     BodyTimeout(Duration),
 }
@@ -558,35 +710,64 @@ impl Rejection {
         match self {
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::TooLarge => "too_large",
+            Self::Busy => "busy",
             Self::Unreadable(_) => "unreadable",
             Self::BodyTimeout(_) => "body_timeout",
         }
     }
 }
 
+/// A refusal is a Kubernetes `Status`, with the reason a client reads.
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        let (status, message) = match self {
+        let (status, reason, message) = match self {
             Self::UnsupportedMediaType(got) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
                 format!("expected Content-Type application/json, got {got:?}"),
             ),
             Self::TooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
                 format!("the review exceeds {MAX_BODY_BYTES} bytes"),
             ),
-            Self::Unreadable(err) => (StatusCode::BAD_REQUEST, format!("reading the body: {err}")),
+            Self::Busy => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!("the webhook holds {MAX_IN_FLIGHT_BYTES} bytes of reviews already; retry"),
+            ),
+            Self::Unreadable(err) => (
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("reading the body: {err}"),
+            ),
             Self::BodyTimeout(timeout) => (
                 StatusCode::REQUEST_TIMEOUT,
+                "Timeout",
                 format!("the body did not arrive within {timeout:?}"),
             ),
         };
-        (status, message + "\n").into_response()
+        let body = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": status.as_u16(),
+        });
+        (status, axum::Json(body)).into_response()
     }
 }
 
-/// Reads a JSON body of at most [`MAX_BODY_BYTES`] within `timeout`.
-async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, Rejection> {
+/// Reads a JSON body of at most [`MAX_BODY_BYTES`] within `timeout`, once `room` has room for
+/// it (its declared length, else the largest); the room is returned with the body.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    timeout: Duration,
+    room: &Arc<tokio::sync::Semaphore>,
+) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), Rejection> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -601,6 +782,18 @@ async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
         return Err(Rejection::TooLarge);
     }
+    let kib = declared
+        .map_or(MAX_BODY_BYTES as u64, |len| len)
+        .div_ceil(1024)
+        .max(1);
+    let kib = u32::try_from(kib).unwrap_or(u32::MAX);
+    let room = match room.clone().try_acquire_many_owned(kib) {
+        Ok(room) => room,
+        Err(_) => tokio::time::timeout(timeout, room.clone().acquire_many_owned(kib))
+            .await
+            .map_err(|_| Rejection::Busy)?
+            .map_err(|_| Rejection::Busy)?,
+    };
     // A review's body nearly always arrives with its headers: read at once, it needs no timer.
     let mut read = std::pin::pin!(axum::body::to_bytes(body, MAX_BODY_BYTES));
     let read = match futures::poll!(read.as_mut()) {
@@ -608,7 +801,7 @@ async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
         std::task::Poll::Pending => tokio::time::timeout(timeout, read).await,
     };
     match read {
-        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Ok(bytes)) => Ok((bytes, room)),
         Ok(Err(err)) => {
             let too_large = std::error::Error::source(&err)
                 .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());

@@ -330,13 +330,29 @@ impl Registration {
                 ),
                 self.webhook(
                     DELETE_WEBHOOK,
-                    Coverage::Every.rules(&["DELETE"]),
+                    self.delete_rules(),
                     "Never",
                     object_selector,
                     delete_condition,
                 ),
             ]),
         }
+    }
+
+    /// Every DELETE; with the guards, also every Pod's eviction (a CREATE of `pods/eviction`
+    /// that deletes the Pod with no DELETE review of its own).
+    fn delete_rules(&self) -> Vec<RuleWithOperations> {
+        let mut rules = Coverage::Every.rules(&["DELETE"]);
+        if self.guards {
+            rules.push(RuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".to_owned()]),
+                operations: Some(vec!["CREATE".to_owned()]),
+                resources: Some(vec!["pods/eviction".to_owned()]),
+                scope: Some("Namespaced".to_owned()),
+            });
+        }
+        rules
     }
 
     fn webhook(
@@ -509,6 +525,15 @@ mod tests {
                 assert_eq!(
                     delete.rules.as_ref().unwrap()[0].operations,
                     Some(vec!["DELETE".to_owned()])
+                );
+                let eviction = &delete.rules.as_ref().unwrap()[1];
+                assert_eq!(
+                    (&eviction.operations, &eviction.resources),
+                    (
+                        &Some(vec!["CREATE".to_owned()]),
+                        &Some(vec!["pods/eviction".to_owned()])
+                    ),
+                    "an eviction deletes its Pod without a DELETE review"
                 );
             }
         }

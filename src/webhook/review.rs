@@ -75,6 +75,59 @@ impl Request {
     pub fn old_meta(&self) -> Option<&Metadata> {
         self.old_object.as_ref()?.metadata.as_ref()
     }
+
+    /// Whether this is the CREATE of a Pod's eviction: the eviction deletes the Pod without a
+    /// DELETE review of its own.
+    pub fn evicts(&self) -> bool {
+        self.operation == Operation::Create
+            && self.resource.group.is_empty()
+            && self.resource.resource == "pods"
+            && self.sub_resource.as_deref() == Some("eviction")
+    }
+
+    /// The DELETE of the Pod this eviction deletes, as the live Pod `pod` is.
+    pub fn eviction_as_delete(&self, pod: Metadata) -> Self {
+        Self {
+            uid: self.uid.clone(),
+            kind: GroupVersionKind {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            resource: GroupVersionResource {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "pods".into(),
+            },
+            sub_resource: None,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            operation: Operation::Delete,
+            object: None,
+            old_object: Some(Object {
+                metadata: Some(pod),
+            }),
+            dry_run: self.dry_run,
+            options: None,
+            user_info: self.user_info.clone(),
+        }
+    }
+}
+
+impl From<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> for Metadata {
+    fn from(meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Self {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            finalizers: meta.finalizers,
+            deletion_timestamp: meta.deletion_timestamp.map(|t| t.0.to_string()),
+            owner_references: meta.owner_references,
+        }
+    }
 }
 
 /// The part of `userInfo` that syncgc reads.

@@ -69,6 +69,12 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         resources: Default::default(),
         body_timeout: Duration::from_secs(2),
         causes: None,
+        // No collector: the graph, empty, is all there is.
+        readiness: {
+            let readiness = syncgc::metrics::Readiness::default();
+            readiness.set(true);
+            readiness
+        },
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
