@@ -3,7 +3,7 @@
 # kube-controller-manager with its own GC, and a real node; see hack/cluster.sh), builds
 # syncgc's image from this checkout and imports it into the node (hack/image.sh), installs the
 # chart with it (helm upgrade --install, values hack/local-node/values.yaml), runs `syncgc
-# check`, and follows the leader's log until Ctrl-C, which uninstalls the release (its
+# check` (waiting up to a minute for a replica to take the leader Lease over), and follows the leader's log until Ctrl-C, which uninstalls the release (its
 # pre-delete Job disarms every armed object). Extra arguments go to helm (such as
 # --set mode=standalone, with SYNCGC_KCM=nogc).
 set -euo pipefail
@@ -28,7 +28,9 @@ echo "installing the chart with $image"
 # becomes the release's.
 "$helm" upgrade --install syncgc charts/syncgc --namespace "$ns" --take-ownership --force-conflicts \
   -f hack/local-node/values.yaml --set "image.tag=${image##*:}" --wait --timeout 5m "$@"
-"$bin" check || true
+# A replica killed earlier (the last run's, a test's) may still hold the Lease: the new ones
+# take it over within its duration.
+"$bin" check --wait 60s || true
 
 follower=
 uninstall() {
