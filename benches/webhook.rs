@@ -93,6 +93,7 @@ fn main() {
             body_timeout: Duration::from_secs(10),
             causes: None,
             // No collector: the graph, empty, is all there is.
+            authenticate: false,
             readiness: {
                 let readiness = syncgc::metrics::Readiness::default();
                 readiness.set(true);

@@ -212,6 +212,47 @@ gen_controller_cert() {
   gen_cert controller "/CN=syncgc-controller" ca "$PKI/client.ext"
 }
 
+# The client certificate kube-apiserver presents to webhooks (its admission configuration names
+# it for every webhook host), signed by a CA of its own: a webhook that trusts that CA alone
+# (syncgc run --webhook-client-ca) answers the apiserver and nobody else.
+gen_webhook_client_cert() {
+  [ -f "$PKI/webhook-client.crt" ] && return 0
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
+    -subj "/CN=syncgc-local-webhook-client-ca" -keyout "$PKI/webhook-client-ca.key" \
+    -out "$PKI/webhook-client-ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  chmod 600 "$PKI/webhook-client-ca.key"
+  gen_cert webhook-client "/CN=kube-apiserver-webhook-client" webhook-client-ca "$PKI/client.ext"
+}
+
+# kube-apiserver's admission configuration: the client certificate it presents to every webhook.
+write_admission_config() {
+  cat >"$DIR/webhook-client.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: $PKI/webhook-client.crt
+    client-key: $PKI/webhook-client.key
+EOF
+  cat >"$DIR/admission.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $DIR/webhook-client.kubeconfig
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $DIR/webhook-client.kubeconfig
+EOF
+}
+
 # The controller user may do everything, as cluster-admin.
 bind_controller() {
   local kubectl=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE")
@@ -327,6 +368,8 @@ rules:
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
   - level: None
 POLICY
+  gen_webhook_client_cert
+  write_admission_config
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 0.0.0.0 --advertise-address "$NODE_IP" --secure-port "$APISERVER_PORT" \
@@ -348,6 +391,7 @@ POLICY
     --enable-priority-and-fairness="${SYNCGC_APISERVER_FLOW_CONTROL:-true}" \
     --watch-cache="${SYNCGC_APISERVER_WATCH_CACHE:-true}" \
     --audit-policy-file "$DIR/audit-policy.yaml" \
+    --admission-control-config-file "$DIR/admission.yaml" \
     --audit-log-path "$LOGS/audit.log" --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --audit-log-mode batch --audit-log-batch-max-wait 1s --audit-log-batch-max-size 200 \
     --profiling=false \

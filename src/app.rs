@@ -61,6 +61,12 @@ pub struct RunArgs {
         default_value = "/etc/syncgc/tls/tls.key"
     )]
     pub tls_key: PathBuf,
+    /// Answer admission reviews only from clients that present a certificate signed by this CA
+    /// (PEM): the apiserver, when its admission configuration gives it a client certificate for
+    /// webhooks. Without it, anyone who reaches the webhook's port may post a review (and
+    /// gets its answer only: side effects wait for the live object to bear the review out).
+    #[arg(long, env = "SYNCGC_WEBHOOK_CLIENT_CA")]
+    pub webhook_client_ca: Option<PathBuf>,
     /// cooperative: beside kube-controller-manager's garbage collector, syncgc handles its own
     /// finalizer; standalone: syncgc is the whole garbage collector (background, foreground,
     /// orphan), for control planes that run without kube-controller-manager's.
@@ -326,6 +332,7 @@ impl RunArgs {
             webhook_addr,
             tls_cert,
             tls_key,
+            webhook_client_ca,
             mode,
             unarmed_delete,
             max_cascade,
@@ -415,10 +422,14 @@ impl RunArgs {
         };
 
         // From the Secret syncgc keeps (set by the managing passes), or from files.
+        let clients = |cert: ReloadingCert| match &webhook_client_ca {
+            Some(ca) => cert.with_client_ca(ca),
+            None => Ok(cert),
+        };
         let cert = if tls_secret.is_some() {
-            Arc::new(ReloadingCert::empty())
+            Arc::new(clients(ReloadingCert::empty())?)
         } else {
-            let cert = Arc::new(ReloadingCert::load(&tls_cert, &tls_key)?);
+            let cert = Arc::new(clients(ReloadingCert::load(&tls_cert, &tls_key)?)?);
             let reload_metrics = metrics.clone();
             tokio::spawn(cert.clone().watch(
                 CERT_CHECK_INTERVAL,
@@ -469,6 +480,7 @@ impl RunArgs {
             body_timeout: Duration::from_secs(10),
             causes: causes.clone(),
             readiness: readiness.clone(),
+            authenticate: webhook_client_ca.is_some(),
         })
         // The metrics and probes on the webhook's port too, which every NetworkPolicy of an
         // install lets the apiserver reach: `syncgc check` reads them there through the

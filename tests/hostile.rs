@@ -33,17 +33,20 @@ async fn namespace(test: &str) -> TestNamespace {
 /// Posts `review` to `syncgc`'s webhook as any client can (curl, no client certificate);
 /// the answer's `response`.
 fn post(syncgc: &Syncgc, review: &Value) -> Value {
+    let (status, answer) = post_raw(syncgc, review);
+    assert_eq!(status, 200, "{answer}");
+    answer["response"].clone()
+}
+
+/// [`post`]: the HTTP status and the whole answer.
+fn post_raw(syncgc: &Syncgc, review: &Value) -> (u16, Value) {
     let mut curl = Command::new("curl")
-        .args([
-            "-sk",
-            "-H",
-            "Content-Type: application/json",
-            "--data-binary",
-            "@-",
-        ])
+        .args(["-skS", "-H", "Content-Type: application/json"])
+        .args(["--data-binary", "@-", "-w", "\n%{http_code}"])
         .arg(format!("https://{}/mutate?timeout=10s", syncgc.webhook))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("curl");
     {
@@ -54,9 +57,12 @@ fn post(syncgc: &Syncgc, review: &Value) -> Value {
             .unwrap();
     }
     let out = curl.wait_with_output().unwrap();
-    let answer: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stdout)));
-    answer["response"].clone()
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = String::from_utf8_lossy(&out.stdout);
+    let (body, status) = out.rsplit_once('\n').expect("a status");
+    let answer: Value =
+        serde_json::from_str(body).unwrap_or_else(|err| panic!("{err}: {body} {said}"));
+    (status.parse().expect("a status"), answer)
 }
 
 /// A DELETE review of the ConfigMap `name` in `ns` whose old object claims `meta`.
@@ -296,4 +302,47 @@ async fn a_timeout_past_the_largest_duration_stops_no_worker() {
     assert_eq!(syncgc.metric("syncgc_worker_panics_total"), 0.0);
     let (status, body) = syncgc.get("/readyz").unwrap();
     assert_eq!(status, 200, "{body}");
+}
+
+/// With `--webhook-client-ca`, the webhook answers the apiserver (which presents the client
+/// certificate its admission configuration names, `hack/cluster.sh`) and refuses anyone else.
+#[tokio::test]
+async fn with_a_client_ca_only_the_apiserver_is_answered() {
+    let ca = std::path::Path::new(&support::kubeconfig_path())
+        .with_file_name("pki/webhook-client-ca.crt");
+    let ca = ca.to_str().unwrap().to_owned();
+    let syncgc = Syncgc::start_async(
+        &format!("syncgc-client-ca-{}", std::process::id()),
+        &["--webhook-client-ca", &ca],
+    )
+    .await;
+    let client = support::client().await;
+    let ns = TestNamespace::with_labels(
+        &client,
+        "client_ca",
+        &[(support::process::WEBHOOK_LABEL, &syncgc.name)],
+    )
+    .await;
+    let api = ns.api::<ConfigMap>();
+    let armed = create(&api, &opted_in("armed", vec![], &[])).await;
+    assert!(
+        armed
+            .finalizers()
+            .iter()
+            .any(|f| f == SYNCHRONOUS_FINALIZER),
+        "the apiserver's review is answered"
+    );
+    let uid = armed.uid().unwrap();
+    let (status, answer) = post_raw(
+        &syncgc,
+        &forged_delete(
+            &ns.name,
+            "armed",
+            "mallory",
+            json!({"name": "armed", "namespace": ns.name, "uid": uid}),
+        ),
+    );
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["kind"], "Status", "{answer}");
+    assert_eq!(answer["reason"], "Unauthorized", "{answer}");
 }

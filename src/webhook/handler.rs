@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{RawQuery, Request, State};
+use axum::extract::{Extension, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -19,6 +19,7 @@ use super::admit::{self, Decision, Policy, admit};
 use super::guard;
 use super::review::Operation;
 use super::review::{self, Answer, Review};
+use super::tls::ClientCertified;
 use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::gc::cascade::{self, Preview};
 use crate::gc::causes::{Causes, Entry, Pending};
@@ -61,6 +62,9 @@ pub struct Webhook {
     /// The collector's readiness: until every watch has listed, the graph may miss objects,
     /// and the guards do not judge on it.
     pub readiness: Readiness,
+    /// Answer only clients that presented a certificate of the client CA (the apiserver, when
+    /// its admission configuration names one): `--webhook-client-ca`.
+    pub authenticate: bool,
 }
 
 impl Webhook {
@@ -121,6 +125,7 @@ fn timeout_param(query: Option<&str>) -> Option<Duration> {
 async fn mutate(
     State(served): State<Arc<Served>>,
     RawQuery(query): RawQuery,
+    certified: Option<Extension<ClientCertified>>,
     request: Request,
 ) -> Response {
     let webhook = &served.webhook;
@@ -128,6 +133,15 @@ async fn mutate(
     let metrics = &webhook.metrics;
     metrics.webhook_in_flight.inc();
     let _in_flight = scopeguard(|| metrics.webhook_in_flight.dec());
+    if webhook.authenticate && !certified.is_some_and(|Extension(c)| c.0) {
+        count(
+            metrics,
+            "unknown",
+            Rejection::Unauthenticated.result(),
+            started,
+        );
+        return Rejection::Unauthenticated.into_response();
+    }
 
     let timeout = timeout_param(query.as_deref())
         .unwrap_or(DEFAULT_TIMEOUT)
@@ -701,6 +715,8 @@ enum Rejection {
     TooLarge,
     /// No room for the body among the bodies being read and answered.
     Busy,
+    /// A client without the client CA's certificate, with `--webhook-client-ca`.
+    Unauthenticated,
     Unreadable(String),
     BodyTimeout(Duration),
 }
@@ -711,6 +727,7 @@ impl Rejection {
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::TooLarge => "too_large",
             Self::Busy => "busy",
+            Self::Unauthenticated => "unauthenticated",
             Self::Unreadable(_) => "unreadable",
             Self::BodyTimeout(_) => "body_timeout",
         }
@@ -735,6 +752,13 @@ impl IntoResponse for Rejection {
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequests",
                 format!("the webhook holds {MAX_IN_FLIGHT_BYTES} bytes of reviews already; retry"),
+            ),
+            Self::Unauthenticated => (
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "the webhook answers the apiserver only: present the client certificate of the \
+                 CA given to --webhook-client-ca"
+                    .to_owned(),
             ),
             Self::Unreadable(err) => (
                 StatusCode::BAD_REQUEST,

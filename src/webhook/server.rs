@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::tls::ReloadingCert;
+use super::tls::{ClientCertified, ReloadingCert};
 
 /// How long the apiserver keeps an idle connection to a webhook (Go's `http.Transport`, as
 /// client-go sets it up: 90 s); it closes it itself after that.
@@ -98,7 +98,7 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let builder = builder.clone();
-        let service = TowerToHyperService::new(router.clone());
+        let router = router.clone();
         let watcher = graceful.watcher();
         let connections = connections.clone();
         tokio::spawn(async move {
@@ -118,6 +118,19 @@ pub async fn serve(
                         return;
                     }
                 };
+            let certified = ClientCertified(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .is_some_and(|chain| !chain.is_empty()),
+            );
+            let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+                router,
+                move |mut request: http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(certified);
+                    request
+                },
+            ));
             let connection = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(err) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(%peer, %err, "connection ended with an error");

@@ -31,7 +31,14 @@ pub enum TlsError {
     },
     #[error("the key does not fit the certificate: {0}")]
     Key(#[from] rustls::Error),
+    #[error("the client CA {0}: {1}")]
+    ClientCa(String, String),
 }
+
+/// Whether the client of a connection presented a certificate its server's client CA signed
+/// (see [`ReloadingCert::with_client_ca`]): in each request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCertified(pub bool);
 
 /// The bytes of a certificate and key pair, as read from disk.
 #[derive(Clone, PartialEq, Eq)]
@@ -45,6 +52,9 @@ struct Pair {
 pub struct ReloadingCert {
     /// The files it reloads from, if any.
     files: Option<(PathBuf, PathBuf)>,
+    /// Checks the certificates clients present (optional for them: a request that needs one
+    /// asks [`ClientCertified`]).
+    clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
     current: RwLock<Option<Arc<CertifiedKey>>>,
     loaded: Mutex<Option<Pair>>,
 }
@@ -79,9 +89,40 @@ impl ReloadingCert {
     pub fn empty() -> Self {
         Self {
             files: None,
+            clients: None,
             current: RwLock::new(None),
             loaded: Mutex::new(None),
         }
+    }
+
+    /// Asks clients for a certificate, checked against the CA certificates (PEM) in
+    /// `ca_path`; a client that presents none is served too, marked not certified.
+    pub fn with_client_ca(mut self, ca_path: &Path) -> Result<Self, TlsError> {
+        let pem = std::fs::read(ca_path).map_err(|error| TlsError::Read {
+            path: ca_path.to_owned(),
+            error,
+        })?;
+        let origin = ca_path.display().to_string();
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|error| TlsError::Pem {
+                origin: origin.clone(),
+                error,
+            })?;
+            roots.add(cert)?;
+        }
+        if roots.is_empty() {
+            return Err(TlsError::NoCertificate(origin));
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|err| TlsError::ClientCa(origin, err.to_string()))?;
+        self.clients = Some(verifier);
+        Ok(self)
     }
 
     /// Whether it has a pair to serve.
@@ -135,9 +176,12 @@ impl ReloadingCert {
     /// A rustls server configuration that serves the current pair, offering HTTP/2 and
     /// HTTP/1.1.
     pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
-        let mut config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+        let builder = rustls::ServerConfig::builder();
+        let builder = match &self.clients {
+            Some(clients) => builder.with_client_cert_verifier(clients.clone()),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         config
     }

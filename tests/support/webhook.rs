@@ -70,6 +70,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         body_timeout: Duration::from_secs(2),
         causes: None,
         // No collector: the graph, empty, is all there is.
+        authenticate: false,
         readiness: {
             let readiness = syncgc::metrics::Readiness::default();
             readiness.set(true);
