@@ -631,9 +631,9 @@ impl CheckArgs {
                 return Ok(report);
             }
             eprintln!(
-                "waiting for {} ({}s left)",
+                "waiting for {} ({:.0}s left)",
                 unsettled.join(", "),
-                left.as_secs()
+                left.as_secs_f64().ceil()
             );
             tokio::time::sleep(AGAIN.min(left)).await;
         }
