@@ -195,3 +195,47 @@ async fn a_finalizer_handlers_pods_outlive_the_objects_it_finalizes() {
         "without the annotation, the Pod goes with the namespace at once"
     );
 }
+
+/// An eviction deletes its Pod with no DELETE review of its own: syncgc judges it as that
+/// DELETE. A protected Pod is not evicted; the same Pod unprotected is (the control).
+#[tokio::test]
+async fn an_eviction_is_judged_as_its_pods_delete() {
+    let ns = namespace("eviction").await;
+    let pods = ns.api::<Pod>();
+    let evict = |name: &str| {
+        let body = json!({
+            "apiVersion": "policy/v1beta1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": ns.name},
+        });
+        let pods = pods.clone();
+        let name = name.to_owned();
+        async move {
+            pods.create_subresource::<serde_json::Value, serde_json::Value>(
+                "eviction",
+                &name,
+                &kube::api::PostParams::default(),
+                &body,
+            )
+            .await
+        }
+    };
+    let mut precious = support::gc::pod("precious", vec![], &[]);
+    precious.annotations_mut().insert(
+        syncgc::names::PROTECTED_ANNOTATION.to_owned(),
+        "true".to_owned(),
+    );
+    create(&pods, &precious).await;
+    create(&pods, &support::gc::pod("plain", vec![], &[])).await;
+
+    let refused = evict("precious")
+        .await
+        .expect_err("a protected Pod is not evicted");
+    assert!(refused.to_string().contains("is protected"), "{refused}");
+    assert!(exists(&pods, "precious").await);
+    evict("plain").await.expect("an unprotected Pod is evicted");
+    eventually("the evicted Pod goes", WAIT, || gone(&pods, "plain")).await;
+
+    annotate(&pods, "precious", syncgc::names::PROTECTED_ANNOTATION, None).await;
+    evict("precious").await.expect("evicted once unprotected");
+}

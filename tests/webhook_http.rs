@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::Value;
+use serde_json::{Value, json};
 use syncgc::certs::{DevCerts, SubjectAltNames};
 use syncgc::webhook::admit::Policy;
 use syncgc::webhook::server::Limits;
@@ -308,6 +308,51 @@ async fn an_oversized_body_that_is_really_sent_is_refused() {
     big.extend_from_slice(b"\"}");
     let (status, body) = raw(&served, post("/mutate", "application/json", &big)).await;
     assert_eq!(status, 413, "{body}");
+}
+
+/// Bodies held at once are bounded across connections: with the room taken by bodies that
+/// never finish arriving, one more is refused with a `429` Status once its body timeout
+/// passes; when they go, reviews are answered again.
+#[tokio::test]
+async fn bodies_held_at_once_are_bounded() {
+    use syncgc::webhook::handler::{MAX_BODY_BYTES, MAX_IN_FLIGHT_BYTES};
+    let served = serve_default().await;
+    let mut held = Vec::new();
+    for _ in 0..MAX_IN_FLIGHT_BYTES / MAX_BODY_BYTES {
+        let mut tls = connect(&served, &[b"http/1.1"]).await;
+        tls.write_all(
+            format!(
+                "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: {MAX_BODY_BYTES}\r\n\r\n{{"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        held.push(tls);
+    }
+    // Each declared the largest body: the room is taken once the server has read them all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = raw(
+        &served,
+        post(
+            "/mutate",
+            "application/json",
+            &serde_json::to_vec(&create_review("admission.k8s.io/v1", "late")).unwrap(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&status["kind"], &status["reason"], &status["code"]),
+        (&json!("Status"), &json!("TooManyRequests"), &json!(429)),
+        "{body}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answer = review(&served, &create_review("admission.k8s.io/v1", "after")).await;
+    assert_arms(&answer, "admission.k8s.io/v1", "after");
 }
 
 #[tokio::test]

@@ -606,6 +606,97 @@ mod tests {
     }
 
     #[test]
+    fn what_cannot_be_judged_is_refused_not_skipped() {
+        let none = Guards::default();
+        let g = graph(
+            std::iter::once(with(1, &[], Flags::empty(), none.clone()))
+                .chain((2..=6).map(|n| with(n, &[1], Flags::empty(), none.clone()))),
+        );
+        let limited = Delete {
+            max_cascade: Some(4),
+            ..delete(1)
+        };
+        let judge_with = |delete: &Delete, judging| {
+            judge(
+                &g,
+                |_| "ConfigMap".to_owned(),
+                delete,
+                &policy(None),
+                judging,
+            )
+        };
+        // Still listing: the graph may miss dependents.
+        let listing = Judging {
+            synced: false,
+            ..at(NOW)
+        };
+        refused(
+            &judge_with(&limited, listing),
+            UNJUDGED,
+            &["still listing", "Retry"],
+        );
+        // An orphaning DELETE deletes nothing: nothing to judge.
+        let orphaning = Delete {
+            propagation: Propagation::Orphan,
+            ..limited.clone()
+        };
+        passed(&judge_with(&orphaning, listing));
+        // A tree larger than the time left allows.
+        let short = Judging {
+            budget: 4,
+            ..at(NOW)
+        };
+        refused(
+            &judge_with(&limited, short),
+            UNJUDGED,
+            &[
+                "5 objects depend on it",
+                "more than the 4",
+                "a cascade limit",
+            ],
+        );
+        // Within its limit, or unguarded: the model is not needed, whatever the budget.
+        let within = Delete {
+            max_cascade: Some(5),
+            ..delete(1)
+        };
+        let none_left = Judging {
+            budget: 0,
+            ..at(NOW)
+        };
+        passed(&judge_with(&within, none_left));
+        passed(&judge_with(&delete(1), none_left));
+    }
+
+    #[test]
+    fn a_protected_object_below_is_found_from_either_side() {
+        let none = Guards::default();
+        // One protected object under a tree of five: walked up from it.
+        let g = graph([
+            with(1, &[], Flags::empty(), none.clone()),
+            with(2, &[1], Flags::empty(), none.clone()),
+            with(3, &[2], Flags::empty(), none.clone()),
+            with(4, &[3], Flags::empty(), protected()),
+            with(5, &[1], Flags::empty(), none.clone()),
+            with(6, &[], Flags::empty(), none.clone()),
+        ]);
+        assert!(protected_below(&g, uid(1), 4));
+        assert!(protected_below(&g, uid(3), 1));
+        assert!(!protected_below(&g, uid(5), 0));
+        assert!(!protected_below(&g, uid(6), 0));
+        assert!(!protected_below(&g, uid(4), 0), "not below itself");
+        // More protected objects than the tree: walked down the tree.
+        let g = graph([
+            with(1, &[], Flags::empty(), none.clone()),
+            with(2, &[1], Flags::empty(), protected()),
+            with(7, &[], Flags::empty(), protected()),
+            with(8, &[], Flags::empty(), protected()),
+        ]);
+        assert!(protected_below(&g, uid(1), 1));
+        assert!(!protected_below(&g, uid(7), 0));
+    }
+
+    #[test]
     fn a_cascade_over_its_limit_is_refused_with_its_counts_and_the_plan_command() {
         let none = Guards::default();
         let g = graph(

@@ -34,7 +34,7 @@ use kube::runtime::events::EventType;
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 /// The most bytes of review bodies held at once, across every connection: nine of the
 /// largest reviews, a small share of the chart's memory limit. A body waits for room up to
-/// its body timeout, then is refused (429).
+/// half its body timeout, then is refused (429).
 pub const MAX_IN_FLIGHT_BYTES: usize = 9 * MAX_BODY_BYTES;
 /// The apiserver's default webhook timeout, used when a request names none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -248,10 +248,10 @@ async fn mutate(
     }
     if let guard::Verdict::Pass { warnings, released } = verdict {
         decision.warnings.extend(warnings);
-        if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request)) {
-            if first_report(&served.reported, handler, started) {
-                handler_released(webhook, handler, note);
-            }
+        if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request))
+            && first_report(&served.reported, handler, started)
+        {
+            handler_released(webhook, handler, note);
         }
     }
     let answer = settle(webhook, request, &decision, deadline).await;
@@ -813,7 +813,8 @@ async fn read_body(
     let kib = u32::try_from(kib).unwrap_or(u32::MAX);
     let room = match room.clone().try_acquire_many_owned(kib) {
         Ok(room) => room,
-        Err(_) => tokio::time::timeout(timeout, room.clone().acquire_many_owned(kib))
+        // Half the body's time at most: the rest is for reading it.
+        Err(_) => tokio::time::timeout(timeout / 2, room.clone().acquire_many_owned(kib))
             .await
             .map_err(|_| Rejection::Busy)?
             .map_err(|_| Rejection::Busy)?,
@@ -865,4 +866,74 @@ fn scopeguard(f: impl FnOnce()) -> impl Drop {
         }
     }
     Guard(Some(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::ORPHAN_FINALIZER;
+
+    /// A DELETE of an object whose old object is `meta`, naming `policy` (if any).
+    fn delete(meta: review::Metadata, policy: Option<&str>) -> review::Request {
+        review::Request {
+            operation: Operation::Delete,
+            old_object: Some(review::Object {
+                metadata: Some(meta),
+            }),
+            options: policy.map(|p| review::Options {
+                propagation_policy: Some(p.to_owned()),
+                ..review::Options::default()
+            }),
+            ..review::Request::default()
+        }
+    }
+
+    #[test]
+    fn a_second_delete_is_judged_when_it_frees_what_orphan_kept() {
+        let live = review::Metadata {
+            uid: Some("u".into()),
+            ..review::Metadata::default()
+        };
+        let terminating = |finalizers: &[&str]| review::Metadata {
+            deletion_timestamp: Some("2026-01-01T00:00:00Z".into()),
+            finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+            ..live.clone()
+        };
+        assert!(judged(&delete(live.clone(), None)));
+        // A kubelet's last DELETE, or one that changes nothing: judged before.
+        assert!(!judged(&delete(terminating(&[]), Some("Background"))));
+        assert!(!judged(&delete(terminating(&[ORPHAN_FINALIZER]), None)));
+        assert!(!judged(&delete(
+            terminating(&[ORPHAN_FINALIZER]),
+            Some("Orphan")
+        )));
+        // Orphaning, then a DELETE that deletes what orphan was keeping.
+        for policy in ["Background", "Foreground"] {
+            assert!(judged(&delete(
+                terminating(&[ORPHAN_FINALIZER]),
+                Some(policy)
+            )));
+        }
+    }
+
+    #[test]
+    fn only_path_segments_name_an_object_to_write() {
+        for good in ["web", "system:controller:x", "a.b-c_d", "ns-1"] {
+            assert!(path_segment(good), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "../secrets",
+            "a%2Fb",
+            "a?b",
+            "a#b",
+            "a\nb",
+        ] {
+            assert!(!path_segment(bad), "{bad:?}");
+        }
+        assert!(!path_segment(&"a".repeat(1025)));
+    }
 }
