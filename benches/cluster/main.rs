@@ -372,6 +372,7 @@ fn graph_phase(report: &mut Report) {
             "×",
         );
     }
+    graph::hashing(report);
 }
 
 /// `n` with commas between thousands: 1,000,000.
@@ -978,6 +979,18 @@ async fn webhook_phase(settings: &Settings, plane: &mut Plane, report: &mut Repo
     }
     let _ = bare.kill();
     let _ = bare.wait();
+    // An unarmed DELETE, with the guards on (the default): answered from the review and the
+    // graph, with no read of the object (no side effect is attempted).
+    let delete = axum::body::Bytes::from(review_fixture::unarmed_delete_review());
+    let effects = syncgc.metric("syncgc_webhook_side_effects_total").await?;
+    let deletes = load::run(syncgc.webhook, &ca, delete, c, warmup, duration).await?;
+    let effects = syncgc.metric("syncgc_webhook_side_effects_total").await? - effects;
+    eprintln!(
+        "  syncgc, unarmed DELETE: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {effects} side effects",
+        deletes.per_second(),
+        deletes.percentile_ms(0.5),
+        deletes.percentile_ms(0.99)
+    );
     drop(syncgc);
     let mut merged = |server| load::Load::merge(runs.remove(server).unwrap_or_default());
     let (syncgc, bare) = (merged("syncgc"), merged("bare"));
@@ -998,6 +1011,12 @@ async fn webhook_phase(settings: &Settings, plane: &mut Plane, report: &mut Repo
             round(load.percentile_ms(0.99)),
         ]);
     }
+    table.rows.push(vec![
+        "syncgc run, unarmed DELETE".into(),
+        round(deletes.per_second()),
+        round(deletes.percentile_ms(0.5)),
+        round(deletes.percentile_ms(0.99)),
+    ]);
     let throughput = syncgc.per_second() / bare.per_second();
     let p99 = syncgc.percentile_ms(0.99) / bare.percentile_ms(0.99);
     table.rows.push(vec![
@@ -1018,6 +1037,18 @@ async fn webhook_phase(settings: &Settings, plane: &mut Plane, report: &mut Repo
         syncgc.percentile_ms(0.99),
         Goal::AtMost(5.0),
         "ms",
+    );
+    report.target(
+        "webhook: syncgc p99, unarmed DELETE review (guards on)",
+        deletes.percentile_ms(0.99),
+        Goal::AtMost(5.0),
+        "ms",
+    );
+    report.target(
+        "webhook: reads of the object for unarmed DELETE reviews",
+        effects,
+        Goal::AtMost(0.0),
+        "",
     );
     Ok(())
 }

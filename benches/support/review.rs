@@ -1,11 +1,27 @@
-//! The review both webhook benchmarks send: a CREATE of a ~10 KB Deployment, opted in to
-//! synchronous deletion.
+//! The reviews the webhook benchmarks send: a CREATE of a ~10 KB Deployment, opted in to
+//! synchronous deletion, and the DELETE of the same Deployment, not opted in.
 
 use serde_json::{Value, json};
 
 /// A CREATE review of a Deployment with enough containers, env and managed fields to weigh
 /// about 10 KB, opted in to synchronous deletion.
 pub fn deployment_review() -> Vec<u8> {
+    serde_json::to_vec(&review(true)).unwrap()
+}
+
+/// The DELETE review of the same Deployment without syncgc's annotation: an unarmed DELETE,
+/// which needs no side effect (and so no read of the object) whatever guards are on.
+#[allow(dead_code)]
+pub fn unarmed_delete_review() -> Vec<u8> {
+    let mut review = review(false);
+    let request = &mut review["request"];
+    request["operation"] = json!("DELETE");
+    request["oldObject"] = request["object"].take();
+    request["options"] = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    serde_json::to_vec(&review).unwrap()
+}
+
+fn review(opted_in: bool) -> Value {
     let containers: Vec<Value> = (0..12)
         .map(|i| {
             json!({
@@ -24,7 +40,11 @@ pub fn deployment_review() -> Vec<u8> {
         "metadata": {
             "name": "web", "namespace": "shop",
             "labels": {"app": "web", "tier": "frontend", "team": "checkout"},
-            "annotations": {"syncgc.io/synchronous": "true", "deployment.kubernetes.io/revision": "3"},
+            "annotations": if opted_in {
+                json!({"syncgc.io/synchronous": "true", "deployment.kubernetes.io/revision": "3"})
+            } else {
+                json!({"deployment.kubernetes.io/revision": "3"})
+            },
             "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
                                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
         },
@@ -37,7 +57,7 @@ pub fn deployment_review() -> Vec<u8> {
             }
         }
     });
-    let review = json!({
+    json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
             "uid": "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4",
@@ -48,6 +68,5 @@ pub fn deployment_review() -> Vec<u8> {
             "object": object, "oldObject": null, "dryRun": false,
             "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
         }
-    });
-    serde_json::to_vec(&review).unwrap()
+    })
 }

@@ -288,7 +288,7 @@ async fn guard(
         warnings: Vec::new(),
         released: None,
     };
-    if request.operation != Operation::Delete || !judged(request) {
+    if request.operation != Operation::Delete || !judged(request) || unguarded(served, request) {
         return pass;
     }
     let served = served.clone();
@@ -306,6 +306,23 @@ async fn guard(
         tracing::error!(%err, "judging a DELETE failed");
         pass
     })
+}
+
+/// Whether no guard can apply to the DELETE of `request`: it is not protected itself, no limit
+/// applies, and the graph holds no protected object and no finalizer handler. Then it needs no
+/// judgement, and no thread of its own.
+fn unguarded(served: &Served, request: &review::Request) -> bool {
+    let webhook = &served.webhook;
+    let Some(meta) = request.old_meta() else {
+        return true;
+    };
+    let limited = webhook.policy.max_cascade.is_some()
+        || crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)).is_some();
+    if limited || crate::graph::protects(meta.annotation(PROTECTED_ANNOTATION)) {
+        return false;
+    }
+    let graph = webhook.graph.read();
+    graph.protected().len() == 0 && graph.handlers().len() == 0
 }
 
 /// Whether the guards judge the DELETE of `request`: a DELETE of an object being deleted
