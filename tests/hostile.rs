@@ -85,6 +85,12 @@ fn forged_delete(ns: &str, name: &str, user: &str, meta: Value) -> Value {
     })
 }
 
+/// Whether `cm` carries the synchronous finalizer and the armed label.
+fn is_armed(cm: &ConfigMap) -> bool {
+    cm.finalizers().iter().any(|f| f == SYNCHRONOUS_FINALIZER)
+        && cm.labels().contains_key(ARMED_LABEL)
+}
+
 /// The chain of causes syncgc's record holds for `uid` (empty: nothing recorded).
 fn recorded(syncgc: &Syncgc, uid: &str) -> Vec<Value> {
     let (status, body) = syncgc
@@ -212,13 +218,7 @@ async fn the_apiserver_s_own_reviews_still_arm_and_guard() {
     let ns = namespace("unforged").await;
     let api = ns.api::<ConfigMap>();
     let armed = create(&api, &opted_in("armed", vec![], &[])).await;
-    assert!(
-        armed
-            .finalizers()
-            .iter()
-            .any(|f| f == SYNCHRONOUS_FINALIZER)
-    );
-    assert!(armed.labels().contains_key(ARMED_LABEL));
+    assert!(is_armed(&armed));
 
     // A DELETE with no options of an armed object that asks for Orphan: the webhook adds
     // `orphan` through the API, the live object bearing out what the review says.
@@ -325,13 +325,7 @@ async fn with_a_client_ca_only_the_apiserver_is_answered() {
     .await;
     let api = ns.api::<ConfigMap>();
     let armed = create(&api, &opted_in("armed", vec![], &[])).await;
-    assert!(
-        armed
-            .finalizers()
-            .iter()
-            .any(|f| f == SYNCHRONOUS_FINALIZER),
-        "the apiserver's review is answered"
-    );
+    assert!(is_armed(&armed), "the apiserver's review is answered");
     let uid = armed.uid().unwrap();
     let (status, answer) = post_raw(
         &syncgc,

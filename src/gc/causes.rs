@@ -81,13 +81,13 @@ impl Entry {
             &mut self.action,
             &mut self.by,
         ] {
-            cut(field);
+            cut(field, MAX_FIELD);
         }
         if let Some(namespace) = &mut self.namespace {
-            cut(namespace);
+            cut(namespace, MAX_FIELD);
         }
         if let Some(cause) = &mut self.cause {
-            cut(cause);
+            cut(cause, MAX_FIELD);
         }
         self
     }
@@ -451,15 +451,15 @@ pub async fn summarize(causes: Causes, graph: Reader, cluster: Cluster) {
     }
 }
 
-/// `field`, cut to [`MAX_FIELD`] bytes (on a character boundary, marked `…`).
-fn cut(field: &mut String) {
-    if field.len() > MAX_FIELD {
-        let mut end = MAX_FIELD - '…'.len_utf8();
-        while !field.is_char_boundary(end) {
+/// `text`, cut to `max` bytes (on a character boundary, marked `…`).
+pub fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(end) {
             end -= 1;
         }
-        field.truncate(end);
-        field.push('…');
+        text.truncate(end);
+        text.push('…');
     }
 }
 

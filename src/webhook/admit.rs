@@ -342,14 +342,7 @@ pub const MAX_WARNING: usize = 256;
 
 /// `warning`, cut to [`MAX_WARNING`] bytes (on a character boundary, marked `…`).
 fn fit(mut warning: String) -> String {
-    if warning.len() > MAX_WARNING {
-        let mut end = MAX_WARNING - '…'.len_utf8();
-        while !warning.is_char_boundary(end) {
-            end -= 1;
-        }
-        warning.truncate(end);
-        warning.push('…');
-    }
+    crate::gc::causes::cut(&mut warning, MAX_WARNING);
     warning
 }
 
