@@ -489,7 +489,7 @@ impl RunArgs {
         // `syncgc explain --why-deleted` reads the causes there too, through the apiserver's
         // proxy (which RBAC guards: pods/proxy).
         .merge(match &causes {
-            Some(causes) => gc::causes::router(causes.clone()),
+            Some(causes) => gc::causes::router(causes.clone(), graph.reader()),
             None => axum::Router::new(),
         });
         if let Some(causes) = &causes {
@@ -527,7 +527,8 @@ impl RunArgs {
             .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
         let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
         if let Some(causes) = causes.as_ref().filter(|_| debug_graph) {
-            metrics_router = metrics_router.merge(gc::causes::router(causes.clone()));
+            metrics_router =
+                metrics_router.merge(gc::causes::router(causes.clone(), graph.reader()));
         }
         if debug_graph {
             metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));

@@ -481,10 +481,10 @@ struct Params {
 
 /// `GET /debug/deleted?uid=…`, or `?kind=…&namespace=…&name=…`: the entries of the object (the
 /// latest first), each with its chain of causes, as JSON.
-pub fn router(causes: Causes) -> Router {
+pub fn router(causes: Causes, graph: Reader) -> Router {
     Router::new()
         .route("/debug/deleted", get(deleted))
-        .with_state(causes)
+        .with_state((causes, graph))
 }
 
 /// One object's entry and its causes up to the root.
@@ -493,7 +493,12 @@ pub struct Answer {
     pub chain: Vec<Entry>,
 }
 
-async fn deleted(State(causes): State<Causes>, Query(params): Query<Params>) -> Response {
+async fn deleted(
+    State((causes, graph)): State<(Causes, Reader)>,
+    Query(params): Query<Params>,
+) -> Response {
+    // What the graph has confirmed since the last tick is answered too.
+    causes.confirm(&graph.read(), Instant::now());
     let uids: Vec<Uid> = match (&params.uid, &params.kind, &params.name) {
         (Some(uid), ..) => vec![Uid::parse(uid)],
         (None, Some(kind), Some(name)) => causes
