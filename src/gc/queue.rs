@@ -1,7 +1,8 @@
 //! A work queue that deduplicates, delays and backs off, in the manner of client-go's rate-limited
 //! work queue: an item is handed to one worker at a time; added again while being worked on,
 //! it comes back once that worker is done. Its items are keyed by uid, hashed as the graph
-//! hashes them.
+//! hashes them: with the process's key ([`UidHash`]), so that no one who chooses uids (any
+//! ownerReference names one) can make them pile up in one bucket.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};

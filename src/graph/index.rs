@@ -4,65 +4,83 @@
 //! [`SHARDS`]th of the objects and grows on its own, so the longest pause is that much shorter
 //! for the same total work.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use super::{Node, Uid, UidHash};
 
 /// How many maps the index is split into.
 const SHARDS: usize = 64;
 
-/// The index, its maps hashing with `S` (the process's keyed [`UidHash`]; another only in the
-/// graph benchmark, as a baseline).
+/// One of them: each node, boxed, beside its uid.
+type Shard = HashTable<(Uid, Box<Node>)>;
+
+/// The index, its uids hashed with `S` (the process's keyed [`UidHash`]; another only in the
+/// graph benchmark, as a baseline). Tables that take the hash from the caller, so that each
+/// lookup hashes its uid once, for the shard and the slot in it both.
 #[derive(Debug)]
 pub struct Nodes<S = UidHash> {
     hasher: S,
-    shards: Box<[HashMap<Uid, Box<Node>, S>]>,
+    shards: Box<[Shard]>,
 }
 
-impl<S: BuildHasher + Default + Clone> Default for Nodes<S> {
+impl<S: Default> Default for Nodes<S> {
     fn default() -> Self {
-        let hasher = S::default();
         Self {
-            shards: (0..SHARDS)
-                .map(|_| HashMap::with_hasher(hasher.clone()))
-                .collect(),
-            hasher,
+            hasher: S::default(),
+            shards: (0..SHARDS).map(|_| Shard::new()).collect(),
         }
     }
 }
 
 impl<S: BuildHasher> Nodes<S> {
-    /// The shard of `uid`: bits of the hash its map uses that neither the map's bucket index
-    /// (the low bits) nor its control bytes (the top seven) use. Keyed like the maps, so no
+    /// The hash of `uid`, and its shard: bits of the hash that neither a table's bucket index
+    /// (the low bits) nor its control bytes (the top seven) use. Keyed like the slots, so no
     /// one who does not know the key can choose uids that fill one shard.
     #[inline]
-    fn shard(&self, uid: &Uid) -> usize {
-        (self.hasher.hash_one(uid) >> 48) as usize % SHARDS
+    fn locate(&self, uid: &Uid) -> (usize, u64) {
+        let hash = self.hasher.hash_one(uid);
+        ((hash >> 48) as usize % SHARDS, hash)
     }
 
     pub fn get(&self, uid: &Uid) -> Option<&Node> {
-        self.shards[self.shard(uid)].get(uid).map(|n| &**n)
+        let (shard, hash) = self.locate(uid);
+        self.shards[shard]
+            .find(hash, |(u, _)| u == uid)
+            .map(|(_, n)| &**n)
     }
 
     pub fn get_mut(&mut self, uid: &Uid) -> Option<&mut Node> {
-        let shard = self.shard(uid);
-        self.shards[shard].get_mut(uid).map(|n| &mut **n)
+        let (shard, hash) = self.locate(uid);
+        self.shards[shard]
+            .find_mut(hash, |(u, _)| u == uid)
+            .map(|(_, n)| &mut **n)
     }
 
-    pub fn entry(&mut self, uid: Uid) -> Entry<'_, Uid, Box<Node>> {
-        let shard = self.shard(&uid);
-        self.shards[shard].entry(uid)
+    /// The node `uid`, made by `make` when there is none.
+    pub fn get_or_insert_with(&mut self, uid: Uid, make: impl FnOnce() -> Box<Node>) -> &mut Node {
+        let (shard, hash) = self.locate(&uid);
+        let Self { hasher, shards } = self;
+        let node = match shards[shard].entry(hash, |(u, _)| *u == uid, |(u, _)| hasher.hash_one(u))
+        {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert((uid, make())).into_mut(),
+        };
+        &mut node.1
     }
 
     pub fn remove(&mut self, uid: &Uid) -> Option<Box<Node>> {
-        let shard = self.shard(uid);
-        self.shards[shard].remove(uid)
+        let (shard, hash) = self.locate(uid);
+        let entry = self.shards[shard]
+            .find_entry(hash, |(u, _)| u == uid)
+            .ok()?;
+        Some(entry.remove().0.1)
     }
 
     pub fn len(&self) -> usize {
-        self.shards.iter().map(HashMap::len).sum()
+        self.shards.iter().map(Shard::len).sum()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Uid, &Node)> {
@@ -93,7 +111,7 @@ mod tests {
         let nodes = Nodes::<UidHash>::default();
         let mut counts = [0usize; SHARDS];
         for uid in uids {
-            counts[nodes.shard(&uid)] += 1;
+            counts[nodes.locate(&uid).0] += 1;
         }
         let (least, most) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
         assert!(*least > 800 && *most < 1200, "{least}..{most}");

@@ -335,6 +335,12 @@ impl Node {
         self.is(Flags::FOREGROUND) && self.is(Flags::DELETING) && !self.is(Flags::VIRTUAL)
     }
 
+    /// Waits for its dependents in `mode`: synchronously, or in foreground deletion when
+    /// syncgc carries that out (standalone).
+    fn waits_in(&self, mode: Mode) -> bool {
+        self.waiting_synchronously() || (mode == Mode::Standalone && self.waiting_in_foreground())
+    }
+
     /// Waits for its dependents: synchronously or in foreground deletion.
     pub fn waits_for_dependents(&self) -> bool {
         self.waiting_synchronously() || self.waiting_in_foreground()
@@ -518,8 +524,7 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
 
     /// Whether `node` waits for its dependents in this mode.
     fn waits(&self, node: &Node) -> bool {
-        node.waiting_synchronously()
-            || (self.mode == Mode::Standalone && node.waiting_in_foreground())
+        node.waits_in(self.mode)
     }
 
     /// Whether the node `uid` exists and waits for its dependents.
@@ -616,14 +621,14 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
         let mark = |set: &mut HashSet<Uid, S>, on: bool| {
             if on {
                 set.insert(uid);
-            } else {
+            } else if !set.is_empty() {
                 set.remove(&uid);
             }
         };
         mark(&mut self.protected, guards.protected);
         mark(&mut self.handlers, guards.handles.is_some());
         if guards.is_empty() {
-            self.guards.remove(&uid);
+            without(&mut self.guards, uid);
         } else {
             self.guards.insert(uid, guards);
         }
@@ -733,19 +738,18 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
         }
         let namespace = self.intern(namespace);
         if order == Order::default() {
-            self.orders.remove(&uid);
+            without(&mut self.orders, uid);
         } else {
             self.orders.insert(uid, order);
         }
         match deleted_at.filter(|_| flags.contains(Flags::DELETING)) {
             Some(at) => self.deleted_at.insert(uid, at),
-            None => self.deleted_at.remove(&uid),
+            None => without(&mut self.deleted_at, uid),
         };
         let mut work = Vec::new();
         let node = self
             .nodes
-            .entry(uid)
-            .or_insert_with(Node::boxed_virtual_owner);
+            .get_or_insert_with(uid, Node::boxed_virtual_owner);
         let old_owners = std::mem::replace(&mut node.owners, owners.clone().into());
         node.resource = Some(resource);
         node.flags = flags;
@@ -755,6 +759,8 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
         node.namespace = namespace;
         node.name = name.into();
         let standalone = self.mode == Mode::Standalone;
+        // What is read of a node is read while at hand: each lookup hashes its uid.
+        let node_waits = node.waits_in(self.mode);
         for gone in old_owners
             .iter()
             .filter(|o| !owners.iter().any(|n| n.uid == o.uid))
@@ -766,18 +772,22 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
                 None => {
                     let owner = self
                         .nodes
-                        .entry(link.uid)
-                        .or_insert_with(Node::boxed_virtual_owner);
+                        .get_or_insert_with(link.uid, Node::boxed_virtual_owner);
                     owner.dependents.push(uid);
-                    let owner = &self.nodes[&link.uid];
+                    let (owner_virtual, owner_waits) =
+                        (owner.is(Flags::VIRTUAL), owner.waits_in(self.mode));
                     if standalone
-                        && (owner.is(Flags::VIRTUAL)
-                            || !owner.is_owner_through(&self.nodes[&uid], link))
+                        && (owner_virtual
+                            || !self.nodes[&link.uid].is_owner_through(&self.nodes[&uid], link))
                     {
                         // Never seen, seen deleted, or not what the reference names: verify,
                         // and collect if it is gone.
                         work.push(Work::AttemptToDelete(uid));
                     }
+                    if owner_waits {
+                        work.push(Work::SyncOwner(link.uid));
+                    }
+                    continue;
                 }
                 Some(old) if old.block_owner_deletion == link.block_owner_deletion => continue,
                 Some(_) => {}
@@ -786,7 +796,7 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
                 work.push(Work::SyncOwner(link.uid));
             }
         }
-        if self.waits_by_uid(uid) {
+        if node_waits {
             work.push(Work::SyncOwner(uid));
         }
         if standalone && flags.contains(Flags::DELETING | Flags::ORPHAN) {
@@ -837,11 +847,14 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
             return work;
         };
         let owners = std::mem::take(&mut node.owners);
-        self.deleted_at.remove(&uid);
-        self.orders.remove(&uid);
-        self.guards.remove(&uid);
-        self.protected.remove(&uid);
-        self.handlers.remove(&uid);
+        without(&mut self.deleted_at, uid);
+        without(&mut self.orders, uid);
+        without(&mut self.guards, uid);
+        for set in [&mut self.protected, &mut self.handlers] {
+            if !set.is_empty() {
+                set.remove(&uid);
+            }
+        }
         if node.namespace.is_none() && self.namespace_objects.get(&*node.name) == Some(&uid) {
             self.namespace_objects.remove(&*node.name);
         }
@@ -869,10 +882,20 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
         node.dependents.remove(dependent);
         if node.is(Flags::VIRTUAL) && node.dependents.is_empty() {
             self.nodes.remove(&owner);
-        } else if self.waits_by_uid(owner) {
+        } else if node.waits_in(self.mode) {
             work.push(Work::SyncOwner(owner));
         }
     }
+}
+
+/// `map` without `uid`, and what it held. Most objects have no entry in the graph's side maps
+/// (no order, no guards, not being deleted), which are often empty then: an empty map is not
+/// hashed into.
+fn without<V, S: BuildHasher>(map: &mut HashMap<Uid, V, S>, uid: Uid) -> Option<V> {
+    if map.is_empty() {
+        return None;
+    }
+    map.remove(&uid)
 }
 
 #[cfg(test)]

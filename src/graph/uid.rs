@@ -69,18 +69,25 @@ fn uuid(text: &str) -> Option<u128> {
 /// The mixing is a folded multiply, the core of foldhash (and wyhash): each pair of 64-bit
 /// words is combined with the key's halves by xor, multiplied into 128 bits, and the product's
 /// halves are xored together; a word left over is folded with the key once more. For a uid,
-/// `fold((hi ^ k0) × (lo ^ k1))`. Each bit of the folded product depends on the bits of both
-/// factors, so on the key's, and without the key one cannot say which uids fold to the same bucket: unlike the
-/// unkeyed mix it replaces (`(h <<< 29 ^ word) × constant`, a bijection per word that anyone
-/// could invert), it gives no handle to choose collisions. It is not a cryptographic hash
-/// (SipHash, std's default, is the conservative choice and costs several times more for the
-/// several lookups each applied object makes); like foldhash, it is meant to keep
-/// chosen-collision floods out of hash tables when the key stays secret. Its cost is the
-/// unkeyed mix's: one 64×64→128-bit multiply per uid instead of two 64-bit ones (measured in
-/// the graph benchmark, `benches/cluster/graph.rs`, against the unkeyed mix).
+/// `fold((hi ^ k0) × (lo ^ k1))`: each bit of the result depends on the bits of both factors,
+/// so on the key's, and without the key one cannot say which uids fold into the same bucket.
+/// The unkeyed mix it replaces (`(h <<< 29 ^ word) × constant`, from 0) is a bijection of each
+/// word that anyone can run backwards: for any high half, the low half that gives a chosen
+/// hash is one multiply away. This one gives no such handle.
 ///
-/// The key is the same for every map of the process, as the graph's index needs: it takes
-/// each node's shard from the hash the shard's map uses too (`index.rs`).
+/// Why not SipHash (std's `RandomState`), the conservative choice: it costs several times
+/// more per uid, and each applied object makes several lookups. Why not foldhash itself: for
+/// two words its fast variant computes the same kind of product, and the dependency would add
+/// nothing the graph uses. It is not a cryptographic hash: like foldhash, it keeps
+/// chosen-collision floods out of hash tables as long as the key stays secret (and so the
+/// order in which a map iterates, which follows the hash, had better not be shown to whoever
+/// chooses uids). One key for the whole process: every map keyed by uid shares it.
+///
+/// Its price, measured in the graph benchmark (`benches/cluster/graph.rs`, against the
+/// unkeyed mix in the same run, and a flood of uids colliding under that mix against random
+/// uids): within the noise of a run for applies and removals, the index hashing each uid
+/// once for its shard and its slot. Per hash it is one 64×64→128-bit multiply where the
+/// unkeyed mix had two 64-bit ones.
 #[derive(Debug, Clone, Copy)]
 pub struct UidHasher {
     /// The words folded so far (at first, the key's first half).
