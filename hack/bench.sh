@@ -18,8 +18,9 @@
 # requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind, SYNCGC_BENCH_SCALE_N
 # [1000000] objects the scale phase grows to (measured at a tenth, three tenths and all),
 # SYNCGC_BENCH_SCALE_CASCADE [100000] dependents of its cascade, SYNCGC_BENCH_WORKLOAD_REPEATS [5]
-# runs of each workload of the workloads phase,
-# SYNCGC_BENCH_OUT [benches/results].
+# runs of each workload of the workloads phase, SYNCGC_BENCH_GRAPH_HASHING [100000,1000000] objects
+# of the graph phase's keyed-hashing comparison, SYNCGC_BENCH_GRAPH_ROUNDS [7] rounds of each of
+# its cases, SYNCGC_BENCH_OUT [benches/results].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
