@@ -38,7 +38,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let dependents = (settings >> 48) as usize * 1_000;
     let timeout = timeouts.for_owner(dependents, Some(value));
-    assert!(timeout <= timeouts.max, "{timeout:?} past {:?}", timeouts.max);
+    assert!(
+        timeout <= timeouts.max,
+        "{timeout:?} past {:?}",
+        timeouts.max
+    );
 
     let max = max_cascade(Some(value));
     let order = Order::of(Some(value));
@@ -50,7 +54,11 @@ fuzz_target!(|data: &[u8]| {
         duration.as_ref().map_or(true, |d| *d > timeouts.max),
         "timeout {value:?}"
     );
-    assert_eq!(warned(MAX_CASCADE_ANNOTATION), max.is_none(), "max-cascade {value:?}");
+    assert_eq!(
+        warned(MAX_CASCADE_ANNOTATION),
+        max.is_none(),
+        "max-cascade {value:?}"
+    );
     assert_eq!(
         warned(DELETION_ORDER_ANNOTATION),
         matches!(order, Order::Invalid(_)),
