@@ -41,7 +41,8 @@ fn post(syncgc: &Syncgc, review: &Value) -> Value {
 /// [`post`]: the HTTP status and the whole answer.
 fn post_raw(syncgc: &Syncgc, review: &Value) -> (u16, Value) {
     let mut curl = Command::new("curl")
-        .args(["-skS", "-H", "Content-Type: application/json"])
+        // HTTP/1.1, as the apiserver calls webhooks.
+        .args(["-skS", "--http1.1", "-H", "Content-Type: application/json"])
         .args(["--data-binary", "@-", "-w", "\n%{http_code}"])
         .arg(format!("https://{}/mutate?timeout=10s", syncgc.webhook))
         .stdin(Stdio::piped())
