@@ -83,11 +83,12 @@ fn uuid(text: &str) -> Option<u128> {
 /// order in which a map iterates, which follows the hash, had better not be shown to whoever
 /// chooses uids). One key for the whole process: every map keyed by uid shares it.
 ///
-/// Its price, measured in the graph benchmark (`benches/cluster/graph.rs`, against the
-/// unkeyed mix in the same run, and a flood of uids colliding under that mix against random
-/// uids): within the noise of a run for applies and removals, the index hashing each uid
-/// once for its shard and its slot. Per hash it is one 64×64→128-bit multiply where the
-/// unkeyed mix had two 64-bit ones.
+/// Its price: one 64×64→128-bit multiply per uid where the unkeyed mix had two 64-bit ones
+/// in a row. The graph benchmark (`benches/cluster/graph.rs`) measures it against the unkeyed
+/// mix in the same run: the same for applies and removals of random uids, as the apiserver's
+/// are, within the noise of a run; a few percent more for sequential uids, which the unkeyed
+/// mix spread perfectly over a table's buckets. And a flood of uids colliding under that mix
+/// costs what as many random uids cost.
 #[derive(Debug, Clone, Copy)]
 pub struct UidHasher {
     /// The words folded so far (at first, the key's first half).
