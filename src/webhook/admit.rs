@@ -262,14 +262,8 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
         };
     }
 
-    let named_policy = request.options.as_ref().is_some_and(|o| {
-        o.propagation_policy
-            .as_deref()
-            .is_some_and(|p| !p.is_empty())
-            || o.orphan_dependents.is_some()
-    });
     let default = meta.annotation(PROPAGATION_ANNOTATION);
-    if named_policy || default.is_none() {
+    if names_propagation(request) || default.is_none() {
         return Decision::allow(Case::DeleteArmed);
     }
     let default = default.unwrap_or_default();
@@ -301,6 +295,16 @@ fn admit_delete(request: &Request, policy: &Policy) -> Decision {
         }),
         ..Decision::allow(Case::DeleteDefaultPropagation)
     }
+}
+
+/// Whether the DELETE names its propagation (`propagationPolicy` or `orphanDependents`).
+pub fn names_propagation(request: &Request) -> bool {
+    request.options.as_ref().is_some_and(|o| {
+        o.propagation_policy
+            .as_deref()
+            .is_some_and(|p| !p.is_empty())
+            || o.orphan_dependents.is_some()
+    })
 }
 
 /// Whether the request is a dry run (`dryRun` in the review, or in the DELETE's options).

@@ -53,6 +53,14 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// It goes ahead, with nothing to say.
+    pub fn pass() -> Self {
+        Self::Pass {
+            warnings: Vec::new(),
+            released: None,
+        }
+    }
+
     fn refuse(guard: &'static str, message: String) -> Self {
         Self::Refuse {
             message,

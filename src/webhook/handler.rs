@@ -284,10 +284,7 @@ async fn guard(
     request: &review::Request,
     deadline: Instant,
 ) -> guard::Verdict {
-    let pass = guard::Verdict::Pass {
-        warnings: Vec::new(),
-        released: None,
-    };
+    let pass = guard::Verdict::pass();
     if request.operation != Operation::Delete || !judged(request) || unguarded(served, request) {
         return pass;
     }
@@ -334,19 +331,13 @@ fn judged(request: &review::Request) -> bool {
     };
     meta.deletion_timestamp.is_none()
         || (meta.has_finalizer(crate::names::ORPHAN_FINALIZER)
-            && request
-                .options
-                .as_ref()
-                .is_some_and(|o| o.propagation_policy.is_some() || o.orphan_dependents.is_some())
+            && admit::names_propagation(request)
             && admit::propagation(request) != crate::api::Propagation::Orphan)
 }
 
 /// [`guard`]'s judgement, on the caller's thread.
 fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::Verdict {
-    let pass = guard::Verdict::Pass {
-        warnings: Vec::new(),
-        released: None,
-    };
+    let pass = guard::Verdict::pass();
     let Some(meta) = request.old_meta() else {
         return pass;
     };
