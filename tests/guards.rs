@@ -220,6 +220,7 @@ async fn an_eviction_is_judged_as_its_pods_delete() {
             .await
         }
     };
+    support::gc::service_account_ready(&ns).await;
     let mut precious = support::gc::pod("precious", vec![], &[]);
     precious.annotations_mut().insert(
         syncgc::names::PROTECTED_ANNOTATION.to_owned(),
