@@ -22,7 +22,7 @@ use crate::webhook::certificate::{Keeper, Validity};
 use crate::webhook::handler::{self, Webhook};
 use crate::webhook::managed::{CaSource, Managed};
 use crate::webhook::registration::{
-    Coverage, DEFAULT_EXCLUDED_NAMESPACES, Registration, ServerVersion, WebhookClient,
+    Coverage, DEFAULT_EXCLUDED_NAMESPACES, GuardScope, Registration, ServerVersion, WebhookClient,
 };
 use crate::webhook::server::{self, Limits};
 use crate::webhook::tls::{Reload, ReloadingCert};
@@ -76,10 +76,6 @@ pub struct RunArgs {
     /// (not synchronously), or deny it and arm the object so that a retry is synchronous.
     #[arg(long, env = "SYNCGC_UNARMED_DELETE", value_enum, default_value_t = UnarmedDelete::Allow)]
     pub unarmed_delete: UnarmedDelete,
-    /// The cascade limit of every object without `syncgc.io/max-cascade`: a DELETE that would
-    /// delete more objects is refused (needs the guards). Off by default.
-    #[arg(long, env = "SYNCGC_MAX_CASCADE", value_name = "OBJECTS")]
-    pub max_cascade: Option<usize>,
     /// Record why each object goes (the DELETEs the webhook lets through, and the references
     /// the collector removes), name the root of a cascade in the User-Agent of the
     /// collector's requests, and answer `GET /debug/deleted` (`syncgc explain --why-deleted`).
@@ -203,11 +199,17 @@ pub struct WebhookArgs {
           default_values_t = DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned))]
     pub excluded_namespaces: Vec<String>,
     /// The guards on DELETE (syncgc.io/protected, syncgc.io/max-cascade,
-    /// syncgc.io/handles-finalizers): the webhook then sees every DELETE. `--guards=false`
-    /// lets only armed objects' DELETEs reach it, and no guard acts.
+    /// syncgc.io/handles-finalizers): their webhook then sees the DELETEs of the objects
+    /// labelled syncgc.io/guarded, which syncgc keeps on what a guard may concern, and every
+    /// Pod's eviction. `--guards=false`: no guard acts.
     #[arg(long, env = "SYNCGC_GUARDS", default_value_t = true, action = clap::ArgAction::Set,
           value_name = "BOOL")]
     pub guards: bool,
+    /// The cascade limit of every object without `syncgc.io/max-cascade`: a DELETE that would
+    /// delete more objects is refused (needs the guards). Off by default: set, it makes every
+    /// DELETE in the cluster reach the guards.
+    #[arg(long, env = "SYNCGC_MAX_CASCADE", value_name = "OBJECTS")]
+    pub max_cascade: Option<usize>,
 }
 
 impl WebhookArgs {
@@ -232,7 +234,7 @@ impl WebhookArgs {
             timeout_seconds: self.webhook_timeout_seconds,
             excluded_namespaces: self.excluded_namespaces.clone(),
             unarmed_delete,
-            guards: self.guards,
+            guards: GuardScope::of(self.guards, self.max_cascade),
             server,
             scope: Coverage::Every,
         }
@@ -335,7 +337,6 @@ impl RunArgs {
             webhook_client_ca,
             mode,
             unarmed_delete,
-            max_cascade,
             record_causes,
             collector: collector_args,
             workers,
@@ -465,6 +466,7 @@ impl RunArgs {
                 initial_list,
                 barrier: release_barrier,
                 causes: causes.clone(),
+                guards: webhook_args.guards,
             },
         ));
         let webhook = handler::router(Webhook {
@@ -473,7 +475,8 @@ impl RunArgs {
             policy: Policy {
                 unarmed_delete,
                 timeouts: Some(timeouts),
-                max_cascade,
+                max_cascade: webhook_args.max_cascade,
+                guards: webhook_args.guards,
             },
             metrics: metrics.clone(),
             cluster: webhook_cluster.clone(),

@@ -70,6 +70,10 @@ pub struct Metrics {
     /// Items queued again after a failure, by item and reason.
     pub queue_retries: IntCounterVec,
     pub worker_panics: IntCounterVec,
+    /// Objects labelled `syncgc.io/guarded` (their DELETEs reach the guards), and the writes
+    /// that keep the selection, by change and result.
+    pub guard_selected: IntGauge,
+    pub guard_selection_changes: IntCounterVec,
     /// Owners the graph did not hold, read from the apiserver, by what was found (present,
     /// absent).
     pub owner_reads: IntCounterVec,
@@ -214,6 +218,15 @@ impl Metrics {
                 "syncgc_worker_panics_total",
                 "Items on which a worker panicked (the item is queued again with backoff; the worker goes on), by item",
                 &["item"],
+            )?,
+            guard_selected: r.gauge(
+                "syncgc_guard_selected_objects",
+                "Objects labelled syncgc.io/guarded, whose DELETEs reach the guards' webhook",
+            )?,
+            guard_selection_changes: r.counter_vec(
+                "syncgc_guard_selection_changes_total",
+                "Writes that keep the guards' selection, by change (selected, unselected: the syncgc.io/guarded label; sibling_deleted: an object beside a protected one in a namespace being deleted) and result",
+                &["change", "result"],
             )?,
             owner_reads: r.counter_vec(
                 "syncgc_owner_reads_total",

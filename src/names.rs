@@ -25,6 +25,11 @@ pub const PROTECTED_ANNOTATION: &str = "syncgc.io/protected";
 /// On any object: the most objects its DELETE may delete, by the cascade's model (a
 /// non-negative integer); a DELETE that would delete more is refused.
 pub const MAX_CASCADE_ANNOTATION: &str = "syncgc.io/max-cascade";
+/// The label syncgc keeps on every object whose DELETE a guard may refuse: the protected and
+/// limited objects, the owners whose cascade reaches a protected object, the namespaces that
+/// hold one, and the finalizer handlers with what they need. The guards' DELETE webhook
+/// selects objects by it, so that no other DELETE reaches syncgc.
+pub const GUARDED_LABEL: &str = "syncgc.io/guarded";
 /// On a workload (Deployment, StatefulSet, DaemonSet, or a bare Pod): the finalizers its Pods
 /// remove, comma-separated. While objects in its scope that carry one of them are being
 /// deleted, the teardown of the workload's Pods (and of what owns them below the workload) is
@@ -104,6 +109,9 @@ pub enum Reason {
     InvalidAnnotation,
     /// A finalizer handler's hold on its Pods ended by its timeout, objects still holding.
     HandlerTimedOut,
+    /// A protected object holds its namespace, being deleted, for a bounded time (on the
+    /// object and on the namespace).
+    ProtectedHoldsNamespace,
     /// The cascade a DELETE started has ended: what it deleted, by kind, and how long it took.
     CascadeEnded,
     /// An ownerReference that cannot reach its owner (upstream's reason).
@@ -125,6 +133,7 @@ impl Reason {
             Self::InvalidOrder => "SyncGCInvalidOrder",
             Self::InvalidAnnotation => "SyncGCInvalidAnnotation",
             Self::HandlerTimedOut => "SyncGCHandlerTimedOut",
+            Self::ProtectedHoldsNamespace => "SyncGCProtectedHoldsNamespace",
             Self::CascadeEnded => "SyncGCCascadeEnded",
             Self::OwnerRefInvalidNamespace => "OwnerRefInvalidNamespace",
         }

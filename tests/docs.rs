@@ -493,3 +493,151 @@ fn the_table_of_what_each_collector_does_names_tests_that_exist() {
     }
     assert!(named >= 5, "{table}");
 }
+
+/// The registration syncgc writes with `guards` and `unarmed_delete`, for `server`.
+fn registration(
+    guards: syncgc::webhook::registration::GuardScope,
+    unarmed_delete: syncgc::webhook::admit::UnarmedDelete,
+    server: syncgc::api::ServerVersion,
+) -> k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration {
+    use syncgc::webhook::registration::{Coverage, Registration, WebhookClient};
+    Registration {
+        name: "syncgc".into(),
+        client: WebhookClient::Url("https://127.0.0.1:8443/mutate".into()),
+        ca_bundle: Vec::new(),
+        timeout_seconds: 3,
+        excluded_namespaces: Vec::new(),
+        unarmed_delete,
+        guards,
+        server,
+        scope: Coverage::Every,
+    }
+    .configuration()
+}
+
+/// How the table of docs/how-it-works.md words a webhook: its operations, the objects it
+/// selects, and whether a condition narrows it.
+fn worded(
+    webhook: &k8s_openapi::api::admissionregistration::v1::MutatingWebhook,
+) -> (String, String, bool) {
+    let rules = webhook.rules.clone().unwrap_or_default();
+    let operations: Vec<String> = rules
+        .iter()
+        .flat_map(|r| r.operations.clone().unwrap_or_default())
+        .collect();
+    let resources: Vec<String> = rules
+        .iter()
+        .flat_map(|r| r.resources.clone().unwrap_or_default())
+        .collect();
+    let operations = match resources.iter().find(|r| r.contains('/')) {
+        Some(subresource) => format!("{} of `{subresource}`", operations.join(", ")),
+        None => operations.join(", "),
+    };
+    let selector = serde_json::to_value(&webhook.object_selector).unwrap();
+    let label = selector["matchLabels"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .or_else(|| {
+            selector["matchExpressions"][0]["key"]
+                .as_str()
+                .map(str::to_owned)
+        });
+    let selected = match label {
+        Some(label) => format!("labelled `{label}`"),
+        None => "every".to_owned(),
+    };
+    let narrowed = webhook
+        .match_conditions
+        .as_ref()
+        .is_some_and(|c| !c.is_empty());
+    (operations, selected, narrowed)
+}
+
+/// The table of which operations reach syncgc is the registration syncgc writes: each row's
+/// webhook, with the row's setting, has the row's operations, selection and (from 1.28)
+/// condition; and every webhook of every setting has its row.
+#[test]
+fn the_table_of_what_reaches_syncgc_is_the_registration() {
+    use syncgc::api::ServerVersion;
+    use syncgc::webhook::admit::UnarmedDelete::{Allow, Deny};
+    use syncgc::webhook::registration::GuardScope::{Every, Off, Selected};
+    let text = doc("docs/how-it-works.md");
+    let table = text
+        .split("<!-- reaches-syncgc -->")
+        .nth(1)
+        .expect("docs/how-it-works.md marks the table with <!-- reaches-syncgc -->");
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    assert!(rows.len() >= 5, "{rows:?}");
+    let settings = |setting: &str| match setting {
+        "always" => [Off, Selected, Every]
+            .into_iter()
+            .flat_map(|g| [(g, Allow), (g, Deny)])
+            .collect(),
+        "`--guards` (the default)" => vec![(Selected, Allow), (Selected, Deny)],
+        "`--guards` with `--max-cascade`" => vec![(Every, Allow), (Every, Deny)],
+        "`--unarmed-delete allow` (the default)" => vec![(Selected, Allow), (Off, Allow)],
+        "`--unarmed-delete deny`" => vec![(Selected, Deny), (Off, Deny)],
+        other => panic!("a setting the test does not know: {other}"),
+    };
+    let old = ServerVersion {
+        major: 1,
+        minor: 20,
+    };
+    let new = ServerVersion {
+        major: 1,
+        minor: 30,
+    };
+    let mut covered = BTreeSet::new();
+    for row in &rows {
+        let [name, operations, selected, condition, setting] = &row[..] else {
+            panic!("a row of five cells: {row:?}");
+        };
+        let name = name.trim_matches('`');
+        for (guards, unarmed_delete) in settings(setting) {
+            for server in [old, new] {
+                let configuration = registration(guards, unarmed_delete, server);
+                let webhook = configuration
+                    .webhooks
+                    .iter()
+                    .flatten()
+                    .find(|w| w.name == name)
+                    .unwrap_or_else(|| panic!("{name} is registered with {setting}"));
+                let (ops, sel, narrowed) = worded(webhook);
+                assert_eq!(&ops, operations, "{name} with {setting}");
+                assert!(selected.starts_with(&sel), "{name} with {setting}: {sel}");
+                assert_eq!(
+                    narrowed,
+                    server == new && condition != "—",
+                    "{name} with {setting} on {server}"
+                );
+                covered.insert((name.to_owned(), format!("{guards:?}{unarmed_delete:?}")));
+            }
+        }
+    }
+    for guards in [Off, Selected, Every] {
+        for unarmed_delete in [Allow, Deny] {
+            let configuration = registration(guards, unarmed_delete, new);
+            for webhook in configuration.webhooks.iter().flatten() {
+                assert!(
+                    covered.contains(&(
+                        webhook.name.clone(),
+                        format!("{guards:?}{unarmed_delete:?}")
+                    )),
+                    "{} with {guards:?} and {unarmed_delete:?} has no row",
+                    webhook.name
+                );
+            }
+        }
+    }
+}

@@ -12,9 +12,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use syncgc::names::{HANDLES_FINALIZERS_ANNOTATION, MAX_CASCADE_ANNOTATION};
+use syncgc::names::{
+    GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION, MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION,
+};
 
 use support::guards::{self, annotate, annotated, dry_run, refusal, refused_dry_run};
+use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{TestNamespace, config_map, create, eventually, exists, gone, tree};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -239,4 +242,192 @@ async fn an_eviction_is_judged_as_its_pods_delete() {
 
     annotate(&pods, "precious", syncgc::names::PROTECTED_ANNOTATION, None).await;
     evict("precious").await.expect("evicted once unprotected");
+}
+
+/// A syncgc process of this test's own (its metrics count only this test's reviews), and a
+/// namespace it serves.
+async fn own_syncgc(test: &str, args: &[&str]) -> (Syncgc, TestNamespace) {
+    let name = format!("syncgc-{test}-{}", std::process::id());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let syncgc = tokio::task::spawn_blocking({
+        let name = name.clone();
+        move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let syncgc = Syncgc::start(&name, &args);
+            syncgc.wait_ready(WAIT);
+            syncgc
+        }
+    })
+    .await
+    .unwrap();
+    let client = support::client().await;
+    let ns = TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await;
+    (syncgc, ns)
+}
+
+/// The reviews of DELETEs syncgc has answered.
+fn delete_reviews(syncgc: &Syncgc) -> f64 {
+    syncgc.metric_where("syncgc_webhook_requests_total", "operation=\"DELETE\"")
+}
+
+fn labelled<K: kube::Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(GUARDED_LABEL))
+        .map(String::as_str)
+        == Some("true")
+}
+
+/// Only the DELETEs a guard may concern reach syncgc. A protected object is labelled
+/// `syncgc.io/guarded` in the write that protects it, its owner and its namespace within a
+/// round of the leader; with protected and limited objects present, the DELETEs of 20
+/// unannotated ConfigMaps send syncgc no review, while the protected object's own DELETE
+/// does (and is refused). Unprotected, the label goes again from all three.
+#[tokio::test]
+async fn only_the_deletes_a_guard_may_concern_reach_syncgc() {
+    let (syncgc, ns) = own_syncgc("selection", &TEST_TIMEOUTS).await;
+    let api = ns.api::<ConfigMap>();
+    let namespaces = Api::<Namespace>::all(ns.client.clone());
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let precious = annotated(
+        config_map("precious", vec![support::owner_ref(&owner, false)]),
+        PROTECTED_ANNOTATION,
+        "true",
+    );
+    assert!(
+        labelled(&create(&api, &precious).await),
+        "labelled as it is written"
+    );
+    let limited = create(
+        &api,
+        &annotated(config_map("limited", vec![]), MAX_CASCADE_ANNOTATION, "10"),
+    )
+    .await;
+    assert!(labelled(&limited));
+    let started = std::time::Instant::now();
+    eventually("the owner and the namespace are labelled", WAIT, || async {
+        let owner = api.get("owner").await.ok()?;
+        let namespace = namespaces.get(&ns.name).await.ok()?;
+        (labelled(&owner) && labelled(&namespace)).then_some(())
+    })
+    .await;
+    eprintln!(
+        "owner and namespace labelled within {:?}",
+        started.elapsed()
+    );
+    for n in 0..20 {
+        create(&api, &config_map(&format!("plain-{n}"), vec![])).await;
+    }
+    let before = delete_reviews(&syncgc);
+    for n in 0..20 {
+        api.delete(&format!("plain-{n}"), &DeleteParams::background())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        delete_reviews(&syncgc),
+        before,
+        "no unannotated object's DELETE reached syncgc"
+    );
+    // The control: a guarded object's DELETE does reach it, and is refused.
+    let refused = refusal(&api, "precious", &DeleteParams::background()).await;
+    assert!(refused.is_some_and(|m| m.contains("is protected")));
+    assert_eq!(delete_reviews(&syncgc), before + 1.0);
+    assert!(syncgc.metric("syncgc_guard_selected_objects") >= 4.0);
+
+    annotate(&api, "precious", PROTECTED_ANNOTATION, None).await;
+    eventually("the label goes where no guard applies", WAIT, || async {
+        let owner = api.get("owner").await.ok()?;
+        let precious = api.get("precious").await.ok()?;
+        let namespace = namespaces.get(&ns.name).await.ok()?;
+        (!labelled(&owner) && !labelled(&precious) && !labelled(&namespace)).then_some(())
+    })
+    .await;
+    assert!(
+        labelled(&api.get("limited").await.unwrap()),
+        "still limited"
+    );
+}
+
+/// A protected object in a namespace whose DELETE went through while syncgc could not answer
+/// holds it for a bounded time only: its DELETE is refused, its unprotected siblings of its
+/// kind (a collection's DELETE stops at the first refusal) are deleted by syncgc meanwhile, a
+/// Warning Event on the namespace says until when, and then the namespace goes.
+#[tokio::test]
+async fn a_protected_object_holds_a_namespace_being_deleted_for_a_bounded_time() {
+    let (syncgc, ns) = own_syncgc(
+        "protected_ns",
+        &["--timeout-base", "20s", "--timeout-per-dependent", "1s"],
+    )
+    .await;
+    let api = ns.api::<ConfigMap>();
+    let namespaces = Api::<Namespace>::all(ns.client.clone());
+    create(
+        &api,
+        &annotated(
+            config_map("m-precious", vec![]),
+            PROTECTED_ANNOTATION,
+            "true",
+        ),
+    )
+    .await;
+    for n in 0..5 {
+        create(&api, &config_map(&format!("a-{n}"), vec![])).await;
+        create(&api, &config_map(&format!("z-{n}"), vec![])).await;
+    }
+    eventually("the namespace is labelled", WAIT, || async {
+        labelled(&namespaces.get(&ns.name).await.ok()?).then_some(())
+    })
+    .await;
+    // The namespace's DELETE while syncgc cannot answer: the webhook fails open.
+    syncgc.pause();
+    let deleted = namespaces
+        .delete(&ns.name, &DeleteParams::background())
+        .await;
+    syncgc.resume();
+    deleted.expect("the namespace's DELETE goes through while syncgc is away");
+    let started = std::time::Instant::now();
+
+    eventually("the protected object's siblings are gone", WAIT, || async {
+        for n in 0..5 {
+            gone(&api, &format!("z-{n}")).await?;
+            gone(&api, &format!("a-{n}")).await?;
+        }
+        Some(())
+    })
+    .await;
+    let precious = api
+        .get("m-precious")
+        .await
+        .expect("the protected object stays");
+    assert!(precious.metadata.deletion_timestamp.is_none());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the siblings went before the hold ended"
+    );
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(ns.client.clone(), "default");
+    eventually("a Warning Event on the namespace says so", WAIT, || async {
+        let found = events.list(&ListParams::default()).await.ok()?;
+        found
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("SyncGCProtectedHoldsNamespace")
+                    && e.involved_object.name.as_deref() == Some(ns.name.as_str())
+            })
+            .map(drop)
+    })
+    .await;
+    eventually(
+        "the namespace goes once the hold has ended",
+        Duration::from_secs(120),
+        || gone(&namespaces, &ns.name),
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(15),
+        "not before the hold ended"
+    );
 }

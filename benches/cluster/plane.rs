@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{Coverage, Registration, ServerVersion, WebhookClient};
+use syncgc::webhook::registration::{
+    Coverage, GuardScope, Registration, ServerVersion, WebhookClient,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How kube-controller-manager runs.
@@ -273,7 +275,7 @@ impl Plane {
             timeout_seconds,
             excluded_namespaces: vec![],
             unarmed_delete: UnarmedDelete::Allow,
-            guards: true,
+            guards: GuardScope::Selected,
             server: self.server().await?,
             scope: Coverage::Every,
         }

@@ -20,7 +20,7 @@ use kube::{Api, ResourceExt};
 use syncgc::names::{SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use syncgc::webhook::admit::UnarmedDelete;
 use syncgc::webhook::registration::{
-    Coverage, DEFAULT_EXCLUDED_NAMESPACES, Registration, WebhookClient,
+    Coverage, DEFAULT_EXCLUDED_NAMESPACES, GuardScope, Registration, WebhookClient,
 };
 
 use crate::Settings;
@@ -133,7 +133,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             timeout_seconds: 3,
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
-            guards: true,
+            guards: GuardScope::Selected,
             server,
             scope: scope.clone(),
         }

@@ -368,39 +368,45 @@ pub fn leader(record: Option<&Record>, replicas: &Replicas, now: Timestamp, at: 
     }
 }
 
-/// Which guards on DELETE are active: all of them when the DELETE webhook sees every DELETE
-/// (no object selector, no condition), none when it sees only armed objects'; and the
-/// cascade limit of objects without their own (`SYNCGC_MAX_CASCADE` of the Deployment).
+/// Which guards on DELETE are active, and which DELETEs they cost: all of them when the
+/// guards' webhook is registered — selecting the objects labelled `syncgc.io/guarded`, or every
+/// DELETE with a cluster-wide limit — none without it; and the cascade limit of objects
+/// without their own (`SYNCGC_MAX_CASCADE` of the Deployment).
 pub fn guards(found: &MutatingWebhookConfiguration, default_limit: Option<&str>) -> Finding {
-    use crate::webhook::registration::DELETE_WEBHOOK;
-    let delete = found
+    use crate::webhook::registration::GUARD_WEBHOOK;
+    let guard = found
         .webhooks
         .iter()
         .flatten()
-        .find(|hook| hook.name == DELETE_WEBHOOK);
-    let every = delete.is_some_and(|hook| {
-        let selects = hook.object_selector.as_ref().is_some_and(|s| {
-            s.match_labels.as_ref().is_some_and(|l| !l.is_empty())
-                || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
-        });
-        !selects && hook.match_conditions.as_ref().is_none_or(Vec::is_empty)
+        .find(|hook| hook.name == GUARD_WEBHOOK);
+    let Some(guard) = guard else {
+        return Finding::pass(
+            "guards",
+            "off: no DELETE reaches them (--guards=false), so syncgc.io/protected, \
+             syncgc.io/max-cascade and syncgc.io/handles-finalizers do nothing",
+        );
+    };
+    let selects = guard.object_selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_some_and(|l| !l.is_empty())
+            || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
     });
-    let message = if every {
+    let seen = if selects {
+        "the DELETEs of objects labelled syncgc.io/guarded and every eviction reach them"
+    } else {
+        "every DELETE in the cluster reaches them, for the cluster-wide cascade limit: each \
+         costs a webhook call"
+    };
+    let limit = match default_limit {
+        Some(limit) => format!("objects without syncgc.io/max-cascade may delete {limit}"),
+        None => "no cascade limit for objects without syncgc.io/max-cascade".to_owned(),
+    };
+    Finding::pass(
+        "guards",
         format!(
             "active: syncgc.io/protected, syncgc.io/max-cascade and \
-             syncgc.io/handles-finalizers (every DELETE reaches the webhook; they fail open); \
-             {}",
-            match default_limit {
-                Some(limit) => format!("objects without syncgc.io/max-cascade may delete {limit}"),
-                None => "no cascade limit for objects without syncgc.io/max-cascade".to_owned(),
-            }
-        )
-    } else {
-        "off: only armed objects' DELETEs reach the webhook (--guards=false), so \
-         syncgc.io/protected, syncgc.io/max-cascade and syncgc.io/handles-finalizers do nothing"
-            .to_owned()
-    };
-    Finding::pass("guards", message)
+             syncgc.io/handles-finalizers ({seen}; they fail open); {limit}"
+        ),
+    )
 }
 
 /// The webhook configuration and where it sends the apiserver.

@@ -703,9 +703,9 @@ mod tests {
     }
 
     #[test]
-    fn the_guards_are_active_when_every_delete_reaches_the_webhook() {
+    fn the_guards_are_active_when_their_webhook_is_registered() {
         use crate::webhook::admit::UnarmedDelete;
-        use crate::webhook::registration::{Coverage, Registration, WebhookClient};
+        use crate::webhook::registration::{Coverage, GuardScope, Registration, WebhookClient};
         let registration = |guards| {
             Registration {
                 name: "syncgc".into(),
@@ -723,16 +723,22 @@ mod tests {
             }
             .configuration()
         };
-        let on = guards(&registration(true), Some("500"));
+        let on = guards(&registration(GuardScope::Every), Some("500"));
         assert!(on.message.starts_with("active"), "{}", on.message);
         assert!(on.message.contains("may delete 500"), "{}", on.message);
-        let unlimited = guards(&registration(true), None);
+        assert!(on.message.contains("every DELETE"), "{}", on.message);
+        let unlimited = guards(&registration(GuardScope::Selected), None);
         assert!(
             unlimited.message.contains("no cascade limit"),
             "{}",
             unlimited.message
         );
-        let off = guards(&registration(false), Some("500"));
+        assert!(
+            unlimited.message.contains("labelled syncgc.io/guarded"),
+            "{}",
+            unlimited.message
+        );
+        let off = guards(&registration(GuardScope::Off), Some("500"));
         assert!(off.message.starts_with("off"), "{}", off.message);
     }
 

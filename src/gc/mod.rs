@@ -27,6 +27,10 @@
 //! - [`cascade`]: a cascade run on a copy of the graph by the same rules, to its end: what a
 //!   DELETE would take down (`syncgc plan`, a dry-run DELETE's warnings); [`snapshot`]: a
 //!   scope's metadata read once into a graph for it (`syncgc plan` and `syncgc explain`).
+//! - [`selection`]: which objects carry `syncgc.io/guarded`, the label the guards' DELETE
+//!   webhook selects by (decided from the graph; kept by the leader).
+//! - [`terminating`]: a protected object in a namespace being deleted holds it for a bounded
+//!   time, and its siblings go meanwhile.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - [`debug`]: `/debug/graph`, the graph around one object.
 //! - `harness` (unit tests): the workers' scenarios, step by step, on paused time.
@@ -48,8 +52,10 @@ pub mod foreground;
 mod harness;
 pub mod order;
 pub mod queue;
+pub mod selection;
 pub mod snapshot;
 pub mod synchronous;
+pub mod terminating;
 pub mod watch;
 pub mod waves;
 
@@ -80,6 +86,8 @@ pub struct GcConfig {
     /// The record of why objects go, which the collector's requests name (`None`: causes
     /// neither recorded nor named).
     pub causes: Option<causes::Causes>,
+    /// The guards on DELETE are on: the leader keeps their selection ([`selection`]).
+    pub guards: bool,
 }
 
 /// How long owners wait and how fast the collector calls the apiserver: flags of `syncgc run`,
@@ -195,6 +203,13 @@ pub async fn run(
             readiness.set(true);
         }
     }
+    let selection = collector.cx.config.guards.then(|| {
+        tokio::spawn(selection::run(
+            collector.clone(),
+            leading.clone(),
+            shutdown.clone(),
+        ))
+    });
     let spawn = || {
         tokio::spawn(collector::work(
             collector.clone(),
@@ -241,5 +256,8 @@ pub async fn run(
     }
     let _ = builder.await;
     let _ = barrier.await;
+    if let Some(selection) = selection {
+        let _ = selection.await;
+    }
     leads.abort();
 }

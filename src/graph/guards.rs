@@ -5,8 +5,9 @@
 
 use crate::api::meta::Meta;
 use crate::names::{
-    FOREGROUND_FINALIZER, HANDLES_FINALIZERS_ANNOTATION, HANDLES_FINALIZERS_SCOPE_ANNOTATION,
-    ORPHAN_FINALIZER, PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    FOREGROUND_FINALIZER, GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION,
+    HANDLES_FINALIZERS_SCOPE_ANNOTATION, MAX_CASCADE_ANNOTATION, ORPHAN_FINALIZER,
+    PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER,
 };
 
 /// An object's part in the guards.
@@ -19,6 +20,11 @@ pub struct Guards {
     /// Its finalizers other than the collectors' (`syncgc.io/synchronous`,
     /// `foregroundDeletion`, `orphan`), by name.
     pub foreign: Vec<Box<str>>,
+    /// Annotated `syncgc.io/max-cascade` (any value: a malformed one falls back to the
+    /// cluster's limit, which its DELETE must still be judged by).
+    pub limited: bool,
+    /// Labelled `syncgc.io/guarded`: its DELETE reaches the guards.
+    pub selected: bool,
 }
 
 /// The finalizers a workload's Pods remove (`syncgc.io/handles-finalizers`), and where.
@@ -38,12 +44,16 @@ pub fn protects(value: Option<&str>) -> bool {
 impl Guards {
     /// What `meta` says.
     pub fn of(meta: &Meta) -> Self {
-        Self::from_parts(
-            meta.annotations.get(PROTECTED_ANNOTATION),
-            meta.annotations.get(HANDLES_FINALIZERS_ANNOTATION),
-            meta.annotations.get(HANDLES_FINALIZERS_SCOPE_ANNOTATION),
-            meta.finalizers.iter().map(String::as_str),
-        )
+        Self {
+            limited: meta.annotations.get(MAX_CASCADE_ANNOTATION).is_some(),
+            selected: meta.labels.get(GUARDED_LABEL).is_some(),
+            ..Self::from_parts(
+                meta.annotations.get(PROTECTED_ANNOTATION),
+                meta.annotations.get(HANDLES_FINALIZERS_ANNOTATION),
+                meta.annotations.get(HANDLES_FINALIZERS_SCOPE_ANNOTATION),
+                meta.finalizers.iter().map(String::as_str),
+            )
+        }
     }
 
     /// From the values of `syncgc.io/protected`, `syncgc.io/handles-finalizers` and its scope,
@@ -68,12 +78,24 @@ impl Guards {
                 })
                 .map(Box::from)
                 .collect(),
+            limited: false,
+            selected: false,
         }
     }
 
     /// Says nothing: not kept.
     pub fn is_empty(&self) -> bool {
-        !self.protected && self.handles.is_none() && self.foreign.is_empty()
+        !self.protected
+            && self.handles.is_none()
+            && self.foreign.is_empty()
+            && !self.limited
+            && !self.selected
+    }
+
+    /// Whether its own metadata makes a guard judge its DELETE: protected, limited, or a
+    /// finalizer handler.
+    pub fn guards_itself(&self) -> bool {
+        self.protected || self.limited || self.handles.is_some()
     }
 
     /// Whether it carries one of `finalizers`.

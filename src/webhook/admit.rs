@@ -19,7 +19,8 @@ use crate::annotations::{Timeouts, annotation_problems};
 use crate::api::{Claims, Marks, Propagation};
 use crate::gc::cascade::Preview;
 use crate::names::{
-    ARMED_LABEL, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION,
+    ARMED_LABEL, FOREGROUND_FINALIZER, GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION,
+    MAX_CASCADE_ANNOTATION, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, PROTECTED_ANNOTATION,
     SYNCHRONOUS_ANNOTATION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION,
 };
 
@@ -42,6 +43,9 @@ pub struct Policy {
     pub timeouts: Option<Timeouts>,
     /// The cascade limit of objects without `syncgc.io/max-cascade` (`None`: no limit).
     pub max_cascade: Option<usize>,
+    /// The guards on DELETE are on: an object whose own metadata names a guard is labelled
+    /// [`GUARDED_LABEL`] as it is written.
+    pub guards: bool,
 }
 
 /// Which case of the decision applied; a closed set, used as a metric label and in logs.
@@ -55,6 +59,9 @@ pub enum Case {
     Terminating,
     Arm,
     Disarm,
+    /// An object that names a guard (protected, limited, a finalizer handler) gets
+    /// `syncgc.io/guarded`, so that its DELETEs reach the guards.
+    Select,
     /// DELETE of an armed object; nothing to add.
     DeleteArmed,
     /// DELETE of an armed object with a default propagation from its annotation.
@@ -71,6 +78,7 @@ impl Case {
             Self::Terminating => "terminating",
             Self::Arm => "arm",
             Self::Disarm => "disarm",
+            Self::Select => "select",
             Self::DeleteArmed => "delete_armed",
             Self::DeleteDefaultPropagation => "delete_default_propagation",
             Self::DeleteUnarmedAllowed => "delete_unarmed_allowed",
@@ -150,7 +158,7 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
     }
     match request.operation {
         Operation::Create | Operation::Update => {
-            let mut decision = admit_write(request);
+            let mut decision = admit_write(request, policy);
             if decision.reason != Case::Ignored
                 && let Some(meta) = request.object.as_ref().and_then(|o| o.metadata.as_ref())
             {
@@ -179,13 +187,55 @@ pub fn admit(request: &Request, policy: &Policy, dependents: usize) -> Decision 
     }
 }
 
-fn admit_write(request: &Request) -> Decision {
+fn admit_write(request: &Request, policy: &Policy) -> Decision {
     let Some(meta) = request.object.as_ref().and_then(|o| o.metadata.as_ref()) else {
         return Decision::allow(Case::Ignored);
     };
     if meta.deletion_timestamp.is_some() {
         return Decision::allow(Case::Terminating);
     }
+    let mut decision = arm_or_disarm(request, meta);
+    if policy.guards && names_guard(meta) && meta.label(GUARDED_LABEL).is_none() {
+        decision.patch = Some(with_guarded_label(decision.patch.take(), meta));
+        if decision.reason == Case::Untouched {
+            decision.reason = Case::Select;
+        }
+    }
+    decision
+}
+
+/// Whether `meta` names a guard itself: protected, limited, or a finalizer handler (as
+/// [`crate::graph::Guards::guards_itself`] reads it from a watch).
+pub fn names_guard(meta: &Metadata) -> bool {
+    crate::graph::protects(meta.annotation(PROTECTED_ANNOTATION))
+        || meta.annotation(MAX_CASCADE_ANNOTATION).is_some()
+        || meta
+            .annotation(HANDLES_FINALIZERS_ANNOTATION)
+            .is_some_and(|value| crate::graph::Handles::parse(value, None).is_ok())
+}
+
+/// `patch` with an op that adds [`GUARDED_LABEL`] to `meta`.
+fn with_guarded_label(patch: Option<Patch>, meta: &Metadata) -> Patch {
+    let mut ops = patch.map(|p| p.0).unwrap_or_default();
+    let labels_added = ops
+        .iter()
+        .any(|op| matches!(op, PatchOperation::Add(add) if add.path == labels_pointer()));
+    ops.push(if meta.labels.is_some() || labels_added {
+        add(
+            labels_pointer().with_trailing_token(GUARDED_LABEL),
+            Value::from("true"),
+        )
+    } else {
+        add(
+            labels_pointer(),
+            serde_json::json!({ GUARDED_LABEL: "true" }),
+        )
+    });
+    Patch(ops)
+}
+
+/// Arms an object that opted in, disarms one that no longer does.
+fn arm_or_disarm(request: &Request, meta: &Metadata) -> Decision {
     if opted_in(meta) {
         return match arm_patch(meta) {
             Some(patch) => Decision {
@@ -534,6 +584,7 @@ mod tests {
         unarmed_delete: UnarmedDelete::Deny,
         timeouts: None,
         max_cascade: None,
+        guards: false,
     };
 
     /// With the collector's timeouts: a minute, 100 ms per dependent, an hour at most.
@@ -545,6 +596,7 @@ mod tests {
             max: Duration::from_secs(3600),
         }),
         max_cascade: None,
+        guards: false,
     };
 
     fn meta(annotations: &[(&str, &str)], finalizers: Option<&[&str]>) -> Metadata {

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use super::admit::Policy;
 use crate::api::Propagation;
-use crate::gc::cascade;
+use crate::gc::{cascade, terminating};
 use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
 
 /// The DELETE being judged, as the review says it.
@@ -74,6 +74,8 @@ impl Verdict {
 pub const PROTECTED: &str = "refused_protected";
 pub const LIMITED: &str = "refused_cascade_limit";
 pub const HELD: &str = "held_for_handler";
+/// A DELETE the guards let through, as a metric label.
+pub const PASSED: &str = "passed_guards";
 /// A DELETE a guard applies to that could not be judged: the graph is still being listed, or
 /// its cascade is larger than can be judged within the time left ([`Judging::budget`]).
 pub const UNJUDGED: &str = "refused_unjudged";
@@ -111,7 +113,7 @@ pub fn judge(
     let now = judging.now;
     let node = graph.node(delete.uid);
     if delete.protected {
-        return protected(graph, delete, node, judging.synced);
+        return protected(graph, delete, node, policy, judging);
     }
     let mut warnings = Vec::new();
     let mut released = None;
@@ -284,7 +286,31 @@ fn protected_below(graph: &Graph, uid: Uid, tree: usize) -> bool {
 /// The refusal of a protected object's DELETE, with the references to drop when a collector
 /// is deleting it because its owners are going. An owner of a served kind the graph has not
 /// seen is gone only once every watch has listed (`synced`): before, it may be listed yet.
-fn protected(graph: &Graph, delete: &Delete, node: Option<&Node>, synced: bool) -> Verdict {
+/// In a namespace being deleted (its DELETE let through while syncgc was away, or before the
+/// object was protected) the refusal is bounded: see [`terminating::hold`].
+fn protected(
+    graph: &Graph,
+    delete: &Delete,
+    node: Option<&Node>,
+    policy: &Policy,
+    judging: Judging,
+) -> Verdict {
+    let synced = judging.synced;
+    let hold = delete
+        .namespace
+        .and_then(|ns| Some((ns, terminating::hold(graph, ns, policy.timeouts)?)));
+    if let Some((namespace, (_, until))) = hold
+        && judging.now >= until
+    {
+        return Verdict::Pass {
+            warnings: vec![format!(
+                "syncgc: {} is protected, but its namespace {namespace} is being deleted and \
+                 the time a protected object holds it has passed: it goes with the namespace",
+                delete.described
+            )],
+            released: None,
+        };
+    }
     let drop_owners: Vec<Uid> = node
         .into_iter()
         .flat_map(|n| n.owners.iter())
@@ -293,10 +319,20 @@ fn protected(graph: &Graph, delete: &Delete, node: Option<&Node>, synced: bool) 
         })
         .map(|l| l.uid)
         .collect();
-    let mut message = format!(
-        "{} is protected (syncgc.io/protected: \"true\"): remove the annotation to delete it",
-        delete.described
-    );
+    let mut message = match hold {
+        Some((namespace, (since, until))) => format!(
+            "{} is protected (syncgc.io/protected: \"true\") and its namespace {namespace} is \
+             being deleted: it holds the namespace for at most {}s more ({}s after its \
+             deletion), then goes with it; remove the annotation to let it go now",
+            delete.described,
+            until - judging.now,
+            until - since,
+        ),
+        None => format!(
+            "{} is protected (syncgc.io/protected: \"true\"): remove the annotation to delete it",
+            delete.described
+        ),
+    };
     if !drop_owners.is_empty() {
         message.push_str(
             "; its references to the owners being deleted are removed instead, so that no \
@@ -354,10 +390,7 @@ fn hold(
     }
     pending.sort_by_key(|(_, since)| *since);
     let since = pending[0].1;
-    // As long as a synchronous owner with as many dependents may wait.
-    let timeout = policy.timeouts.map_or(i64::MAX / 2, |t| {
-        t.for_owner(pending.len(), None).as_secs() as i64
-    });
+    let timeout = terminating::hold_timeout(policy.timeouts, pending.len());
     let finalizers = handles.finalizers.join(", ");
     let examples = pending
         .iter()

@@ -1,7 +1,8 @@
-//! `POST /mutate`: reads the body within limits, counts a DELETE's dependents in the graph
-//! (read-only, for the warning; a dry run's cascade is run on a copy of its part), asks
-//! [`admit`] for the decision, makes its side effect through the API before the apiserver's
-//! deadline, answers. It decides nothing itself.
+//! `POST /mutate` and `POST /guard`: reads the body within limits; on `/mutate` counts a
+//! DELETE's dependents in the graph (read-only, for the warning; a dry run's cascade is run on
+//! a copy of its part), asks [`admit`] for the decision, makes its side effect through the API
+//! before the apiserver's deadline; on `/guard` asks [`guard`] for the verdict on a DELETE or
+//! an eviction; answers. It decides nothing itself.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -103,10 +104,31 @@ const REPORT_AGAIN: Duration = Duration::from_secs(600);
 /// The most handlers remembered as reported.
 const MAX_REPORTED: usize = 1024;
 
-/// The webhook's router: `POST /mutate`. The state is shared, not cloned, per request.
+/// Which webhook a review came through: each has a path of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hook {
+    /// `/mutate`: arming on CREATE and UPDATE, and the DELETEs of armed objects.
+    Mutate,
+    /// `/guard`: the guards on DELETE and on evictions; nothing else.
+    Guard,
+}
+
+/// The webhook's router: `POST /mutate` and `POST /guard`. The state is shared, not cloned,
+/// per request.
 pub fn router(webhook: Webhook) -> Router {
     Router::new()
-        .route("/mutate", post(mutate))
+        .route(
+            super::registration::WEBHOOK_PATH,
+            post(|state, query, certified, request| {
+                review(Hook::Mutate, state, query, certified, request)
+            }),
+        )
+        .route(
+            super::registration::GUARD_PATH,
+            post(|state, query, certified, request| {
+                review(Hook::Guard, state, query, certified, request)
+            }),
+        )
         .with_state(Arc::new(Served {
             webhook,
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_BYTES / 1024)),
@@ -122,7 +144,8 @@ fn timeout_param(query: Option<&str>) -> Option<Duration> {
         .and_then(|value| crate::duration::parse(value).ok())
 }
 
-async fn mutate(
+async fn review(
+    hook: Hook,
     State(served): State<Arc<Served>>,
     RawQuery(query): RawQuery,
     certified: Option<Extension<ClientCertified>>,
@@ -171,53 +194,81 @@ async fn mutate(
             return json(review::respond_invalid(&err));
         }
     };
-    // An eviction deletes its Pod without a DELETE review: judged as that DELETE, on the Pod
-    // as it is, and nothing else.
-    let eviction = match review.request.evicts() {
-        true => evicted(webhook, &review.request, deadline).await,
+    let (operation, result, answer) = match hook {
+        Hook::Guard => guarded(&served, &review.request, deadline, started).await,
+        Hook::Mutate => mutated(&served, &review.request, deadline).await,
+    };
+    count(metrics, operation, result, started);
+    json(review::respond(
+        review.api_version,
+        &review.request.uid,
+        answer,
+    ))
+}
+
+/// A review through the guards' webhooks: a DELETE, or an eviction judged as the DELETE of its
+/// Pod (read live: an eviction carries no object of the Pod). A refusal drops a protected
+/// object's references to the owners that are going; a DELETE let through is recorded.
+async fn guarded(
+    served: &Arc<Served>,
+    review: &review::Request,
+    deadline: Instant,
+    started: Instant,
+) -> (&'static str, &'static str, Answer) {
+    let webhook = &served.webhook;
+    let eviction = match review.evicts() {
+        true => evicted(webhook, review, deadline).await,
         false => None,
     };
-    let request = eviction.as_ref().unwrap_or(&review.request);
-    let verdict = guard(&served, request, deadline).await;
-    if let guard::Verdict::Refuse {
-        message,
-        drop_owners,
-        guard,
-    } = verdict.clone()
-    {
-        if !drop_owners.is_empty() && !admit::dry_run(request) {
-            drop_references(webhook, request, &drop_owners, deadline).await;
-        }
-        tracing::info!(
-            uid = %request.uid,
-            kind = %request.kind.kind,
-            namespace = request.namespace.as_deref().unwrap_or(""),
-            name = %request.name,
-            user = %request.user_info.username,
+    let request = eviction.as_ref().unwrap_or(review);
+    match guard(served, request, deadline).await {
+        guard::Verdict::Refuse {
+            message,
+            drop_owners,
             guard,
-            %message,
-            "DELETE refused"
-        );
-        count(metrics, request.operation.as_str(), guard, started);
-        return json(review::respond(
-            review.api_version,
-            &request.uid,
-            Answer::Deny { message },
-        ));
-    }
-    if let (Some(_), guard::Verdict::Pass { warnings, .. }) = (&eviction, &verdict) {
-        let warnings = warnings.clone();
-        record(webhook, request);
-        count(metrics, request.operation.as_str(), "eviction", started);
-        return json(review::respond(
-            review.api_version,
-            &request.uid,
-            Answer::Allow {
+        } => {
+            if !drop_owners.is_empty() && !admit::dry_run(request) {
+                drop_references(webhook, request, &drop_owners, deadline).await;
+            }
+            tracing::info!(
+                uid = %request.uid,
+                kind = %request.kind.kind,
+                namespace = request.namespace.as_deref().unwrap_or(""),
+                name = %request.name,
+                user = %request.user_info.username,
+                guard,
+                %message,
+                "DELETE refused"
+            );
+            (review.operation.as_str(), guard, Answer::Deny { message })
+        }
+        guard::Verdict::Pass { warnings, released } => {
+            if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request))
+                && first_report(&served.reported, handler, started)
+            {
+                handler_released(webhook, handler, note);
+            }
+            record(webhook, request);
+            let result = match eviction {
+                Some(_) => "eviction",
+                None => guard::PASSED,
+            };
+            let answer = Answer::Allow {
                 patch: None,
                 warnings,
-            },
-        ));
+            };
+            (review.operation.as_str(), result, answer)
+        }
     }
+}
+
+/// A review through `/mutate`: [`admit`]'s decision, its side effect, the answer.
+async fn mutated(
+    served: &Arc<Served>,
+    request: &review::Request,
+    deadline: Instant,
+) -> (&'static str, &'static str, Answer) {
+    let webhook = &served.webhook;
     // Counted for an opted-in object's DELETE only: its warnings are the only ones to say it.
     let dependents = match (request.operation, &request.old_object) {
         (Operation::Delete, Some(old)) => old
@@ -246,14 +297,6 @@ async fn mutate(
             &preview,
         ));
     }
-    if let guard::Verdict::Pass { warnings, released } = verdict {
-        decision.warnings.extend(warnings);
-        if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request))
-            && first_report(&served.reported, handler, started)
-        {
-            handler_released(webhook, handler, note);
-        }
-    }
     let answer = settle(webhook, request, &decision, deadline).await;
     if matches!(answer, Answer::Allow { .. }) {
         record(webhook, request);
@@ -268,13 +311,7 @@ async fn mutate(
         allowed = matches!(answer, Answer::Allow { .. }),
         "admission review answered"
     );
-    count(
-        metrics,
-        request.operation.as_str(),
-        decision.reason.as_str(),
-        started,
-    );
-    json(review::respond(review.api_version, &request.uid, answer))
+    (request.operation.as_str(), decision.reason.as_str(), answer)
 }
 
 /// What the guards say of `request`, judged off the runtime's threads with the time left to
@@ -368,7 +405,7 @@ fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::
         propagation: admit::propagation(request),
     };
     let judging = guard::Judging {
-        now: jiff::Timestamp::now().as_second(),
+        now: crate::api::clock::now().as_second(),
         synced: webhook.synced(),
         budget,
     };
@@ -471,7 +508,7 @@ fn record(webhook: &Webhook, request: &review::Request) {
             name: root_name(meta, request),
             action: "deleted".to_owned(),
             by: request.user_info.username.clone(),
-            at: jiff::Timestamp::now().as_second(),
+            at: crate::api::clock::now().as_second(),
             cause: cause.map(|c| c.to_string()),
         },
         seen,

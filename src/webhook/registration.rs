@@ -14,7 +14,7 @@ use kube::api::ObjectMeta;
 
 use super::admit::UnarmedDelete;
 pub use crate::api::ServerVersion;
-use crate::names::ARMED_LABEL;
+use crate::names::{ARMED_LABEL, GUARDED_LABEL};
 
 /// The namespaces the webhook never sees by default: the control plane's, the node heartbeats'
 /// (every node renews its Lease in `kube-node-lease` every 10 seconds), and syncgc's own.
@@ -40,9 +40,9 @@ pub struct Registration {
     /// What the webhook does with a DELETE of an opted-in object that is not armed yet: to
     /// deny it, it must see every DELETE, not only those of armed objects.
     pub unarmed_delete: UnarmedDelete,
-    /// The guards on DELETE (protected objects, cascade limits, finalizer handlers): they
-    /// must see every DELETE.
-    pub guards: bool,
+    /// Which DELETEs the guards on DELETE (protected objects, cascade limits, finalizer
+    /// handlers) see.
+    pub guards: GuardScope,
     /// The apiserver's version: from 1.28 on, `matchConditions` filter what reaches syncgc.
     pub server: ServerVersion,
     /// Before 1.28, the resources whose CREATE and UPDATE reach syncgc.
@@ -51,6 +51,31 @@ pub struct Registration {
 
 /// The path the webhook serves admission reviews on.
 pub const WEBHOOK_PATH: &str = "/mutate";
+/// The path the guards on DELETE are served on: their webhooks judge and do nothing else.
+pub const GUARD_PATH: &str = "/guard";
+
+/// Which DELETEs reach the guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardScope {
+    /// None: no guard acts (`--guards=false`).
+    Off,
+    /// Those of objects labelled [`GUARDED_LABEL`], which syncgc keeps on every object a
+    /// guard may concern (see [`crate::gc::selection`]).
+    Selected,
+    /// Every DELETE: a cluster-wide `--max-cascade` concerns every object.
+    Every,
+}
+
+impl GuardScope {
+    /// The scope of `--guards` with the cluster-wide limit `max_cascade`.
+    pub fn of(guards: bool, max_cascade: Option<usize>) -> Self {
+        match (guards, max_cascade) {
+            (false, _) => Self::Off,
+            (true, Some(_)) => Self::Every,
+            (true, None) => Self::Selected,
+        }
+    }
+}
 
 /// How the apiserver reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,15 +116,20 @@ impl WebhookClient {
         sans
     }
 
-    fn config(&self, ca_bundle: &[u8]) -> WebhookClientConfig {
+    /// How the apiserver reaches `path` ([`WEBHOOK_PATH`] or [`GUARD_PATH`]): a URL's path
+    /// ending in [`WEBHOOK_PATH`] has that end replaced.
+    fn config(&self, ca_bundle: &[u8], path: &str) -> WebhookClientConfig {
         let (url, service) = match self {
-            Self::Url(url) => (Some(url.clone()), None),
+            Self::Url(url) => {
+                let base = url.strip_suffix(WEBHOOK_PATH).unwrap_or(url);
+                (Some(format!("{}{path}", base.trim_end_matches('/'))), None)
+            }
             Self::Service { namespace, name } => (
                 None,
                 Some(ServiceReference {
                     namespace: namespace.clone(),
                     name: name.clone(),
-                    path: Some(WEBHOOK_PATH.to_owned()),
+                    path: Some(path.to_owned()),
                     port: Some(443),
                 }),
             ),
@@ -285,25 +315,31 @@ pub const DELETE_CONDITION: &str = "has(oldObject.metadata.annotations) \
 
 /// The webhook that arms and disarms on CREATE and UPDATE.
 pub const ARM_WEBHOOK: &str = "synchronous.syncgc.io";
-/// The webhook that sees DELETEs: every DELETE with the guards on, else of armed objects only,
-/// unless unarmed DELETEs are denied.
+/// The webhook that sees the DELETEs of armed objects (of every object with `--unarmed-delete
+/// deny`).
 pub const DELETE_WEBHOOK: &str = "delete.syncgc.io";
+/// The webhook of the guards on DELETE: the DELETEs of objects labelled [`GUARDED_LABEL`] (of
+/// every object with a cluster-wide `--max-cascade`).
+pub const GUARD_WEBHOOK: &str = "guard.syncgc.io";
+/// The webhook of the guards on evictions: an eviction deletes its Pod with no DELETE review,
+/// and carries no label of the Pod to select it by.
+pub const EVICTION_WEBHOOK: &str = "eviction.syncgc.io";
 
 impl Registration {
     /// The configuration: one webhook for CREATE and UPDATE of every resource (from 1.28, only
-    /// where [`ARM_CONDITION`] holds), one for DELETE: of every object with the guards on (no
-    /// condition can tell which DELETE reaches a protected object or exceeds a limit), else of
-    /// objects labelled [`ARMED_LABEL`] (of every object with `--unarmed-delete deny`; from
-    /// 1.28, where [`DELETE_CONDITION`] holds); both fail open, with side effects only on real
-    /// (not dry-run) requests.
+    /// where [`ARM_CONDITION`] holds); with the guards, one for the DELETEs of objects labelled
+    /// [`GUARDED_LABEL`] (of every object with a cluster-wide limit) and one for every Pod's
+    /// eviction, both before the next so that a refusal comes before any side effect; one for
+    /// DELETE of objects labelled [`ARMED_LABEL`] (of every object with `--unarmed-delete
+    /// deny`; from 1.28, where [`DELETE_CONDITION`] holds). All fail open, with side effects
+    /// only on real (not dry-run) requests.
     pub fn configuration(&self) -> MutatingWebhookConfiguration {
-        let armed = LabelSelector {
-            match_labels: Some([(ARMED_LABEL.to_owned(), "true".to_owned())].into()),
+        let labelled = |label: &str| LabelSelector {
+            match_labels: Some([(label.to_owned(), "true".to_owned())].into()),
             match_expressions: None,
         };
         let (object_selector, delete_condition) = match self.unarmed_delete {
-            _ if self.guards => (LabelSelector::default(), None),
-            UnarmedDelete::Allow => (armed, None),
+            UnarmedDelete::Allow => (labelled(ARMED_LABEL), None),
             UnarmedDelete::Deny => (
                 LabelSelector::default(),
                 Some(("opted-in", DELETE_CONDITION)),
@@ -320,39 +356,68 @@ impl Registration {
                 name: Some(self.name.clone()),
                 ..Default::default()
             },
-            webhooks: Some(vec![
-                self.webhook(
-                    ARM_WEBHOOK,
-                    arm_scope.rules(&["CREATE", "UPDATE"]),
-                    "IfNeeded",
-                    LabelSelector::default(),
-                    Some(("opted-in-or-armed", ARM_CONDITION)),
-                ),
-                self.webhook(
-                    DELETE_WEBHOOK,
-                    self.delete_rules(),
-                    "Never",
-                    object_selector,
-                    delete_condition,
-                ),
-            ]),
+            webhooks: Some(
+                [
+                    Some(self.webhook(
+                        ARM_WEBHOOK,
+                        arm_scope.rules(&["CREATE", "UPDATE"]),
+                        "IfNeeded",
+                        LabelSelector::default(),
+                        Some(("opted-in-or-armed", ARM_CONDITION)),
+                    )),
+                    self.guard_selector().map(|selector| {
+                        self.webhook(
+                            GUARD_WEBHOOK,
+                            Coverage::Every.rules(&["DELETE"]),
+                            "Never",
+                            selector,
+                            None,
+                        )
+                    }),
+                    self.guard_selector().map(|_| {
+                        self.webhook(
+                            EVICTION_WEBHOOK,
+                            vec![RuleWithOperations {
+                                api_groups: Some(vec![String::new()]),
+                                api_versions: Some(vec!["v1".to_owned()]),
+                                operations: Some(vec!["CREATE".to_owned()]),
+                                resources: Some(vec!["pods/eviction".to_owned()]),
+                                scope: Some("Namespaced".to_owned()),
+                            }],
+                            "Never",
+                            LabelSelector::default(),
+                            None,
+                        )
+                    }),
+                    Some(self.webhook(
+                        DELETE_WEBHOOK,
+                        Coverage::Every.rules(&["DELETE"]),
+                        "Never",
+                        object_selector,
+                        delete_condition,
+                    )),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
         }
     }
 
-    /// Every DELETE; with the guards, also every Pod's eviction (a CREATE of `pods/eviction`
-    /// that deletes the Pod with no DELETE review of its own).
-    fn delete_rules(&self) -> Vec<RuleWithOperations> {
-        let mut rules = Coverage::Every.rules(&["DELETE"]);
-        if self.guards {
-            rules.push(RuleWithOperations {
-                api_groups: Some(vec![String::new()]),
-                api_versions: Some(vec!["v1".to_owned()]),
-                operations: Some(vec!["CREATE".to_owned()]),
-                resources: Some(vec!["pods/eviction".to_owned()]),
-                scope: Some("Namespaced".to_owned()),
-            });
+    /// The objects whose DELETEs reach the guards, if any do.
+    fn guard_selector(&self) -> Option<LabelSelector> {
+        match self.guards {
+            GuardScope::Off => None,
+            GuardScope::Every => Some(LabelSelector::default()),
+            GuardScope::Selected => Some(LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: GUARDED_LABEL.to_owned(),
+                    operator: "Exists".to_owned(),
+                    values: None,
+                }]),
+            }),
         }
-        rules
     }
 
     fn webhook(
@@ -363,6 +428,11 @@ impl Registration {
         object_selector: LabelSelector,
         condition: Option<(&str, &str)>,
     ) -> MutatingWebhook {
+        let path = if matches!(name, GUARD_WEBHOOK | EVICTION_WEBHOOK) {
+            GUARD_PATH
+        } else {
+            WEBHOOK_PATH
+        };
         let match_conditions =
             condition
                 .filter(|_| self.server.match_conditions())
@@ -385,7 +455,7 @@ impl Registration {
         MutatingWebhook {
             name: name.to_owned(),
             admission_review_versions: vec!["v1".to_owned(), "v1beta1".to_owned()],
-            client_config: self.client.config(&self.ca_bundle),
+            client_config: self.client.config(&self.ca_bundle, path),
             rules: Some(rules),
             failure_policy: Some("Ignore".to_owned()),
             side_effects: "NoneOnDryRun".to_owned(),
@@ -433,10 +503,23 @@ mod tests {
             timeout_seconds: 3,
             excluded_namespaces: DEFAULT_EXCLUDED_NAMESPACES.map(str::to_owned).to_vec(),
             unarmed_delete,
-            guards: false,
+            guards: GuardScope::Off,
             server,
             scope: Coverage::Every,
         }
+    }
+
+    /// The webhook `name` of `configuration`, and where it stands in the list.
+    fn named<'a>(
+        configuration: &'a MutatingWebhookConfiguration,
+        name: &str,
+    ) -> Option<(usize, &'a MutatingWebhook)> {
+        configuration
+            .webhooks
+            .iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, w)| w.name == name)
     }
 
     #[test]
@@ -508,35 +591,82 @@ mod tests {
         );
     }
 
-    /// With the guards, the DELETE webhook selects nothing: every DELETE, on every version.
+    /// With the guards, their webhook sees the DELETEs of the objects labelled
+    /// `syncgc.io/guarded` (of every object with a cluster-wide limit), on every version, and
+    /// every eviction, both before the webhook with side effects; without, neither exists.
     #[test]
-    fn the_guards_see_every_delete() {
+    fn the_guards_see_the_deletes_they_may_concern() {
         for server in [V1_20, V1_30] {
             for unarmed_delete in [UnarmedDelete::Allow, UnarmedDelete::Deny] {
-                let configuration = Registration {
-                    guards: true,
-                    ..registration_for(unarmed_delete, server)
-                }
-                .configuration();
-                let delete = &configuration.webhooks.as_ref().unwrap()[1];
-                assert_eq!(delete.name, DELETE_WEBHOOK);
-                assert_eq!(delete.object_selector, Some(LabelSelector::default()));
-                assert!(delete.match_conditions.is_none(), "{server}");
-                assert_eq!(
-                    delete.rules.as_ref().unwrap()[0].operations,
-                    Some(vec!["DELETE".to_owned()])
-                );
-                let eviction = &delete.rules.as_ref().unwrap()[1];
-                assert_eq!(
-                    (&eviction.operations, &eviction.resources),
+                for (scope, selector) in [
                     (
-                        &Some(vec!["CREATE".to_owned()]),
-                        &Some(vec!["pods/eviction".to_owned()])
+                        GuardScope::Selected,
+                        json!({"matchExpressions": [{"key": GUARDED_LABEL, "operator": "Exists"}]}),
                     ),
-                    "an eviction deletes its Pod without a DELETE review"
-                );
+                    (GuardScope::Every, json!({})),
+                ] {
+                    let configuration = Registration {
+                        guards: scope,
+                        ..registration_for(unarmed_delete, server)
+                    }
+                    .configuration();
+                    let (at, guard) = named(&configuration, GUARD_WEBHOOK).unwrap();
+                    assert_eq!(
+                        serde_json::to_value(&guard.object_selector).unwrap(),
+                        selector
+                    );
+                    assert!(guard.match_conditions.is_none(), "{server}");
+                    assert_eq!(
+                        guard.rules.as_ref().unwrap()[0].operations,
+                        Some(vec!["DELETE".to_owned()])
+                    );
+                    assert_eq!(
+                        guard.client_config.url.as_deref(),
+                        Some("https://127.0.0.1:8443/guard")
+                    );
+                    let (eviction_at, eviction) = named(&configuration, EVICTION_WEBHOOK).unwrap();
+                    let rule = &eviction.rules.as_ref().unwrap()[0];
+                    assert_eq!(
+                        (&rule.operations, &rule.resources),
+                        (
+                            &Some(vec!["CREATE".to_owned()]),
+                            &Some(vec!["pods/eviction".to_owned()])
+                        ),
+                        "an eviction deletes its Pod without a DELETE review"
+                    );
+                    assert_eq!(eviction.object_selector, Some(LabelSelector::default()));
+                    let (delete_at, delete) = named(&configuration, DELETE_WEBHOOK).unwrap();
+                    assert!(at < delete_at && eviction_at < delete_at);
+                    assert_eq!(
+                        delete.client_config.url.as_deref(),
+                        Some("https://127.0.0.1:8443/mutate")
+                    );
+                    assert_eq!(delete.rules.as_ref().unwrap().len(), 1);
+                }
             }
+            let off = registration_for(UnarmedDelete::Allow, server).configuration();
+            assert!(named(&off, GUARD_WEBHOOK).is_none());
+            assert!(named(&off, EVICTION_WEBHOOK).is_none());
         }
+        assert_eq!(GuardScope::of(true, None), GuardScope::Selected);
+        assert_eq!(GuardScope::of(true, Some(100)), GuardScope::Every);
+        assert_eq!(GuardScope::of(false, Some(100)), GuardScope::Off);
+    }
+
+    #[test]
+    fn a_service_is_called_on_each_webhook_s_path() {
+        let client = WebhookClient::Service {
+            namespace: "syncgc-system".into(),
+            name: "syncgc".into(),
+        };
+        let path = |p| client.config(b"", p).service.unwrap().path.unwrap();
+        assert_eq!(path(WEBHOOK_PATH), "/mutate");
+        assert_eq!(path(GUARD_PATH), "/guard");
+        let url = WebhookClient::Url("https://example.com:8443/prefix/mutate".into());
+        assert_eq!(
+            url.config(b"", GUARD_PATH).url.unwrap(),
+            "https://example.com:8443/prefix/guard"
+        );
     }
 
     #[test]
@@ -755,7 +885,7 @@ mod tests {
             service.subject_alt_names().dns[0],
             "syncgc-webhook.syncgc-system.svc"
         );
-        let config = service.config(b"ca");
+        let config = service.config(b"ca", WEBHOOK_PATH);
         let reference = config.service.unwrap();
         assert_eq!(
             (reference.path.as_deref(), reference.port),

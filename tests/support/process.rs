@@ -12,7 +12,7 @@ use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use syncgc::webhook::admit::UnarmedDelete;
-use syncgc::webhook::registration::{Coverage, Registration, WebhookClient};
+use syncgc::webhook::registration::{Coverage, GuardScope, Registration, WebhookClient};
 
 use super::kubeconfig_path;
 
@@ -188,7 +188,10 @@ impl Syncgc {
                 timeout_seconds: 10,
                 excluded_namespaces: vec![],
                 unarmed_delete: unarmed_delete(args),
-                guards: !args.contains(&"--guards=false"),
+                guards: GuardScope::of(
+                    !args.contains(&"--guards=false"),
+                    value_of("--max-cascade").and_then(|n| n.parse().ok()),
+                ),
                 server: super::server(),
                 scope: Coverage::Every,
             }

@@ -117,7 +117,7 @@ impl RegisteredWebhook {
             timeout_seconds: 10,
             excluded_namespaces: vec![],
             unarmed_delete: policy.unarmed_delete,
-            guards: false,
+            guards: syncgc::webhook::registration::GuardScope::Off,
             server: super::server(),
             scope: Coverage::Every,
         }

@@ -193,6 +193,7 @@ impl Harness {
             initial_list: Default::default(),
             barrier,
             causes: Some(crate::gc::causes::Causes::default()),
+            guards: false,
         };
         let graph = Writer::new(Graph::new(mode));
         let resources = discovery::Writer::default();
