@@ -110,7 +110,7 @@ pub enum Reason {
     /// A finalizer handler's hold on its Pods ended by its timeout, objects still holding.
     HandlerTimedOut,
     /// A protected object holds its namespace, being deleted, for a bounded time (on the
-    /// object and on the namespace).
+    /// namespace).
     ProtectedHoldsNamespace,
     /// The cascade a DELETE started has ended: what it deleted, by kind, and how long it took.
     CascadeEnded,

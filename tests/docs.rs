@@ -586,8 +586,14 @@ fn the_table_of_what_reaches_syncgc_is_the_registration() {
             .collect(),
         "`--guards` (the default)" => vec![(Selected, Allow), (Selected, Deny)],
         "`--guards` with `--max-cascade`" => vec![(Every, Allow), (Every, Deny)],
-        "`--unarmed-delete allow` (the default)" => vec![(Selected, Allow), (Off, Allow)],
-        "`--unarmed-delete deny`" => vec![(Selected, Deny), (Off, Deny)],
+        "`--guards`, with or without `--max-cascade`" => [Selected, Every]
+            .into_iter()
+            .flat_map(|g| [(g, Allow), (g, Deny)])
+            .collect(),
+        "`--unarmed-delete allow` (the default)" => {
+            vec![(Off, Allow), (Selected, Allow), (Every, Allow)]
+        }
+        "`--unarmed-delete deny`" => vec![(Off, Deny), (Selected, Deny), (Every, Deny)],
         other => panic!("a setting the test does not know: {other}"),
     };
     let old = ServerVersion {

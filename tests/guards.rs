@@ -247,7 +247,7 @@ async fn an_eviction_is_judged_as_its_pods_delete() {
 /// A syncgc process of this test's own (its metrics count only this test's reviews), and a
 /// namespace it serves.
 async fn own_syncgc(test: &str, args: &[&str]) -> (Syncgc, TestNamespace) {
-    let name = format!("syncgc-{test}-{}", std::process::id());
+    let name = format!("syncgc-{}-{}", test.replace('_', "-"), std::process::id());
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let syncgc = tokio::task::spawn_blocking({
         let name = name.clone();
@@ -354,7 +354,9 @@ async fn only_the_deletes_a_guard_may_concern_reach_syncgc() {
 /// A protected object in a namespace whose DELETE went through while syncgc could not answer
 /// holds it for a bounded time only: its DELETE is refused, its unprotected siblings of its
 /// kind (a collection's DELETE stops at the first refusal) are deleted by syncgc meanwhile, a
-/// Warning Event on the namespace says until when, and then the namespace goes.
+/// Warning Event on the namespace says until when, and then the namespace goes. (Its control:
+/// without the siblings' DELETEs, the `z-` ones, after the protected object in the collection's
+/// order, would stay until the hold ends; the test asserts they went well before.)
 #[tokio::test]
 async fn a_protected_object_holds_a_namespace_being_deleted_for_a_bounded_time() {
     let (syncgc, ns) = own_syncgc(
@@ -407,7 +409,9 @@ async fn a_protected_object_holds_a_namespace_being_deleted_for_a_bounded_time()
         started.elapsed() < Duration::from_secs(20),
         "the siblings went before the hold ended"
     );
-    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(ns.client.clone(), "default");
+    // A cluster-scoped object's Events are in kube-system.
+    let events =
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(ns.client.clone(), "kube-system");
     eventually("a Warning Event on the namespace says so", WAIT, || async {
         let found = events.list(&ListParams::default()).await.ok()?;
         found

@@ -11,7 +11,7 @@
 //! goes ahead and the protected object's own DELETE, by the collector, is refused instead).
 //!
 //! The same rounds carry out what [`super::terminating`] decides for a protected object in a
-//! namespace being deleted: an Event on it and on the namespace, and its siblings deleted.
+//! namespace being deleted: an Event on the namespace, and its siblings deleted.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -197,15 +197,15 @@ pub async fn run(
                 hold.siblings.len(),
             );
             tracing::warn!(%object, namespace = %hold.namespace_name, until = hold.until, "a protected object holds its namespace, being deleted");
-            for target in std::iter::once(&object).chain(namespace.as_ref()) {
-                cx.new_event(
-                    target,
-                    EventType::Warning,
-                    Reason::ProtectedHoldsNamespace,
-                    note.clone(),
-                )
-                .await;
-            }
+            // On the namespace: one being deleted takes no new Events about its objects.
+            let regarding = namespace.as_ref().unwrap_or(&object);
+            cx.new_event(
+                regarding,
+                EventType::Warning,
+                Reason::ProtectedHoldsNamespace,
+                note,
+            )
+            .await;
         }
         futures::stream::iter(work)
             .for_each_concurrent(CONCURRENCY, |(_, write)| async move {

@@ -5,7 +5,8 @@
 //! long as it is refused. So the refusal is bounded ([`hold`]: from the namespace's deletion, as
 //! long as a synchronous owner with as many dependents may wait), and while it lasts the
 //! leader deletes the siblings the namespace controller could not ([`held`]) and says so with
-//! a Warning Event on the object and on the namespace.
+//! a Warning Event on the namespace (a namespace being deleted takes no new Events about its
+//! objects).
 
 use crate::annotations::Timeouts;
 use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
