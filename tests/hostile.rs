@@ -30,21 +30,26 @@ async fn namespace(test: &str) -> TestNamespace {
     support::process::served_namespace(test).await
 }
 
-/// Posts `review` to `syncgc`'s webhook as any client can (curl, no client certificate);
-/// the answer's `response`.
+/// Posts `review` to `syncgc`'s webhook (`/mutate`) as any client can (curl, no client
+/// certificate); the answer's `response`.
 fn post(syncgc: &Syncgc, review: &Value) -> Value {
-    let (status, answer) = post_raw(syncgc, review);
+    post_to(syncgc, "/mutate", review)
+}
+
+/// [`post`] to the webhook's `path` (`/mutate`, `/guard`).
+fn post_to(syncgc: &Syncgc, path: &str, review: &Value) -> Value {
+    let (status, answer) = post_raw(syncgc, path, review);
     assert_eq!(status, 200, "{answer}");
     answer["response"].clone()
 }
 
-/// [`post`]: the HTTP status and the whole answer.
-fn post_raw(syncgc: &Syncgc, review: &Value) -> (u16, Value) {
+/// [`post_to`]: the HTTP status and the whole answer.
+fn post_raw(syncgc: &Syncgc, path: &str, review: &Value) -> (u16, Value) {
     let mut curl = Command::new("curl")
         // HTTP/1.1, as the apiserver calls webhooks.
         .args(["-skS", "--http1.1", "-H", "Content-Type: application/json"])
         .args(["--data-binary", "@-", "-w", "\n%{http_code}"])
-        .arg(format!("https://{}/mutate?timeout=10s", syncgc.webhook))
+        .arg(format!("https://{}{path}?timeout=10s", syncgc.webhook))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -163,8 +168,9 @@ async fn a_forged_review_changes_nothing_and_records_nothing() {
         support::being_deleted(&api, "h")
     })
     .await;
-    let answer = post(
+    let answer = post_to(
         syncgc,
+        "/guard",
         &forged_delete(
             &ns.name,
             "v",
@@ -185,25 +191,33 @@ async fn a_forged_review_changes_nothing_and_records_nothing() {
         "v keeps its reference: it is not protected"
     );
 
-    // A "deleted by" for a live object nobody deletes: never recorded. The apiserver's own
-    // DELETE of the same object is, with its user (the control).
-    let answer = post(
-        syncgc,
-        &forged_delete(
-            &ns.name,
-            "victim",
-            &"mallory".repeat(1_000),
-            json!({"name": "victim", "namespace": ns.name, "uid": uid}),
-        ),
-    );
-    assert_eq!(answer["allowed"], true, "{answer}");
+    // A "deleted by" for a live object nobody deletes, posted to either path: never recorded.
+    // The apiserver's own DELETE of the same (armed) object is, with its user (the control).
+    let recorded_one = create(&api, &opted_in("recorded", vec![], &[])).await;
+    let recorded_uid = recorded_one.uid().unwrap();
+    for path in ["/mutate", "/guard"] {
+        let answer = post_to(
+            syncgc,
+            path,
+            &forged_delete(
+                &ns.name,
+                "recorded",
+                &"mallory".repeat(1_000),
+                json!({"name": "recorded", "namespace": ns.name, "uid": recorded_uid}),
+            ),
+        );
+        assert_eq!(answer["allowed"], true, "{answer}");
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(recorded(syncgc, &uid).is_empty(), "a forged cause recorded");
-    api.delete("victim", &DeleteParams::default())
+    assert!(
+        recorded(syncgc, &recorded_uid).is_empty(),
+        "a forged cause recorded"
+    );
+    api.delete("recorded", &DeleteParams::default())
         .await
         .unwrap();
     let chain = eventually("the real DELETE recorded", WAIT, || async {
-        let chain = recorded(syncgc, &uid);
+        let chain = recorded(syncgc, &recorded_uid);
         (!chain.is_empty()).then_some(chain)
     })
     .await;
@@ -330,6 +344,7 @@ async fn with_a_client_ca_only_the_apiserver_is_answered() {
     let uid = armed.uid().unwrap();
     let (status, answer) = post_raw(
         &syncgc,
+        "/mutate",
         &forged_delete(
             &ns.name,
             "armed",

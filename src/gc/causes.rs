@@ -125,7 +125,7 @@ pub struct Pending {
     /// confirms it.
     pub seen: bool,
     /// The cascade it starts, when it is a cascade's root: to follow once confirmed.
-    pub cascade: Option<(Target, Vec<(Uid, String)>)>,
+    pub cascade: Option<(Target, Vec<Member>)>,
     pub admitted: Instant,
 }
 
@@ -140,13 +140,37 @@ impl Pending {
     }
 }
 
+/// An object of a cascade's tree when its root's DELETE was admitted: what its entry says
+/// once it is gone, when its own DELETE did not reach syncgc.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub uid: Uid,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The owner (or namespace) it was reached from: its cause.
+    pub owner: Uid,
+}
+
+/// The entry of a member gone: deleted by a garbage collector (or the namespace controller)
+/// whose DELETE syncgc did not see.
+const COLLECTED_BY: &str = "a collector (its DELETE did not reach syncgc)";
+
+#[derive(Debug)]
+struct Followed {
+    kind: Arc<str>,
+    namespace: Option<Arc<str>>,
+    name: Box<str>,
+    owner: Uid,
+}
+
 /// A cascade followed to its end, for the summary Event on its root.
 #[derive(Debug)]
 struct Cascade {
     root: Target,
     started: Instant,
-    /// The objects of its tree still to be judged, with their kinds.
-    members: HashMap<Uid, Arc<str>>,
+    /// The objects of its tree still to be judged.
+    members: HashMap<Uid, Followed>,
     deleted: BTreeMap<Arc<str>, usize>,
     kept: usize,
 }
@@ -242,17 +266,25 @@ impl Record {
     fn start_cascade(
         &mut self,
         root: Target,
-        members: impl Iterator<Item = (Uid, String)>,
+        members: impl Iterator<Item = Member>,
         started: Instant,
     ) {
-        let mut kinds: HashMap<String, Arc<str>> = HashMap::new();
-        let members: HashMap<Uid, Arc<str>> = members
-            .map(|(uid, kind)| {
-                let kind = kinds
-                    .entry(kind)
-                    .or_insert_with_key(|k| Arc::from(k.as_str()))
-                    .clone();
-                (uid, kind)
+        let mut shared: HashMap<String, Arc<str>> = HashMap::new();
+        let mut share = |text: String| {
+            shared
+                .entry(text)
+                .or_insert_with_key(|k| Arc::from(k.as_str()))
+                .clone()
+        };
+        let members: HashMap<Uid, Followed> = members
+            .map(|m| {
+                let followed = Followed {
+                    kind: share(m.kind),
+                    namespace: m.namespace.map(&mut share),
+                    name: m.name.into(),
+                    owner: m.owner,
+                };
+                (m.uid, followed)
             })
             .collect();
         if members.is_empty() {
@@ -281,7 +313,10 @@ impl Causes {
     /// tree, or was never to be deleted), and the root gone or no longer waiting.
     pub fn ended(&self, graph: &Graph, now: Instant) -> Vec<(Target, String)> {
         let mut record = self.0.lock();
+        let record = &mut *record;
         let mut ended = Vec::new();
+        let at = crate::api::clock::now().as_second();
+        let mut gone = Vec::new();
         record.cascades.retain_mut(|cascade| {
             let root = crate::graph::Uid::parse(&cascade.root.uid);
             let members = &cascade.members;
@@ -301,12 +336,12 @@ impl Causes {
                 })
                 .collect();
             for (uid, deleted) in judged {
-                let kind = cascade
-                    .members
-                    .remove(&uid)
-                    .unwrap_or_else(|| Arc::from(""));
+                let Some(member) = cascade.members.remove(&uid) else {
+                    continue;
+                };
                 if deleted {
-                    *cascade.deleted.entry(kind).or_default() += 1;
+                    *cascade.deleted.entry(member.kind.clone()).or_default() += 1;
+                    gone.push((uid, member));
                 } else {
                     cascade.kept += 1;
                 }
@@ -321,6 +356,22 @@ impl Causes {
             }
             true
         });
+        // The members gone whose DELETE syncgc recorded neither at its webhook nor as its
+        // collector's: recorded as a step of the cascade.
+        for (uid, member) in gone {
+            if !record.entries.contains_key(&uid) {
+                record.record(Entry {
+                    uid: uid.to_string(),
+                    kind: member.kind.to_string(),
+                    namespace: member.namespace.map(|ns| ns.to_string()),
+                    name: member.name.into(),
+                    action: "deleted".to_owned(),
+                    by: COLLECTED_BY.to_owned(),
+                    at,
+                    cause: Some(member.owner.to_string()),
+                });
+            }
+        }
         ended
     }
 
@@ -590,7 +641,13 @@ mod tests {
         };
         let members = graph
             .walk(Uid::from_u128(1))
-            .map(|s| (s.uid, "ConfigMap".to_owned()))
+            .map(|s| Member {
+                uid: s.uid,
+                kind: "ConfigMap".to_owned(),
+                namespace: Some("ns".to_owned()),
+                name: format!("o{}", s.uid.as_u128()),
+                owner: s.owner,
+            })
             .collect();
         let now = Instant::now();
         causes.admitted(Pending {

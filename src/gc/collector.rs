@@ -458,6 +458,7 @@ impl Collector {
             .await?;
         self.cx.note_deleted(uid);
         if deleted {
+            self.cx.record_deleted(target, cause);
             tracing::debug!(object = %target, propagation = propagation.as_str(), "deleted");
             self.cx
                 .metrics

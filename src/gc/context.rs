@@ -160,16 +160,26 @@ impl Context {
 
     /// Records that `target`'s references to `owner` were removed (when causes are on).
     pub fn record_orphaned(&self, target: &Target, owner: &str) {
+        self.record_done(target, "orphaned", Some(owner.to_owned()));
+    }
+
+    /// Records that the collector deleted `target`, a step of the cascade through `cause`
+    /// (when causes are on): its DELETE reaches syncgc's webhook only when a guard applies.
+    pub fn record_deleted(&self, target: &Target, cause: Option<Uid>) {
+        self.record_done(target, "deleted", cause.map(|c| c.to_string()));
+    }
+
+    fn record_done(&self, target: &Target, action: &str, cause: Option<String>) {
         if let Some(causes) = &self.config.causes {
             causes.record(super::causes::Entry {
                 uid: target.uid.clone(),
                 kind: target.resource.kind.clone(),
                 namespace: target.namespace.clone(),
                 name: target.name.clone(),
-                action: "orphaned".to_owned(),
+                action: action.to_owned(),
                 by: "syncgc".to_owned(),
-                at: jiff::Timestamp::now().as_second(),
-                cause: Some(owner.to_owned()),
+                at: crate::api::clock::now().as_second(),
+                cause,
             });
         }
     }

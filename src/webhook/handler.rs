@@ -23,7 +23,7 @@ use super::review::{self, Answer, Review};
 use super::tls::ClientCertified;
 use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::gc::cascade::{self, Preview};
-use crate::gc::causes::{Causes, Entry, Pending};
+use crate::gc::causes::{Causes, Entry, Member, Pending};
 use crate::gc::discovery;
 use crate::graph::{Flags, Graph, Reader, ResourceId, Uid};
 use crate::metrics::{Metrics, Readiness};
@@ -475,21 +475,27 @@ fn record(webhook: &Webhook, request: &review::Request) {
         {
             // The root of a cascade: followed to its end, for its summary Event.
             let resources = webhook.resources.read();
-            let kind = |member: Uid| {
-                let resource = graph.node(member)?.resource?;
-                Some((member, resources.get(resource)?.api.kind.clone()))
+            let member = |uid: Uid, owner: Uid| {
+                let node = graph.node(uid)?;
+                Some(Member {
+                    uid,
+                    kind: resources.get(node.resource?)?.api.kind.clone(),
+                    namespace: node.namespace().map(str::to_owned),
+                    name: node.name.to_string(),
+                    owner,
+                })
             };
-            let members: Vec<(Uid, String)> = if namespace_object {
+            let members: Vec<Member> = if namespace_object {
                 root.namespace = None;
                 graph
                     .in_namespace(&root_name(meta, request))
-                    .filter_map(kind)
+                    .filter_map(|uid| member(uid, object))
                     .take(crate::gc::causes::MAX_MEMBERS + 1)
                     .collect()
             } else {
                 graph
                     .walk(object)
-                    .filter_map(|s| kind(s.uid))
+                    .filter_map(|s| member(s.uid, s.owner))
                     .take(crate::gc::causes::MAX_MEMBERS + 1)
                     .collect()
             };
