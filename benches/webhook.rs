@@ -94,6 +94,7 @@ fn main() {
             causes: None,
             // No collector: the graph, empty, is all there is.
             authenticate: false,
+            needs: Default::default(),
             readiness: {
                 let readiness = syncgc::metrics::Readiness::default();
                 readiness.set(true);

@@ -453,6 +453,17 @@ impl RunArgs {
         let causes = record_causes.then(gc::causes::Causes::default);
         let resources = gc::discovery::Writer::default();
         tracing::info!(?mode, "garbage collector mode");
+        // What each finalizer handler needs, read on every replica: each one's webhook judges.
+        let needs = gc::needs::Needs::default();
+        if webhook_args.guards {
+            tokio::spawn(gc::needs::run(
+                needs.clone(),
+                graph.reader(),
+                resources.reader(),
+                webhook_cluster.clone(),
+                shutdown.clone(),
+            ));
+        }
         let gc = Arc::new(gc::Collector::new(
             graph.reader(),
             resources.reader(),
@@ -467,6 +478,7 @@ impl RunArgs {
                 barrier: release_barrier,
                 causes: causes.clone(),
                 guards: webhook_args.guards,
+                needs: needs.clone(),
             },
         ));
         let webhook = handler::router(Webhook {
@@ -484,6 +496,7 @@ impl RunArgs {
             causes: causes.clone(),
             readiness: readiness.clone(),
             authenticate: webhook_client_ca.is_some(),
+            needs: needs.clone(),
         })
         // The metrics and probes on the webhook's port too, which every NetworkPolicy of an
         // install lets the apiserver reach: `syncgc check` reads them there through the

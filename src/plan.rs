@@ -158,6 +158,23 @@ pub struct Unhandled {
     pub objects: Vec<Entry>,
 }
 
+/// A finalizer handler's hold on a namespace's deletion: what syncgc keeps while objects
+/// carrying its finalizers are being deleted, and for how long at most.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HandlerHold {
+    pub handler: Entry,
+    pub finalizers: Vec<String>,
+    /// Objects of the namespace carrying them.
+    pub objects: usize,
+    /// What is kept: the handler and what is below it (its ReplicaSets, Pods), and what it
+    /// needs to act (its account, token, bindings, roles, configuration, Services), as `Kind
+    /// namespace/name`.
+    pub keeps: Vec<String>,
+    /// The most the hold lasts (seconds), from the first object's deletion.
+    pub seconds: f64,
+}
+
 /// The plan, as `-o json` prints it (a stable format: see docs/commands.md).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -199,6 +216,9 @@ pub struct Plan {
     /// (`syncgc.io/handles-finalizers`, in the namespace or cluster-wide).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unhandled_finalizers: Vec<Unhandled>,
+    /// For a Namespace: the finalizer handlers whose teardown syncgc holds, and what it keeps.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<HandlerHold>,
     pub delete: Vec<Deleted>,
     pub orphan: Vec<Entry>,
     pub keep: Vec<Kept>,
@@ -265,6 +285,26 @@ impl PlanArgs {
         );
         if named.resource.api.group.is_empty() && named.resource.api.kind == "Namespace" {
             namespace_contents(&mut plan, resources, &read, &named.name);
+            holds(&mut plan, resources, &read, self.collector.timeouts());
+            for hold in &mut plan.holds {
+                let uid = Uid::parse(&hold.handler.uid);
+                let Some(target) = read.objects.get(&uid).and_then(|(id, meta)| {
+                    Some(crate::api::Target {
+                        resource: resources.get(*id)?.api.clone(),
+                        namespace: meta.namespace.clone(),
+                        name: meta.name.clone(),
+                        uid: hold.handler.uid.clone(),
+                    })
+                }) else {
+                    continue;
+                };
+                match crate::gc::needs::resolve(&cluster, &target).await {
+                    Ok(needs) => hold.keeps.extend(needs.into_iter().map(|n| n.described)),
+                    Err(err) => hold
+                        .keeps
+                        .push(format!("(what it needs could not be read: {err})")),
+                }
+            }
         }
         Ok(plan)
     }
@@ -336,6 +376,7 @@ fn plan(
             .map(entry)
             .collect(),
         unhandled_finalizers: Vec::new(),
+        holds: Vec::new(),
         delete: Vec::new(),
         orphan: Vec::new(),
         keep: Vec::new(),
@@ -456,6 +497,54 @@ fn namespace_contents(plan: &mut Plan, resources: &Resources, read: &Snapshot, n
         .map(|(finalizer, objects)| Unhandled { finalizer, objects })
         .collect();
     plan.goes &= plan.unhandled_finalizers.is_empty();
+}
+
+/// The holds of the finalizer handlers whose finalizers objects of the namespace carry: each
+/// keeps the handler and its tree for as long as a synchronous owner with as many dependents
+/// as those objects may wait (what the handler needs is added by the caller, which reads it).
+fn holds(
+    plan: &mut Plan,
+    resources: &Resources,
+    read: &Snapshot,
+    timeouts: crate::annotations::Timeouts,
+) {
+    use crate::graph::Guards;
+    let describe = |entry: Entry| match entry.namespace {
+        Some(ns) => format!("{} {ns}/{}", entry.kind, entry.name),
+        None => format!("{} {}", entry.kind, entry.name),
+    };
+    let carried: Vec<Vec<Box<str>>> = plan
+        .wait
+        .iter()
+        .filter_map(|w| read.objects.get(&Uid::parse(&w.object.uid)))
+        .map(|(_, meta)| Guards::of(meta).foreign)
+        .collect();
+    let mut handlers: Vec<(&Uid, crate::graph::Handles)> = read
+        .objects
+        .iter()
+        .filter_map(|(uid, (_, meta))| Some((uid, Guards::of(meta).handles?)))
+        .collect();
+    handlers.sort_by_key(|(uid, _)| **uid);
+    for (uid, handles) in handlers {
+        let objects = carried
+            .iter()
+            .filter(|foreign| foreign.iter().any(|f| handles.finalizers.contains(f)))
+            .count();
+        if objects == 0 {
+            continue;
+        }
+        plan.holds.push(HandlerHold {
+            handler: entry(resources, read, *uid),
+            finalizers: handles.finalizers.iter().map(ToString::to_string).collect(),
+            objects,
+            keeps: read
+                .graph
+                .tree(*uid)
+                .map(|member| describe(entry(resources, read, member)))
+                .collect(),
+            seconds: timeouts.for_owner(objects, None).as_secs_f64(),
+        });
+    }
 }
 
 impl PartialOrd for Entry {
@@ -636,6 +725,18 @@ impl Plan {
                 out,
                 "incomplete: {} could not be listed ({}); its objects are not in the plan",
                 unlisted.resource, unlisted.error
+            );
+        }
+        for hold in &self.holds {
+            let _ = writeln!(
+                out,
+                "held for its handler: {} handles {} ({} object(s) here): syncgc keeps {} until \
+                 those are gone, for at most {}s",
+                what(&hold.handler),
+                hold.finalizers.join(", "),
+                hold.objects,
+                hold.keeps.join(", "),
+                hold.seconds
             );
         }
         for unhandled in &self.unhandled_finalizers {

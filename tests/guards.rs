@@ -7,7 +7,6 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -78,25 +77,81 @@ async fn a_cascade_over_its_limit_is_refused_until_the_limit_is_raised() {
 /// The finalizer of the objects that the operator handles.
 const HANDLED: &str = "example.com/cleanup";
 
-/// An operator Deployment of one Pod, handling [`HANDLED`] when `handles`.
-fn operator(handles: bool) -> Deployment {
+/// The image of `examples/finalizer-operator.rs` (built by `cargo test`), imported into the
+/// node once per test binary.
+fn operator_image() -> &'static str {
+    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let syncgc = std::path::Path::new(env!("CARGO_BIN_EXE_syncgc"));
+        let operator = syncgc.with_file_name("examples").join("finalizer-operator");
+        assert!(
+            operator.exists(),
+            "cargo test builds {}",
+            operator.display()
+        );
+        support::chart::hack(
+            "image.sh",
+            &[],
+            &[
+                ("SYNCGC_BINARY", operator.to_str().unwrap()),
+                ("SYNCGC_IMAGE_REF", "syncgc.local/finalizer-operator:test"),
+            ],
+        )
+    })
+}
+
+/// A real operator in `ns`: a ServiceAccount, a Role that may read and finalize ConfigMaps, its
+/// RoleBinding, and a Deployment of one Pod running [`operator_image`] as that account, which
+/// removes [`HANDLED`] itself; annotated as its handler when `handles`.
+async fn operator(ns: &TestNamespace, handles: bool) {
     let annotations = if handles {
         json!({ HANDLES_FINALIZERS_ANNOTATION: HANDLED })
     } else {
         json!({})
     };
-    serde_json::from_value(json!({
+    let apply = |object: serde_json::Value| {
+        let ns = ns.name.clone();
+        async move {
+            support::kubectl(&["-n", &ns, "apply", "-f", "-"], Some(&object.to_string()));
+        }
+    };
+    apply(
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "operator" } }),
+    )
+    .await;
+    apply(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": { "name": "operator" },
+        "rules": [{ "apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["get", "list", "watch", "patch", "update"] }],
+    }))
+    .await;
+    apply(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": "operator" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "operator", "namespace": ns.name }],
+    }))
+    .await;
+    let mut spec = support::workload::slow_pod_spec("Always");
+    spec["serviceAccountName"] = json!("operator");
+    spec["terminationGracePeriodSeconds"] = json!(1);
+    spec["containers"] = json!([{
+        "name": "operator",
+        "image": operator_image(),
+        "imagePullPolicy": "Never",
+        "env": [{ "name": "FINALIZER", "value": HANDLED }],
+    }]);
+    apply(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": { "name": "operator", "annotations": annotations },
         "spec": {
             "replicas": 1,
             "selector": { "matchLabels": { "app": "operator" } },
-            "template": {
-                "metadata": { "labels": { "app": "operator" } },
-                "spec": support::workload::slow_pod_spec("Always"),
-            },
+            "template": { "metadata": { "labels": { "app": "operator" } }, "spec": spec },
         },
     }))
-    .unwrap()
+    .await;
 }
 
 /// The operator's Pods, and whether each is being deleted.
@@ -112,22 +167,34 @@ async fn operator_pods(ns: &TestNamespace) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// A namespace holding an operator Deployment and 50 ConfigMaps carrying its finalizer is
-/// deleted; returns whether the operator's Pods outlived the ConfigMaps' deletion.
+/// A namespace holding a real operator (its own account and Role, removing its finalizer
+/// itself) and 20 ConfigMaps carrying that finalizer is deleted; returns whether the
+/// namespace went with nobody but the operator removing a finalizer. Without the annotation,
+/// the namespace controller deletes the operator's account, token and binding in its first
+/// seconds, and the operator can no longer act.
 async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool {
     let ns = namespace(test).await;
-    let deployments = ns.api::<Deployment>();
-    create(&deployments, &operator(handles)).await;
+    support::gc::service_account_ready(&ns).await;
+    operator(&ns, handles).await;
     let api = ns.api::<ConfigMap>();
-    for n in 0..50 {
+    // The operator acts: a probe object carrying its finalizer goes once deleted.
+    let mut probe = config_map("probe", vec![]);
+    probe.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
+    create(&api, &probe).await;
+    api.delete("probe", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the operator finalizes the probe",
+        Duration::from_secs(120),
+        || gone(&api, "probe"),
+    )
+    .await;
+    for n in 0..20 {
         let mut cm = config_map(&format!("resource-{n}"), vec![]);
         cm.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
         create(&api, &cm).await;
     }
-    eventually("the operator's Pod exists", WAIT, || async {
-        (operator_pods(&ns).await.len() == 1).then_some(())
-    })
-    .await;
     // The plan of the namespace says whether anything would remove the finalizer.
     let plan = support::plan::plan(&ns, &format!("namespace/{}", ns.name), &[]);
     let unhandled = plan["unhandledFinalizers"]
@@ -136,15 +203,17 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         .unwrap_or_default();
     if handles {
         assert!(unhandled.is_empty(), "{plan:#}");
+        // What it needs is selected with it (read every few seconds).
+        let accounts = ns.api::<k8s_openapi::api::core::v1::ServiceAccount>();
+        eventually("the operator's account is selected", WAIT, || async {
+            labelled(&accounts.get("operator").await.ok()?).then_some(())
+        })
+        .await;
     } else {
         assert_eq!(unhandled.len(), 1, "{plan:#}");
         assert_eq!(unhandled[0]["finalizer"], HANDLED);
-        assert_eq!(unhandled[0]["objects"].as_array().unwrap().len(), 50);
+        assert_eq!(unhandled[0]["objects"].as_array().unwrap().len(), 20);
     }
-    assert!(
-        support::plan::names(&plan, "delete").contains("operator"),
-        "the namespace controller deletes everything in it: {plan:#}"
-    );
     // The graph has seen the Pod, its owners, and the resources.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -153,49 +222,67 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         .delete(&ns.name, &DeleteParams::background())
         .await
         .unwrap();
-    eventually("every resource is being deleted", WAIT, || async {
-        let list = api.list_metadata(&ListParams::default()).await.unwrap();
-        let resources: Vec<_> = list
+    let went = eventually_or_not(Duration::from_secs(90), || gone(&namespaces, &ns.name)).await;
+    if !went {
+        let left = api.list_metadata(&ListParams::default()).await.unwrap();
+        let stranded = left
             .items
             .iter()
-            .filter(|o| o.name_any().starts_with("resource-"))
-            .collect();
-        (resources.len() == 50
-            && resources
-                .iter()
-                .all(|o| o.metadata.deletion_timestamp.is_some()))
-        .then_some(())
-    })
-    .await;
-    // The namespace controller has gone through every kind (Pods among them) at least once.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let pods = operator_pods(&ns).await;
-    let outlived = pods.len() == 1 && !pods[0].1;
-
-    // The operator removes the finalizers.
-    let clear = json!({ "metadata": { "finalizers": null } });
-    for n in 0..50 {
-        let name = format!("resource-{n}");
-        api.patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&clear))
-            .await
-            .unwrap();
+            .filter(|o| o.finalizers().iter().any(|f| f == HANDLED))
+            .count();
+        eprintln!(
+            "{test}: the namespace stays with {stranded} object(s) carrying {HANDLED}; pods {:?}",
+            operator_pods(&ns).await
+        );
+        // Cleaned up for the next tests: what the stranded operator could not do.
+        let clear = json!({ "metadata": { "finalizers": null } });
+        for object in &left.items {
+            let _ = api
+                .patch_metadata(
+                    &object.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&clear),
+                )
+                .await;
+        }
+        eventually("the namespace is gone", Duration::from_secs(180), || {
+            gone(&namespaces, &ns.name)
+        })
+        .await;
     }
-    eventually("the namespace is gone", Duration::from_secs(180), || {
-        gone(&namespaces, &ns.name)
-    })
-    .await;
-    outlived
+    went
 }
 
+/// Whether `check` is `Some` within `within`.
+async fn eventually_or_not<F, Fut>(within: Duration, check: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<()>>,
+{
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        if check().await.is_some() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
+}
+
+/// A real operator's teardown completes: deleting its namespace, syncgc holds its Pods and
+/// what they need (its account, token, RoleBinding, Role) while the objects carrying its
+/// finalizer are being deleted, the operator removes the finalizers with its own credentials
+/// (the test never touches one), and the namespace goes. The control: without the annotation
+/// the operator loses its credentials and the namespace stays.
 #[tokio::test]
-async fn a_finalizer_handlers_pods_outlive_the_objects_it_finalizes() {
+async fn a_real_operators_teardown_completes() {
     assert!(
         delete_namespace_around_an_operator("handler", true).await,
-        "the handler's Pod was deleted while the objects it finalizes were"
+        "the namespace of a handler that needs its account stays"
     );
     assert!(
         !delete_namespace_around_an_operator("no_handler", false).await,
-        "without the annotation, the Pod goes with the namespace at once"
+        "without the annotation, the operator loses what it needs and its objects strand"
     );
 }
 

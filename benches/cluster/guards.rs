@@ -7,7 +7,12 @@
 //!    judge: the guards' fast path), in turns, p50 and p99 of each;
 //! 2. the collector's throughput with causes recorded ÷ without: syncgc standalone, its webhook
 //!    registered for the namespace, collecting N dependents of a deleted owner, with
-//!    `--record-causes` true and false in turns, medians of `SYNCGC_BENCH_REPEATS` runs.
+//!    `--record-causes` true and false in turns, medians of `SYNCGC_BENCH_REPEATS` runs;
+//! 3. what the guards' selection costs and how fast it follows: with protected and limited
+//!    objects present in another namespace, a namespace of 10,000 unannotated ConfigMaps
+//!    deleted with syncgc's registration serving it ÷ without (in turns), and the DELETE
+//!    reviews that reached syncgc meanwhile; and the time from a protected object's CREATE to
+//!    its owner carrying `syncgc.io/guarded` (p50, p99).
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +35,212 @@ const NAME: &str = "syncgc-bench-guards";
 
 pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
     latency(settings, plane, report).await?;
-    throughput(settings, plane, report).await
+    throughput(settings, plane, report).await?;
+    selection(settings, plane, report).await
+}
+
+/// ConfigMaps in each namespace deleted whole by the selection reading.
+const NAMESPACE_OBJECTS: usize = 10_000;
+/// Namespace deletions of each kind, in turns.
+const NAMESPACE_ROUNDS: usize = 2;
+/// Protected objects whose owners' selection is timed.
+const SELECTIONS: usize = 50;
+
+async fn selection(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{ObjectMeta, PostParams};
+    use syncgc::names::{GUARDED_LABEL, PROTECTED_ANNOTATION};
+    let c = settings.concurrency;
+    eprintln!(
+        "guards: a namespace of {NAMESPACE_OBJECTS} deleted with and without syncgc; selection latency"
+    );
+    plane.kcm(Kcm::unthrottled(true, c as u32)).await?;
+    let (syncgc, guarded, registration) = cooperative_syncgc(settings, plane, NAME).await?;
+    let configmaps = |ns: &str| kube::Api::<ConfigMap>::namespaced(plane.client.clone(), ns);
+    let config_map =
+        |name: String, annotations: &[(&str, &str)], owner: Option<&ConfigMap>| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                owner_references: owner.map(|o| {
+                    vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "ConfigMap".into(),
+                            name: o.metadata.name.clone().unwrap_or_default(),
+                            uid: o.metadata.uid.clone().unwrap_or_default(),
+                            ..Default::default()
+                        },
+                    ]
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+    // Guards in use elsewhere: protected and limited objects.
+    let api = configmaps(&guarded);
+    for n in 0..20 {
+        let protected = config_map(
+            format!("protected-{n}"),
+            &[(PROTECTED_ANNOTATION, "true")],
+            None,
+        );
+        api.create(&PostParams::default(), &protected).await?;
+        let limited = config_map(
+            format!("limited-{n}"),
+            &[(MAX_CASCADE_ANNOTATION, "100")],
+            None,
+        );
+        api.create(&PostParams::default(), &limited).await?;
+    }
+
+    // A protected object's owner carries the label how long after the object's CREATE.
+    let mut selected_after = Vec::new();
+    for n in 0..SELECTIONS {
+        let owner = api
+            .create(
+                &PostParams::default(),
+                &config_map(format!("owner-{n}"), &[], None),
+            )
+            .await?;
+        let child = config_map(
+            format!("child-{n}"),
+            &[(PROTECTED_ANNOTATION, "true")],
+            Some(&owner),
+        );
+        api.create(&PostParams::default(), &child).await?;
+        let started = Instant::now();
+        loop {
+            let owner = api.get(&format!("owner-{n}")).await?;
+            if owner
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(GUARDED_LABEL))
+            {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "owner-{n} never selected"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        selected_after.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+
+    // A namespace of unannotated ConfigMaps deleted whole, served by syncgc's registration or
+    // not, in turns.
+    let namespaces: kube::Api<Namespace> = kube::Api::all(plane.client.clone());
+    let label = ("syncgc.io/bench", NAME);
+    let mut took: [Vec<f64>; 2] = Default::default();
+    let reviews_before = syncgc
+        .metric("syncgc_webhook_requests_total{operation=\"DELETE\"")
+        .await?;
+    for _ in 0..NAMESPACE_ROUNDS {
+        for (served, runs) in [true, false].into_iter().zip(took.iter_mut()) {
+            let labels: &[(&str, &str)] = if served { &[label] } else { &[] };
+            let namespace = plane.namespace("bench-namespace", labels).await?;
+            let api = configmaps(&namespace);
+            futures::stream::iter(0..NAMESPACE_OBJECTS)
+                .map(|n| {
+                    let api = api.clone();
+                    let object = config_map(format!("cm-{n}"), &[], None);
+                    async move { api.create(&PostParams::default(), &object).await }
+                })
+                .buffer_unordered(c)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
+            tokio::time::sleep(cascade::SETTLE).await;
+            let started = Instant::now();
+            plane.drop_namespace(&namespace).await?;
+            while namespaces.get_opt(&namespace).await?.is_some() {
+                anyhow::ensure!(
+                    started.elapsed() < Duration::from_secs(600),
+                    "{namespace} stays"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            runs.push(started.elapsed().as_secs_f64());
+        }
+    }
+    let reviews = syncgc
+        .metric("syncgc_webhook_requests_total{operation=\"DELETE\"")
+        .await?
+        - reviews_before;
+    registration.remove().await?;
+    plane.drop_namespace(&guarded).await?;
+    drop(syncgc);
+
+    let median = |runs: &mut Vec<f64>| {
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    };
+    let [with, without] = took.map(|mut runs| median(&mut runs));
+    let table = report.table(
+        format!(
+            "Guards' selection: with 20 protected and 20 limited objects in another namespace, \
+             a namespace of {NAMESPACE_OBJECTS} unannotated ConfigMaps deleted (until gone) \
+             served by syncgc's registration and not, medians of {NAMESPACE_ROUNDS} each in \
+             turns; and the DELETE reviews that reached syncgc during them"
+        ),
+        vec!["", "seconds", "without ÷ with", "DELETE reviews at syncgc"],
+    );
+    table.rows.push(vec![
+        "with syncgc".into(),
+        round(with),
+        String::new(),
+        round(reviews),
+    ]);
+    table.rows.push(vec![
+        "without".into(),
+        round(without),
+        String::new(),
+        String::new(),
+    ]);
+    table.rows.push(vec![
+        "ratio".into(),
+        String::new(),
+        round(without / with),
+        String::new(),
+    ]);
+    report.target(
+        "guards: a namespace of 10,000 deleted with ÷ without syncgc",
+        without / with,
+        Goal::AtLeast(0.95),
+        "×",
+    );
+    report.target(
+        "guards: unannotated DELETE reviews reaching syncgc",
+        reviews,
+        Goal::AtMost(0.0),
+        "",
+    );
+    selected_after.sort_by(f64::total_cmp);
+    let at = |q: f64| selected_after[((selected_after.len() - 1) as f64 * q).round() as usize];
+    let table = report.table(
+        format!(
+            "Guards' selection: from a protected object's CREATE to its owner labelled \
+             `syncgc.io/guarded` (polled every 5 ms), {SELECTIONS} objects"
+        ),
+        vec!["p50 ms", "p99 ms"],
+    );
+    table.rows.push(vec![round(at(0.5)), round(at(0.99))]);
+    report.target(
+        "guards: an owner of a new protected object selected, p99",
+        at(0.99),
+        Goal::AtMost(1000.0),
+        "ms",
+    );
+    Ok(())
 }
 
 async fn latency(settings: &Settings, plane: &mut Plane, report: &mut Report) -> Result<()> {

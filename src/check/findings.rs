@@ -749,8 +749,19 @@ pub fn metrics(text: &str, from: &str) -> Finding {
         .filter(|l| l.starts_with("syncgc_ready{") && l.trim_end().ends_with(" 0"))
         .filter_map(|l| l.split("condition=\"").nth(1)?.split('"').next())
         .collect();
+    // How many objects' DELETEs reach the guards (absent with the guards off).
+    let selected = text
+        .lines()
+        .find_map(|l| l.strip_prefix("syncgc_guard_selected_objects "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|_| text.contains("syncgc_guard_selection_changes_total"))
+        .map(|n| format!("; the guards select {n} object(s)"))
+        .unwrap_or_default();
     if failing.is_empty() {
-        Finding::pass("metrics", format!("{from}: syncgc {version}, ready"))
+        Finding::pass(
+            "metrics",
+            format!("{from}: syncgc {version}, ready{selected}"),
+        )
     } else {
         Finding::fail(
             "metrics",

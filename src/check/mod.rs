@@ -938,6 +938,15 @@ mod tests {
         assert_eq!(found.message, "pod a: syncgc 0.1.0, not ready: webhook");
         let ready = metrics(&text.replace("} 0", "} 1"), "pod a");
         assert_eq!(ready.status, Status::Pass);
+        assert_eq!(ready.message, "pod a: syncgc 0.1.0, ready");
+        let guarded = format!(
+            "{}syncgc_guard_selected_objects 12\nsyncgc_guard_selection_changes_total{{change=\"selected\",result=\"ok\"}} 12\n",
+            text.replace("} 0", "} 1")
+        );
+        assert_eq!(
+            metrics(&guarded, "pod a").message,
+            "pod a: syncgc 0.1.0, ready; the guards select 12 object(s)"
+        );
         assert_eq!(metrics("up 1\n", "x").status, Status::Fail);
     }
 

@@ -22,7 +22,7 @@ use crate::api::Cluster;
 use crate::api::meta::Meta;
 use crate::gc::discovery::{self, Resources};
 use crate::gc::snapshot::Snapshot;
-use crate::names::{DEADLINE_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
+use crate::names::{DEADLINE_ANNOTATION, PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
 
 /// Objects shown of each kind that remains; the rest are counted.
 const SHOWN: usize = 20;
@@ -102,6 +102,15 @@ pub struct Held {
     pub deadline: Option<String>,
 }
 
+/// A protected object in the namespace, not being deleted: while the namespace is being
+/// deleted, syncgc refuses its DELETE for a bounded time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Protected {
+    pub kind: String,
+    pub name: String,
+}
+
 /// The report on a namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +123,7 @@ pub struct Report {
     pub remaining: Vec<Remaining>,
     pub unlisted: Vec<Unlisted>,
     pub syncgc: Vec<Held>,
+    pub protected: Vec<Protected>,
     /// Being deleted and still there.
     pub blocked: bool,
 }
@@ -156,6 +166,7 @@ pub fn report(gathered: &Gathered) -> Report {
         .collect();
     let mut remaining = Vec::new();
     let mut syncgc = Vec::new();
+    let mut protected = Vec::new();
     for ((api_version, kind), objects) in &gathered.objects {
         if objects.is_empty() {
             continue;
@@ -186,6 +197,15 @@ pub fn report(gathered: &Gathered) -> Report {
                 kind: kind.clone(),
                 name: meta.name.clone(),
                 deadline: meta.annotations.get(DEADLINE_ANNOTATION).map(str::to_owned),
+            });
+        }
+        for meta in objects.iter().filter(|m| {
+            m.deletion_timestamp.is_none()
+                && crate::graph::protects(m.annotations.get(PROTECTED_ANNOTATION))
+        }) {
+            protected.push(Protected {
+                kind: kind.clone(),
+                name: meta.name.clone(),
             });
         }
     }
@@ -236,6 +256,7 @@ pub fn report(gathered: &Gathered) -> Report {
         remaining,
         unlisted,
         syncgc,
+        protected,
         blocked: deleting.is_some(),
     }
 }
@@ -336,6 +357,17 @@ impl Report {
                     .map(|d| format!(", at the latest until {d}"))
                     .unwrap_or_default()
             );
+        }
+        if self.deletion_timestamp.is_some() {
+            for object in &self.protected {
+                let _ = writeln!(
+                    out,
+                    "  syncgc refuses the DELETE of {} {} (syncgc.io/protected) for a bounded time \
+                     (the SyncGCProtectedHoldsNamespace Event in kube-system says until when), \
+                     then it goes with the namespace; remove the annotation to let it go now",
+                    object.kind, object.name
+                );
+            }
         }
         if self.blocked {
             let _ = writeln!(out, "blocked: it stays until all of the above is gone");
@@ -519,6 +551,7 @@ mod tests {
     fn a_terminating_namespace_says_what_is_left_who_holds_it_and_which_group_is_down() {
         let report = report(&gathered(json!([
             { "name": "plain" },
+            { "name": "precious", "annotations": { PROTECTED_ANNOTATION: "true" } },
             { "name": "held", "deletionTimestamp": "2026-11-26T10:00:01Z",
               "finalizers": ["example.com/hold"] },
             { "name": "owner", "deletionTimestamp": "2026-11-26T10:00:01Z",
@@ -537,11 +570,11 @@ mod tests {
         );
         assert_eq!(report.finalizers[0].removed_by, remover("kubernetes"));
         let kind = &report.remaining[0];
-        assert_eq!((kind.kind.as_str(), kind.count), ("ConfigMap", 3));
+        assert_eq!((kind.kind.as_str(), kind.count), ("ConfigMap", 4));
         let names: Vec<&str> = kind.objects.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(
             names,
-            ["held", "owner", "plain"],
+            ["held", "owner", "plain", "precious"],
             "those with finalizers first"
         );
         assert_eq!(
@@ -562,7 +595,8 @@ mod tests {
             "namespace team-a: Terminating, being deleted since",
             "NamespaceDeletionDiscoveryFailure (DiscoveryFailed): metrics.k8s.io/v1beta1",
             "finalizer kubernetes: removed by the namespace controller",
-            "left in it: 3 object(s)",
+            "left in it: 4 object(s)",
+            "syncgc refuses the DELETE of ConfigMap precious (syncgc.io/protected) for a bounded time",
             "held (being deleted): finalizers example.com/hold, removed by another controller",
             "could not list the API group metrics.k8s.io",
             "APIService v1beta1.metrics.k8s.io: NOT available (endpoints for service/metrics-server",
@@ -573,7 +607,7 @@ mod tests {
         }
         assert_eq!(
             report.progress(),
-            "namespace team-a: Terminating; 3 object(s) left in 1 kind(s), 2 with finalizers; \
+            "namespace team-a: Terminating; 4 object(s) left in 1 kind(s), 2 with finalizers; \
              could not list the API group metrics.k8s.io"
         );
     }

@@ -29,6 +29,8 @@
 //!   scope's metadata read once into a graph for it (`syncgc plan` and `syncgc explain`).
 //! - [`selection`]: which objects carry `syncgc.io/guarded`, the label the guards' DELETE
 //!   webhook selects by (decided from the graph; kept by the leader).
+//! - [`needs`]: what a finalizer handler needs to act (its account, bindings, configuration,
+//!   Services), held with it.
 //! - [`terminating`]: a protected object in a namespace being deleted holds it for a bounded
 //!   time, and its siblings go meanwhile.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
@@ -50,6 +52,7 @@ pub mod discovery;
 pub mod foreground;
 #[cfg(test)]
 mod harness;
+pub mod needs;
 pub mod order;
 pub mod queue;
 pub mod selection;
@@ -88,6 +91,8 @@ pub struct GcConfig {
     pub causes: Option<causes::Causes>,
     /// The guards on DELETE are on: the leader keeps their selection ([`selection`]).
     pub guards: bool,
+    /// What each finalizer handler needs to act ([`needs`]): selected with it.
+    pub needs: needs::Needs,
 }
 
 /// How long owners wait and how fast the collector calls the apiserver: flags of `syncgc run`,

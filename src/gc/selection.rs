@@ -5,7 +5,7 @@
 //! Selected: every object whose own metadata names a guard (protected, a cascade limit, a
 //! finalizer handler); the owners above a protected object (their cascade reaches it) and the
 //! Namespace that holds it; every object below a finalizer handler (its ReplicaSets and Pods,
-//! held with it). The webhook labels what names a guard itself as it is written (CREATE and
+//! held with it) and what it needs to act ([`super::needs`]). The webhook labels what names a guard itself as it is written (CREATE and
 //! UPDATE), so the object a guard is for is judged from its first DELETE; the label on its
 //! owners and namespace follows within a round of [`run`] (until then, a DELETE of an owner
 //! goes ahead and the protected object's own DELETE, by the collector, is refused instead).
@@ -45,8 +45,8 @@ pub struct Changes {
 
 /// The objects that should carry the label: observed, not being deleted (a DELETE of an
 /// object being deleted is not judged again), and concerned by a guard.
-pub fn wanted(graph: &Graph) -> HashSet<Uid, UidHash> {
-    let mut wanted = HashSet::default();
+pub fn wanted(graph: &Graph, needed: &[Uid]) -> HashSet<Uid, UidHash> {
+    let mut wanted: HashSet<Uid, UidHash> = needed.iter().copied().collect();
     for (uid, guards) in graph.guarded() {
         if !guards.guards_itself() {
             continue;
@@ -71,8 +71,8 @@ pub fn wanted(graph: &Graph) -> HashSet<Uid, UidHash> {
 }
 
 /// What to change for the label to be on [`wanted`] and nowhere else.
-pub fn changes(graph: &Graph) -> Changes {
-    let wanted = wanted(graph);
+pub fn changes(graph: &Graph, needed: &[Uid]) -> Changes {
+    let wanted = wanted(graph, needed);
     let selected: HashSet<Uid, UidHash> = graph
         .guarded()
         .filter(|(uid, g)| g.selected && labellable(graph, *uid))
@@ -153,7 +153,7 @@ pub async fn run(
                 continue;
             }
             let target = |uid: Uid| cx.target_of(uid, graph.node(uid)?);
-            let changes = changes(&graph);
+            let changes = changes(&graph, &cx.config.needs.all());
             let on = changes.select.into_iter().map(|uid| (uid, true));
             let off = changes.unselect.into_iter().map(|uid| (uid, false));
             let mut work: Vec<(Uid, Write)> = on
@@ -323,7 +323,7 @@ mod tests {
             object(6, &[], Guards::default()),
         ]);
         assert_eq!(
-            changes(&graph),
+            changes(&graph, &[]),
             Changes {
                 select: uids(&[1, 2, 3, 4, 100]),
                 unselect: Vec::new(),
@@ -349,7 +349,13 @@ mod tests {
             object(4, &[3], Guards::default()),
             object(5, &[4], Guards::default()),
         ]);
-        assert_eq!(changes(&graph).select, uids(&[2, 3, 4, 5]));
+        assert_eq!(changes(&graph, &[]).select, uids(&[2, 3, 4, 5]));
+        // What a handler needs (its account, bindings: read by `needs`) is selected with it;
+        // an object the graph has not seen cannot be.
+        assert_eq!(
+            changes(&graph, &[uid(1), uid(42)]).select,
+            uids(&[1, 2, 3, 4, 5])
+        );
     }
 
     /// The label comes off what no guard concerns any more, and stays where it is wanted; a
@@ -374,7 +380,7 @@ mod tests {
             },
         ]);
         assert_eq!(
-            changes(&graph),
+            changes(&graph, &[]),
             Changes {
                 select: Vec::new(),
                 unselect: uids(&[1]),

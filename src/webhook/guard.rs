@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 
 use super::admit::Policy;
 use crate::api::Propagation;
+use crate::gc::needs::Needs;
 use crate::gc::{cascade, terminating};
 use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
 
@@ -102,10 +103,12 @@ impl Judging {
     }
 }
 
-/// Judges `delete`; `kind` names the graph's resources.
+/// Judges `delete`; `kind` names the graph's resources; `needs` is what each finalizer handler
+/// needs to act.
 pub fn judge(
     graph: &Graph,
     kind: impl Fn(ResourceId) -> String,
+    needs: &Needs,
     delete: &Delete,
     policy: &Policy,
     judging: Judging,
@@ -118,7 +121,7 @@ pub fn judge(
     let mut warnings = Vec::new();
     let mut released = None;
     if graph.handlers().len() > 0 {
-        match hold(graph, &kind, delete, policy, now) {
+        match hold(graph, &kind, needs, delete, policy, now) {
             Some(Hold::Refuse(message)) => return Verdict::refuse(HELD, message),
             Some(Hold::TimedOut { handler, note }) => {
                 warnings.push(note.clone());
@@ -353,19 +356,29 @@ enum Hold {
 
 /// Whether `delete` is a step of the teardown of a finalizer handler while objects carrying
 /// its finalizers are being deleted: the DELETE of the handler itself, or of an object below
-/// it while the handler is going or their namespace is being deleted. A DELETE of a Pod the
-/// handler's controllers scale away or replace (the handler is not going) is never held.
+/// it while the handler is going or their namespace is being deleted, or of an object the
+/// handler needs to act (its account, bindings, configuration, Services: see
+/// [`crate::gc::needs`]). A DELETE of a Pod the handler's controllers scale away or replace
+/// (the handler is not going) is never held.
 fn hold(
     graph: &Graph,
     kind: &impl Fn(ResourceId) -> String,
+    needs: &Needs,
     delete: &Delete,
     policy: &Policy,
     now: i64,
 ) -> Option<Hold> {
-    let handler = handler_above(graph, delete.uid)?;
+    let (handler, needed) = match handler_above(graph, delete.uid) {
+        Some(handler) => (handler, None),
+        None => {
+            let (handler, needed) = needs.handler_of(delete.uid)?;
+            (handler, Some(needed))
+        }
+    };
     let handler_node = graph.node(handler);
     let terminating = |ns: Option<&str>| ns.and_then(|ns| graph.namespace_deleted_at(ns));
     let teardown = handler == delete.uid
+        || needed.is_some()
         || terminating(delete.namespace).is_some()
         || handler_node.is_none_or(|n| n.is(Flags::VIRTUAL) || n.is(Flags::DELETING));
     if !teardown {
@@ -405,10 +418,14 @@ fn hold(
     );
     let handler_described = describe(graph, kind, handler);
     if now < since + timeout {
+        let stays = match &needed {
+            Some(needed) => format!("it needs {} to act, which stays", needed.described),
+            None => "its Pods stay".to_owned(),
+        };
         return Some(Hold::Refuse(format!(
             "held by syncgc: {handler_described} handles {finalizers} \
-             (syncgc.io/handles-finalizers) and {held}; its Pods stay until those are gone, or \
-             for at most {timeout}s after the first was deleted. Retry then",
+             (syncgc.io/handles-finalizers) and {held}; {stays} until those are gone, or for \
+             at most {timeout}s after the first was deleted. Retry then",
         )));
     }
     Some(Hold::TimedOut {
@@ -568,7 +585,14 @@ mod tests {
     }
 
     fn judged(graph: &Graph, delete: &Delete, policy: &Policy) -> Verdict {
-        judge(graph, |_| "ConfigMap".to_owned(), delete, policy, at(NOW))
+        judge(
+            graph,
+            |_| "ConfigMap".to_owned(),
+            &Needs::default(),
+            delete,
+            policy,
+            at(NOW),
+        )
     }
 
     fn refused(verdict: &Verdict, guard: &str, says: &[&str]) {
@@ -661,6 +685,7 @@ mod tests {
             judge(
                 &g,
                 |_| "ConfigMap".to_owned(),
+                &Needs::default(),
                 delete,
                 &policy(None),
                 judging,
@@ -852,7 +877,17 @@ mod tests {
         ]);
         let p = policy(None);
         // 60 s + 1 s for one object, from its deletion 5 s before NOW.
-        let at = |now| judge(&g, |_| "ConfigMap".to_owned(), &delete(3), &p, at(now));
+        let needs = Needs::default();
+        let at = |now| {
+            judge(
+                &g,
+                |_| "ConfigMap".to_owned(),
+                &needs,
+                &delete(3),
+                &p,
+                at(now),
+            )
+        };
         refused(&at(NOW + 55), HELD, &["at most 61s"]);
         let Verdict::Pass { warnings, released } = at(NOW + 57) else {
             panic!("held past its timeout");

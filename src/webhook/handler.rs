@@ -25,6 +25,7 @@ use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::gc::cascade::{self, Preview};
 use crate::gc::causes::{Causes, Entry, Member, Pending};
 use crate::gc::discovery;
+use crate::gc::needs::Needs;
 use crate::graph::{Flags, Graph, Reader, ResourceId, Uid};
 use crate::metrics::{Metrics, Readiness};
 use crate::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION, Reason};
@@ -66,6 +67,8 @@ pub struct Webhook {
     /// Answer only clients that presented a certificate of the client CA (the apiserver, when
     /// its admission configuration names one): `--webhook-client-ca`.
     pub authenticate: bool,
+    /// What each finalizer handler needs to act, held with it.
+    pub needs: Needs,
 }
 
 impl Webhook {
@@ -409,7 +412,16 @@ fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::
         synced: webhook.synced(),
         budget,
     };
-    webhook.on_graph(|graph, kind| guard::judge(graph, kind, &delete, &webhook.policy, judging))
+    webhook.on_graph(|graph, kind| {
+        guard::judge(
+            graph,
+            kind,
+            &webhook.needs,
+            &delete,
+            &webhook.policy,
+            judging,
+        )
+    })
 }
 
 /// The eviction `request` as the DELETE of its Pod, read live (an eviction carries no object

@@ -71,6 +71,7 @@ pub async fn serve(client: Client, policy: Policy, limits: Limits) -> Served {
         causes: None,
         // No collector: the graph, empty, is all there is.
         authenticate: false,
+        needs: Default::default(),
         readiness: {
             let readiness = syncgc::metrics::Readiness::default();
             readiness.set(true);

@@ -194,6 +194,7 @@ impl Harness {
             barrier,
             causes: Some(crate::gc::causes::Causes::default()),
             guards: false,
+            needs: Default::default(),
         };
         let graph = Writer::new(Graph::new(mode));
         let resources = discovery::Writer::default();
