@@ -461,6 +461,7 @@ impl RunArgs {
                 graph.reader(),
                 resources.reader(),
                 webhook_cluster.clone(),
+                metrics.clone(),
                 shutdown.clone(),
             ));
         }

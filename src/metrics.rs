@@ -73,6 +73,8 @@ pub struct Metrics {
     /// Objects labelled `syncgc.io/guarded` (their DELETEs reach the guards), and the writes
     /// that keep the selection, by change and result.
     pub guard_selected: IntGauge,
+    /// Objects the finalizer handlers need to act, as this replica last read them.
+    pub guard_needed: IntGauge,
     pub guard_selection_changes: IntCounterVec,
     /// Owners the graph did not hold, read from the apiserver, by what was found (present,
     /// absent).
@@ -222,6 +224,10 @@ impl Metrics {
             guard_selected: r.gauge(
                 "syncgc_guard_selected_objects",
                 "Objects labelled syncgc.io/guarded, whose DELETEs reach the guards' webhook",
+            )?,
+            guard_needed: r.gauge(
+                "syncgc_guard_needed_objects",
+                "Objects the finalizer handlers need to act (their accounts, bindings, roles, configuration, Services), held with them, as this replica last read them",
             )?,
             guard_selection_changes: r.counter_vec(
                 "syncgc_guard_selection_changes_total",

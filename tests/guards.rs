@@ -203,7 +203,15 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         .unwrap_or_default();
     if handles {
         assert!(unhandled.is_empty(), "{plan:#}");
-        // What it needs is selected with it (read every few seconds).
+        // What it needs is read (by the syncgc serving the namespace) and selected with it:
+        // its account, token, RoleBinding and Role at least.
+        let syncgc = tokio::task::spawn_blocking(support::process::shared)
+            .await
+            .unwrap();
+        eventually("syncgc has read what the operator needs", WAIT, || async {
+            (syncgc.metric("syncgc_guard_needed_objects") >= 4.0).then_some(())
+        })
+        .await;
         let accounts = ns.api::<k8s_openapi::api::core::v1::ServiceAccount>();
         eventually("the operator's account is selected", WAIT, || async {
             labelled(&accounts.get("operator").await.ok()?).then_some(())
@@ -222,7 +230,14 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         .delete(&ns.name, &DeleteParams::background())
         .await
         .unwrap();
+    let deleted = std::time::Instant::now();
     let went = eventually_or_not(Duration::from_secs(90), || gone(&namespaces, &ns.name)).await;
+    if went {
+        eprintln!(
+            "{test}: the namespace went {:?} after its DELETE",
+            deleted.elapsed()
+        );
+    }
     if !went {
         let left = api.list_metadata(&ListParams::default()).await.unwrap();
         let stranded = left

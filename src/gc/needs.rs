@@ -293,6 +293,7 @@ pub async fn run(
     graph: Reader,
     resources: super::discovery::Reader,
     cluster: Cluster,
+    metrics: crate::metrics::Metrics,
     shutdown: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(REFRESH);
@@ -334,6 +335,10 @@ pub async fn run(
                 }
             }
         }
+        let total: usize = read.values().map(Vec::len).sum();
+        metrics
+            .guard_needed
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
         needs.set(read);
     }
 }

@@ -9,6 +9,7 @@
 //! UPDATE), so the object a guard is for is judged from its first DELETE; the label on its
 //! owners and namespace follows within a round of [`run`] (until then, a DELETE of an owner
 //! goes ahead and the protected object's own DELETE, by the collector, is refused instead).
+//! The label comes off an object only once it has been unwanted for [`UNSELECT_AFTER`].
 //!
 //! The same rounds carry out what [`super::terminating`] decides for a protected object in a
 //! namespace being deleted: an Event on the namespace, and its siblings deleted.
@@ -33,6 +34,9 @@ pub const ROUND: Duration = Duration::from_millis(250);
 const SETTLE: Duration = Duration::from_secs(10);
 /// Labels written at once.
 const CONCURRENCY: usize = 8;
+/// How long an object must stay unwanted before its label comes off: a new leader whose
+/// handlers' needs are not read yet, or a read that failed, must not open a gap.
+pub const UNSELECT_AFTER: Duration = Duration::from_secs(15);
 /// How far up the owners of a protected object are followed.
 const MAX_DEPTH: usize = 64;
 
@@ -133,6 +137,8 @@ pub async fn run(
 ) {
     let cx = &collector.cx;
     let mut written: HashMap<Uid, Instant> = HashMap::new();
+    // Since when each labelled object has been unwanted.
+    let mut unwanted: HashMap<Uid, Instant> = HashMap::new();
     // The protected objects whose hold on their namespace was reported.
     let mut reported: HashSet<Uid> = HashSet::new();
     let mut round = tokio::time::interval(ROUND);
@@ -154,8 +160,15 @@ pub async fn run(
             }
             let target = |uid: Uid| cx.target_of(uid, graph.node(uid)?);
             let changes = changes(&graph, &cx.config.needs.all());
+            unwanted.retain(|uid, _| changes.unselect.contains(uid));
             let on = changes.select.into_iter().map(|uid| (uid, true));
-            let off = changes.unselect.into_iter().map(|uid| (uid, false));
+            let off = changes
+                .unselect
+                .into_iter()
+                .filter(|uid| {
+                    now.duration_since(*unwanted.entry(*uid).or_insert(now)) >= UNSELECT_AFTER
+                })
+                .map(|uid| (uid, false));
             let mut work: Vec<(Uid, Write)> = on
                 .chain(off)
                 .filter_map(|(uid, select)| Some((uid, Write::Label(target(uid)?, select))))
