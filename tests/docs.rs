@@ -494,25 +494,46 @@ fn the_table_of_what_each_collector_does_names_tests_that_exist() {
     assert!(named >= 5, "{table}");
 }
 
-/// The registration syncgc writes with `guards` and `unarmed_delete`, for `server`.
+/// The registration `syncgc webhook-config` prints with `guards` and `unarmed_delete`, for
+/// `server`: what `syncgc run --manage-webhook` writes.
 fn registration(
     guards: syncgc::webhook::registration::GuardScope,
     unarmed_delete: syncgc::webhook::admit::UnarmedDelete,
     server: syncgc::api::ServerVersion,
 ) -> k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration {
-    use syncgc::webhook::registration::{Coverage, Registration, WebhookClient};
-    Registration {
-        name: "syncgc".into(),
-        client: WebhookClient::Url("https://127.0.0.1:8443/mutate".into()),
-        ca_bundle: Vec::new(),
-        timeout_seconds: 3,
-        excluded_namespaces: Vec::new(),
-        unarmed_delete,
-        guards,
-        server,
-        scope: Coverage::Every,
+    use syncgc::webhook::registration::GuardScope;
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let mut args: Vec<String> = [
+        "webhook-config",
+        "--webhook-url",
+        "https://127.0.0.1:8443/mutate",
+        "--ca-file",
+        ca.path().to_str().unwrap(),
+        "--server-version",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.push(server.to_string());
+    args.push("--unarmed-delete".to_owned());
+    args.push(format!("{unarmed_delete:?}").to_lowercase());
+    match guards {
+        GuardScope::Off => args.push("--guards=false".to_owned()),
+        GuardScope::Selected => {}
+        GuardScope::Every => args.extend(["--max-cascade".to_owned(), "100".to_owned()]),
     }
-    .configuration()
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args(&args)
+        .env_remove("SYNCGC_MAX_CASCADE")
+        .env_remove("SYNCGC_GUARDS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("webhook-config prints JSON")
 }
 
 /// How the table of docs/how-it-works.md words a webhook: its operations, the objects it

@@ -252,14 +252,6 @@ async fn guarded(
                 handler_released(webhook, handler, note);
             }
             record(webhook, request);
-            tracing::debug!(
-                uid = %request.uid,
-                kind = %request.kind.kind,
-                namespace = request.namespace.as_deref().unwrap_or(""),
-                name = %request.name,
-                user = %request.user_info.username,
-                "DELETE let through by the guards"
-            );
             let result = match eviction {
                 Some(_) => "eviction",
                 None => guard::PASSED,
