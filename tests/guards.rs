@@ -8,14 +8,12 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use syncgc::names::{
-    GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION, MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION,
-};
+use syncgc::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION};
 
-use support::guards::{self, annotate, annotated, dry_run, refusal, refused_dry_run};
+use support::guards::{self, annotate, annotated, dry_run, labelled, refusal, refused_dry_run};
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{TestNamespace, config_map, create, eventually, exists, gone, tree};
 
@@ -72,233 +70,6 @@ async fn a_cascade_over_its_limit_is_refused_until_the_limit_is_raised() {
         (!left.items.iter().any(|o| o.name_any().starts_with('d'))).then_some(())
     })
     .await;
-}
-
-/// The finalizer of the objects that the operator handles.
-const HANDLED: &str = "example.com/cleanup";
-
-/// The image of `examples/finalizer-operator.rs` (built by `cargo test`), imported into the
-/// node once per test binary.
-fn operator_image() -> &'static str {
-    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let syncgc = std::path::Path::new(env!("CARGO_BIN_EXE_syncgc"));
-        let operator = syncgc.with_file_name("examples").join("finalizer-operator");
-        assert!(
-            operator.exists(),
-            "cargo test builds {}",
-            operator.display()
-        );
-        support::chart::hack(
-            "image.sh",
-            &[],
-            &[
-                ("SYNCGC_BINARY", operator.to_str().unwrap()),
-                ("SYNCGC_IMAGE_REF", "syncgc.local/finalizer-operator:test"),
-            ],
-        )
-    })
-}
-
-/// A real operator in `ns`: a ServiceAccount, a Role that may read and finalize ConfigMaps, its
-/// RoleBinding, and a Deployment of one Pod running [`operator_image`] as that account, which
-/// removes [`HANDLED`] itself; annotated as its handler when `handles`.
-async fn operator(ns: &TestNamespace, handles: bool) {
-    let annotations = if handles {
-        json!({ HANDLES_FINALIZERS_ANNOTATION: HANDLED })
-    } else {
-        json!({})
-    };
-    let apply = |object: serde_json::Value| {
-        let ns = ns.name.clone();
-        async move {
-            support::kubectl(&["-n", &ns, "apply", "-f", "-"], Some(&object.to_string()));
-        }
-    };
-    apply(
-        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "operator" } }),
-    )
-    .await;
-    apply(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": { "name": "operator" },
-        "rules": [{ "apiGroups": [""], "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch", "patch", "update"] }],
-    }))
-    .await;
-    apply(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": { "name": "operator" },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator" },
-        "subjects": [{ "kind": "ServiceAccount", "name": "operator", "namespace": ns.name }],
-    }))
-    .await;
-    let mut spec = support::workload::slow_pod_spec("Always");
-    spec["serviceAccountName"] = json!("operator");
-    spec["terminationGracePeriodSeconds"] = json!(1);
-    spec["containers"] = json!([{
-        "name": "operator",
-        "image": operator_image(),
-        "imagePullPolicy": "Never",
-        "env": [{ "name": "FINALIZER", "value": HANDLED }],
-    }]);
-    apply(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": { "name": "operator", "annotations": annotations },
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": { "app": "operator" } },
-            "template": { "metadata": { "labels": { "app": "operator" } }, "spec": spec },
-        },
-    }))
-    .await;
-}
-
-/// The operator's Pods, and whether each is being deleted.
-async fn operator_pods(ns: &TestNamespace) -> Vec<(String, bool)> {
-    let pods = ns.api::<Pod>();
-    let params = ListParams::default().labels("app=operator");
-    pods.list_metadata(&params)
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| (p.name_any(), p.metadata.deletion_timestamp.is_some()))
-        .collect()
-}
-
-/// A namespace holding a real operator (its own account and Role, removing its finalizer
-/// itself) and 20 ConfigMaps carrying that finalizer is deleted; returns whether the
-/// namespace went with nobody but the operator removing a finalizer. Without the annotation,
-/// the namespace controller deletes the operator's account, token and binding in its first
-/// seconds, and the operator can no longer act.
-async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool {
-    let ns = namespace(test).await;
-    support::gc::service_account_ready(&ns).await;
-    operator(&ns, handles).await;
-    let api = ns.api::<ConfigMap>();
-    // The operator acts: a probe object carrying its finalizer goes once deleted.
-    let mut probe = config_map("probe", vec![]);
-    probe.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
-    create(&api, &probe).await;
-    api.delete("probe", &DeleteParams::background())
-        .await
-        .unwrap();
-    eventually(
-        "the operator finalizes the probe",
-        Duration::from_secs(120),
-        || gone(&api, "probe"),
-    )
-    .await;
-    for n in 0..20 {
-        let mut cm = config_map(&format!("resource-{n}"), vec![]);
-        cm.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
-        create(&api, &cm).await;
-    }
-    // The plan of the namespace says whether anything would remove the finalizer.
-    let plan = support::plan::plan(&ns, &format!("namespace/{}", ns.name), &[]);
-    let unhandled = plan["unhandledFinalizers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if handles {
-        assert!(unhandled.is_empty(), "{plan:#}");
-        // What it needs is read (by the syncgc serving the namespace) and selected with it:
-        // its account, token, RoleBinding and Role at least.
-        let syncgc = tokio::task::spawn_blocking(support::process::shared)
-            .await
-            .unwrap();
-        eventually("syncgc has read what the operator needs", WAIT, || async {
-            (syncgc.metric("syncgc_guard_needed_objects") >= 4.0).then_some(())
-        })
-        .await;
-        let accounts = ns.api::<k8s_openapi::api::core::v1::ServiceAccount>();
-        eventually("the operator's account is selected", WAIT, || async {
-            labelled(&accounts.get("operator").await.ok()?).then_some(())
-        })
-        .await;
-    } else {
-        assert_eq!(unhandled.len(), 1, "{plan:#}");
-        assert_eq!(unhandled[0]["finalizer"], HANDLED);
-        assert_eq!(unhandled[0]["objects"].as_array().unwrap().len(), 20);
-    }
-    // The graph has seen the Pod, its owners, and the resources.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    let namespaces = Api::<Namespace>::all(ns.client.clone());
-    namespaces
-        .delete(&ns.name, &DeleteParams::background())
-        .await
-        .unwrap();
-    let deleted = std::time::Instant::now();
-    let went = eventually_or_not(Duration::from_secs(90), || gone(&namespaces, &ns.name)).await;
-    if went {
-        eprintln!(
-            "{test}: the namespace went {:?} after its DELETE",
-            deleted.elapsed()
-        );
-    }
-    if !went {
-        let left = api.list_metadata(&ListParams::default()).await.unwrap();
-        let stranded = left
-            .items
-            .iter()
-            .filter(|o| o.finalizers().iter().any(|f| f == HANDLED))
-            .count();
-        eprintln!(
-            "{test}: the namespace stays with {stranded} object(s) carrying {HANDLED}; pods {:?}",
-            operator_pods(&ns).await
-        );
-        // Cleaned up for the next tests: what the stranded operator could not do.
-        let clear = json!({ "metadata": { "finalizers": null } });
-        for object in &left.items {
-            let _ = api
-                .patch_metadata(
-                    &object.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&clear),
-                )
-                .await;
-        }
-        eventually("the namespace is gone", Duration::from_secs(180), || {
-            gone(&namespaces, &ns.name)
-        })
-        .await;
-    }
-    went
-}
-
-/// Whether `check` is `Some` within `within`.
-async fn eventually_or_not<F, Fut>(within: Duration, check: F) -> bool
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<()>>,
-{
-    let started = std::time::Instant::now();
-    while started.elapsed() < within {
-        if check().await.is_some() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    false
-}
-
-/// A real operator's teardown completes: deleting its namespace, syncgc holds its Pods and
-/// what they need (its account, token, RoleBinding, Role) while the objects carrying its
-/// finalizer are being deleted, the operator removes the finalizers with its own credentials
-/// (the test never touches one), and the namespace goes. The control: without the annotation
-/// the operator loses its credentials and the namespace stays.
-#[tokio::test]
-async fn a_real_operators_teardown_completes() {
-    assert!(
-        delete_namespace_around_an_operator("handler", true).await,
-        "the namespace of a handler that needs its account stays"
-    );
-    assert!(
-        !delete_namespace_around_an_operator("no_handler", false).await,
-        "without the annotation, the operator loses what it needs and its objects strand"
-    );
 }
 
 /// An eviction deletes its Pod with no DELETE review of its own: syncgc judges it as that
@@ -370,16 +141,6 @@ async fn own_syncgc(test: &str, args: &[&str]) -> (Syncgc, TestNamespace) {
 /// The reviews of DELETEs syncgc has answered.
 fn delete_reviews(syncgc: &Syncgc) -> f64 {
     syncgc.metric_where("syncgc_webhook_requests_total", "operation=\"DELETE\"")
-}
-
-fn labelled<K: kube::Resource>(object: &K) -> bool {
-    object
-        .meta()
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(GUARDED_LABEL))
-        .map(String::as_str)
-        == Some("true")
 }
 
 /// Only the DELETEs a guard may concern reach syncgc. A protected object is labelled

@@ -31,15 +31,40 @@ where
         .unwrap_or_else(|err| panic!("annotating {name}: {err}"));
 }
 
+/// Whether `object` carries `syncgc.io/guarded`: its DELETEs reach the guards.
+pub fn labelled<K: kube::Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(syncgc::names::GUARDED_LABEL))
+        .map(String::as_str)
+        == Some("true")
+}
+
 /// The message of a DELETE refused by the webhook, or `None` when it went ahead.
 pub async fn refusal<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> Option<String>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    try_refusal(api, name, params)
+        .await
+        .unwrap_or_else(|err| panic!("deleting {name}: {err}"))
+}
+
+/// [`refusal`], with any other error returned.
+pub async fn try_refusal<K>(
+    api: &Api<K>,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<Option<String>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     match api.delete(name, params).await {
-        Ok(_) => None,
-        Err(kube::Error::Api(status)) if status.code == 403 => Some(status.message),
-        Err(err) => panic!("deleting {name}: {err}"),
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(Some(status.message)),
+        Err(err) => Err(err),
     }
 }
 
