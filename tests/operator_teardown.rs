@@ -134,17 +134,19 @@ async fn operator_pods(ns: &TestNamespace) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// A namespace holding a real operator (its own account and Role, removing its finalizer
-/// itself) and 20 ConfigMaps carrying that finalizer is deleted; returns whether the
-/// namespace went with nobody but the operator removing a finalizer. Without the annotation,
-/// the namespace controller deletes the operator's account, token and binding in its first
-/// seconds, and the operator can no longer act.
-async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool {
-    let ns = namespace(test).await;
-    support::gc::service_account_ready(&ns).await;
-    operator(&ns, handles, false).await;
+/// Starts the operator in `home` (handling its finalizer cluster-wide with `cluster`), shows
+/// that it acts (a probe object in `ns` carrying its finalizer goes once deleted) and gives `ns`
+/// 20 ConfigMaps carrying it; with `handles`, waits until the syncgc serving the tests has read
+/// what the operator needs (its account, token, binding and role at least).
+async fn operator_and_its_objects(
+    home: &TestNamespace,
+    ns: &TestNamespace,
+    handles: bool,
+    cluster: bool,
+) {
+    support::gc::service_account_ready(home).await;
+    operator(home, handles, cluster).await;
     let api = ns.api::<ConfigMap>();
-    // The operator acts: a probe object carrying its finalizer goes once deleted.
     let mut probe = config_map("probe", vec![]);
     probe.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
     create(&api, &probe).await;
@@ -162,6 +164,46 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         cm.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
         create(&api, &cm).await;
     }
+    if handles {
+        let syncgc = tokio::task::spawn_blocking(support::process::shared)
+            .await
+            .unwrap();
+        eventually("syncgc has read what the operator needs", WAIT, || async {
+            (syncgc.metric("syncgc_guard_needed_objects") >= 4.0).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Removes the finalizers of what is left in `api`'s namespace: the cleanup of a control case,
+/// for the next tests. Returns how many objects carried [`HANDLED`].
+async fn clear_stranded(api: &Api<ConfigMap>) -> usize {
+    let left = api.list_metadata(&ListParams::default()).await.unwrap();
+    let clear = json!({ "metadata": { "finalizers": null } });
+    for object in &left.items {
+        let _ = api
+            .patch_metadata(
+                &object.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&clear),
+            )
+            .await;
+    }
+    left.items
+        .iter()
+        .filter(|o| o.finalizers().iter().any(|f| f == HANDLED))
+        .count()
+}
+
+/// A namespace holding a real operator (its own account and Role, removing its finalizer
+/// itself) and 20 ConfigMaps carrying that finalizer is deleted; returns whether the
+/// namespace went with nobody but the operator removing a finalizer. Without the annotation,
+/// the namespace controller deletes the operator's account, token and binding in its first
+/// seconds, and the operator can no longer act.
+async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool {
+    let ns = namespace(test).await;
+    operator_and_its_objects(&ns, &ns, handles, false).await;
+    let api = ns.api::<ConfigMap>();
     // The plan of the namespace says whether anything would remove the finalizer.
     let plan = support::plan::plan(&ns, &format!("namespace/{}", ns.name), &[]);
     let unhandled = plan["unhandledFinalizers"]
@@ -170,15 +212,6 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         .unwrap_or_default();
     if handles {
         assert!(unhandled.is_empty(), "{plan:#}");
-        // What it needs is read (by the syncgc serving the namespace) and selected with it:
-        // its account, token, RoleBinding and Role at least.
-        let syncgc = tokio::task::spawn_blocking(support::process::shared)
-            .await
-            .unwrap();
-        eventually("syncgc has read what the operator needs", WAIT, || async {
-            (syncgc.metric("syncgc_guard_needed_objects") >= 4.0).then_some(())
-        })
-        .await;
         let accounts = ns.api::<k8s_openapi::api::core::v1::ServiceAccount>();
         eventually("the operator's account is selected", WAIT, || async {
             labelled(&accounts.get("operator").await.ok()?).then_some(())
@@ -206,27 +239,11 @@ async fn delete_namespace_around_an_operator(test: &str, handles: bool) -> bool 
         );
     }
     if !went {
-        let left = api.list_metadata(&ListParams::default()).await.unwrap();
-        let stranded = left
-            .items
-            .iter()
-            .filter(|o| o.finalizers().iter().any(|f| f == HANDLED))
-            .count();
+        let pods = operator_pods(&ns).await;
+        let stranded = clear_stranded(&api).await;
         eprintln!(
-            "{test}: the namespace stays with {stranded} object(s) carrying {HANDLED}; pods {:?}",
-            operator_pods(&ns).await
+            "{test}: the namespace stayed with {stranded} object(s) carrying {HANDLED}; pods {pods:?}"
         );
-        // Cleaned up for the next tests: what the stranded operator could not do.
-        let clear = json!({ "metadata": { "finalizers": null } });
-        for object in &left.items {
-            let _ = api
-                .patch_metadata(
-                    &object.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&clear),
-                )
-                .await;
-        }
         eventually("the namespace is gone", Duration::from_secs(180), || {
             gone(&namespaces, &ns.name)
         })
@@ -259,36 +276,11 @@ where
 async fn uninstall_an_operator_in_helms_order(test: &str, handles: bool) -> bool {
     let home = namespace(&format!("{test}_home")).await;
     let ns = namespace(test).await;
-    support::gc::service_account_ready(&home).await;
-    operator(&home, handles, true).await;
+    operator_and_its_objects(&home, &ns, handles, true).await;
     let api = ns.api::<ConfigMap>();
-    let mut probe = config_map("probe", vec![]);
-    probe.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
-    create(&api, &probe).await;
-    api.delete("probe", &DeleteParams::background())
-        .await
-        .unwrap();
-    eventually(
-        "the operator finalizes the probe",
-        Duration::from_secs(120),
-        || gone(&api, "probe"),
-    )
-    .await;
-    for n in 0..20 {
-        let mut cm = config_map(&format!("resource-{n}"), vec![]);
-        cm.metadata.finalizers = Some(vec![HANDLED.to_owned()]);
-        create(&api, &cm).await;
-    }
     let name = format!("operator-{}", home.name);
     let bindings = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(ns.client.clone());
     if handles {
-        let syncgc = tokio::task::spawn_blocking(support::process::shared)
-            .await
-            .unwrap();
-        eventually("syncgc has read what the operator needs", WAIT, || async {
-            (syncgc.metric("syncgc_guard_needed_objects") >= 4.0).then_some(())
-        })
-        .await;
         eventually(
             "the operator's ClusterRoleBinding is selected",
             WAIT,
@@ -323,28 +315,16 @@ async fn uninstall_an_operator_in_helms_order(test: &str, handles: bool) -> bool
     };
     let refused = uninstall().await;
     let went = eventually_or_not(Duration::from_secs(90), || gone(&namespaces, &ns.name)).await;
+    let stranded = if went { 0 } else { clear_stranded(&api).await };
     eprintln!(
         "{test}: refused {} of the uninstall's 4 DELETEs; the namespace {}",
         refused.iter().flatten().count(),
-        if went { "went" } else { "stays" }
-    );
-    if !went {
-        let clear = json!({ "metadata": { "finalizers": null } });
-        for object in api
-            .list_metadata(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-        {
-            let _ = api
-                .patch_metadata(
-                    &object.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&clear),
-                )
-                .await;
+        if went {
+            "went".to_owned()
+        } else {
+            format!("stayed with {stranded} object(s) carrying {HANDLED}")
         }
-    }
+    );
     // What the hold kept goes when the uninstall is run again.
     eventually("a second uninstall goes through", WAIT, || async {
         uninstall().await.iter().all(Option::is_none).then_some(())
