@@ -8,6 +8,8 @@
 //! a Warning Event on the namespace (a namespace being deleted takes no new Events about its
 //! objects).
 
+use std::collections::{BTreeMap, HashMap};
+
 use crate::annotations::Timeouts;
 use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
 
@@ -45,44 +47,63 @@ pub struct Held {
 }
 
 /// Every protected object, not being deleted, whose namespace is being deleted and whose
-/// hold has not ended at `now`.
+/// hold has not ended at `now`. Each such namespace's hold is computed once, and its objects
+/// read in one pass.
 pub fn held(graph: &Graph, timeouts: Timeouts, now: i64) -> Vec<Held> {
-    let mut held = Vec::new();
+    let mut by_namespace: BTreeMap<&str, Vec<(Uid, Option<ResourceId>)>> = BTreeMap::new();
     for uid in graph.protected() {
         let Some(node) = graph.node(uid).filter(|n| !n.is(Flags::DELETING)) else {
             continue;
         };
-        let Some(namespace) = node.namespace() else {
-            continue;
-        };
+        if let Some(namespace) = node.namespace() {
+            by_namespace
+                .entry(namespace)
+                .or_default()
+                .push((uid, node.resource));
+        }
+    }
+    let mut held = Vec::new();
+    for (namespace, protected) in by_namespace {
         let Some((_, until)) = hold(graph, namespace, Some(timeouts)) else {
             continue;
         };
         if now >= until {
             continue;
         }
-        held.push(Held {
-            object: uid,
-            namespace: graph.namespace_uid(namespace),
-            namespace_name: namespace.to_owned(),
-            until,
-            siblings: siblings(graph, namespace, node.resource),
-        });
+        let siblings = siblings(graph, namespace);
+        for (object, resource) in protected {
+            held.push(Held {
+                object,
+                namespace: graph.namespace_uid(namespace),
+                namespace_name: namespace.to_owned(),
+                until,
+                siblings: resource
+                    .and_then(|r| siblings.get(&r).cloned())
+                    .unwrap_or_default(),
+            });
+        }
     }
     held
 }
 
-/// The objects of `resource` in `namespace`, neither protected nor being deleted.
-fn siblings(graph: &Graph, namespace: &str, resource: Option<ResourceId>) -> Vec<Uid> {
-    let mut siblings: Vec<Uid> = graph
-        .in_namespace(namespace)
-        .filter(|uid| {
-            graph.node(*uid).is_some_and(|n| {
-                n.resource == resource && resource.is_some() && !n.is(Flags::DELETING)
-            }) && !graph.guards(*uid).is_some_and(|g| g.protected)
-        })
-        .collect();
-    siblings.sort();
+/// The objects of `namespace` neither protected nor being deleted, by resource.
+fn siblings(graph: &Graph, namespace: &str) -> HashMap<ResourceId, Vec<Uid>> {
+    let mut siblings: HashMap<ResourceId, Vec<Uid>> = HashMap::new();
+    for uid in graph.in_namespace(namespace) {
+        if graph.guards(uid).is_some_and(|g| g.protected) {
+            continue;
+        }
+        if let Some(resource) = graph
+            .node(uid)
+            .filter(|n| !n.is(Flags::DELETING))
+            .and_then(|n| n.resource)
+        {
+            siblings.entry(resource).or_default().push(uid);
+        }
+    }
+    for uids in siblings.values_mut() {
+        uids.sort();
+    }
     siblings
 }
 
