@@ -124,17 +124,7 @@ impl Context {
     }
 
     pub fn target_of(&self, uid: Uid, node: &Node) -> Option<Target> {
-        if node.is(Flags::VIRTUAL) {
-            return None;
-        }
-        let resources = self.resources();
-        let resource = resources.get(node.resource?)?;
-        Some(Target {
-            resource: resource.api.clone(),
-            namespace: node.namespace().map(str::to_owned),
-            name: node.name.to_string(),
-            uid: uid.to_string(),
-        })
+        self.resources().target_of(uid, node)
     }
 
     /// Runs `call`, whose requests are a step of the cascade through `owner`, naming the

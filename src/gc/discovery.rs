@@ -186,6 +186,24 @@ impl Resources {
         self.list.get(id.index())
     }
 
+    /// Where to reach the observed object `uid` (`node`) through the API; `None` for a virtual
+    /// node or a resource no longer served.
+    pub fn target_of(
+        &self,
+        uid: crate::graph::Uid,
+        node: &crate::graph::Node,
+    ) -> Option<crate::api::Target> {
+        if node.is(crate::graph::Flags::VIRTUAL) {
+            return None;
+        }
+        Some(crate::api::Target {
+            resource: self.get(node.resource?)?.api.clone(),
+            namespace: node.namespace().map(str::to_owned),
+            name: node.name.to_string(),
+            uid: uid.to_string(),
+        })
+    }
+
     /// The served resource an ownerReference's `apiVersion` and `kind` name: the same group
     /// (or a group serving the same objects) and kind, in whatever version is served.
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<(ResourceId, &Resource)> {

@@ -308,19 +308,7 @@ pub async fn run(
             let resources = resources.read();
             graph
                 .handlers()
-                .filter_map(|uid| {
-                    let node = graph.node(uid)?;
-                    let resource = resources.get(node.resource?)?;
-                    Some((
-                        uid,
-                        Target {
-                            resource: resource.api.clone(),
-                            namespace: node.namespace().map(str::to_owned),
-                            name: node.name.to_string(),
-                            uid: uid.to_string(),
-                        },
-                    ))
-                })
+                .filter_map(|uid| Some((uid, resources.target_of(uid, graph.node(uid)?)?)))
                 .collect()
         };
         let mut read = HashMap::new();

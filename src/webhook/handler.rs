@@ -619,18 +619,13 @@ fn handler_released(webhook: &Webhook, handler: Uid, note: String) {
     let target = {
         let graph = webhook.graph.read();
         let resources = webhook.resources.read();
-        let Some(node) = graph.node(handler) else {
+        let Some(target) = graph
+            .node(handler)
+            .and_then(|node| resources.target_of(handler, node))
+        else {
             return;
         };
-        let Some(resource) = node.resource.and_then(|r| resources.get(r)) else {
-            return;
-        };
-        Target {
-            resource: resource.api.clone(),
-            namespace: node.namespace().map(str::to_owned),
-            name: node.name.to_string(),
-            uid: handler.to_string(),
-        }
+        target
     };
     let cluster = webhook.cluster.clone();
     tokio::spawn(async move {
