@@ -237,6 +237,7 @@ impl WebhookArgs {
             guards: GuardScope::of(self.guards, self.max_cascade),
             server,
             scope: Coverage::Every,
+            own_user: None,
         }
     }
 }
@@ -611,6 +612,7 @@ impl RunArgs {
             resources: resources.reader(),
             readiness: readiness.clone(),
             metrics: metrics.clone(),
+            own_user: Default::default(),
         };
         tokio::spawn(managed.run(shutdown.clone()))
     });

@@ -110,6 +110,11 @@ pub struct WebhookConfigArgs {
     /// narrows the rules as `syncgc run --manage-webhook` does.
     #[arg(long, value_name = "VERSION")]
     pub server_version: Option<ServerVersion>,
+    /// The user syncgc runs as, such as `system:serviceaccount:syncgc-system:syncgc`: from
+    /// 1.28 on, its own DELETEs (judged in the process) skip the guards' webhook. `syncgc run
+    /// --manage-webhook` asks the apiserver.
+    #[arg(long, value_name = "USER")]
+    pub own_user: Option<String>,
     /// To ask the cluster.
     #[command(flatten)]
     pub access: crate::api::Access,
@@ -240,6 +245,7 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         ca_file,
         unarmed_delete,
         server_version,
+        own_user,
         access,
     } = args;
     let client = webhook.client().ok_or_else(|| {
@@ -273,6 +279,7 @@ async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<()> {
         }
     };
     registration.ca_bundle = ca_bundle;
+    registration.own_user = own_user;
     println!(
         "{}",
         serde_json::to_string_pretty(&registration.configuration())?

@@ -515,6 +515,8 @@ fn registration(
     .map(str::to_owned)
     .to_vec();
     args.push(server.to_string());
+    args.push("--own-user".to_owned());
+    args.push("system:serviceaccount:syncgc-system:syncgc".to_owned());
     args.push("--unarmed-delete".to_owned());
     args.push(format!("{unarmed_delete:?}").to_lowercase());
     match guards {

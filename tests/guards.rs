@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use syncgc::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION};
 
-use support::guards::{self, annotate, annotated, dry_run, labelled, refusal, refused_dry_run};
+use support::guards::{self, annotate, annotated, dry_run, labelled, refusal};
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
 use support::{TestNamespace, config_map, create, eventually, exists, gone, tree};
 
@@ -43,7 +43,14 @@ async fn a_cascade_over_its_limit_is_refused_until_the_limit_is_raised() {
     let owner = create(&api, &owner).await;
     tree(&api, &owner, &[("d", 5)], false).await;
 
-    let message = refused_dry_run(&api, "owner").await;
+    // Refused as soon as syncgc's graph holds four of the children; the message counts all
+    // five once the graph has seen them.
+    let message = eventually("the refusal counts all five children", WAIT, || async {
+        refusal(&api, "owner", &dry_run())
+            .await
+            .filter(|m| m.contains("would delete 5 objects"))
+    })
+    .await;
     for part in [
         "would delete 5 objects (5 ConfigMap)",
         "cascade limit of 3 (syncgc.io/max-cascade)",
@@ -70,6 +77,82 @@ async fn a_cascade_over_its_limit_is_refused_until_the_limit_is_raised() {
         (!left.items.iter().any(|o| o.name_any().starts_with('d'))).then_some(())
     })
     .await;
+}
+
+/// Objects protected by the thousand at once, then released at once: each is labelled in the
+/// write that protects it, their owner is selected (its DELETE refused), and once they are
+/// released the owner's DELETE goes through and its cascade runs, none of them kept: nothing
+/// is refused for ever.
+#[tokio::test]
+async fn objects_protected_and_released_by_the_thousand_are_judged_then_let_go() {
+    use futures::StreamExt as _;
+    const MANY: usize = 2000;
+    let ns = namespace("many_protected").await;
+    let api = ns.api::<ConfigMap>();
+    let owner = create(&api, &config_map("owner", vec![])).await;
+    let names: Vec<String> = (0..MANY).map(|i| format!("c-{i}")).collect();
+    let at_once = |value: Option<&'static str>| {
+        let api = api.clone();
+        futures::stream::iter(names.clone()).for_each_concurrent(32, move |name| {
+            let api = api.clone();
+            async move { annotate(&api, &name, PROTECTED_ANNOTATION, value).await }
+        })
+    };
+    futures::stream::iter(names.clone())
+        .for_each_concurrent(32, |name| {
+            let child = config_map(&name, vec![support::owner_ref(&owner, false)]);
+            let api = api.clone();
+            async move {
+                create(&api, &child).await;
+            }
+        })
+        .await;
+
+    at_once(Some("true")).await;
+    let listed = api.list_metadata(&ListParams::default()).await.unwrap();
+    let unlabelled = listed
+        .items
+        .iter()
+        .filter(|o| o.name_any().starts_with("c-") && !labelled(*o))
+        .count();
+    assert_eq!(unlabelled, 0, "labelled in the write that protects them");
+    let message = eventually("the owner's DELETE is refused", WAIT, || async {
+        refusal(&api, "owner", &dry_run()).await
+    })
+    .await;
+    assert!(message.contains("which is protected"), "{message}");
+
+    at_once(None).await;
+    eventually("the owner's DELETE goes through", WAIT, || async {
+        refusal(&api, "owner", &DeleteParams::background())
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // The garbage collector (at its default rate) takes minutes over all of them: once it has
+    // deleted a hundred, none of the rest was kept as protected (its references dropped).
+    let left = eventually("the cascade runs", Duration::from_secs(120), || async {
+        let left = api.list_metadata(&ListParams::default()).await.unwrap();
+        let children: Vec<_> = left
+            .items
+            .into_iter()
+            .filter(|o| o.name_any().starts_with("c-"))
+            .collect();
+        (children.len() <= MANY - 100).then_some(children)
+    })
+    .await;
+    let kept: Vec<String> = left
+        .iter()
+        .filter(|o| {
+            o.metadata
+                .owner_references
+                .as_ref()
+                .is_none_or(Vec::is_empty)
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    assert!(kept.is_empty(), "kept as protected after release: {kept:?}");
 }
 
 /// An eviction deletes its Pod with no DELETE review of its own: syncgc judges it as that
@@ -222,11 +305,8 @@ async fn only_the_deletes_a_guard_may_concern_reach_syncgc() {
 /// order, would stay until the hold ends; the test asserts they went well before.)
 #[tokio::test]
 async fn a_protected_object_holds_a_namespace_being_deleted_for_a_bounded_time() {
-    let (syncgc, ns) = own_syncgc(
-        "protected_ns",
-        &["--timeout-base", "20s", "--timeout-per-dependent", "1s"],
-    )
-    .await;
+    let args = ["--timeout-base", "20s", "--timeout-per-dependent", "1s"];
+    let (mut syncgc, ns) = own_syncgc("protected_ns", &args).await;
     let api = ns.api::<ConfigMap>();
     let namespaces = Api::<Namespace>::all(ns.client.clone());
     create(
@@ -287,6 +367,27 @@ async fn a_protected_object_holds_a_namespace_being_deleted_for_a_bounded_time()
             .map(drop)
     })
     .await;
+    // syncgc restarting while the hold is on: the hold runs from the namespace's
+    // deletionTimestamp, on the apiserver's clock, so the new process keeps the same bound.
+    let bound = |message: &str| {
+        message
+            .split(" after its deletion")
+            .next()
+            .and_then(|m| m.rsplit('(').next())
+            .map(str::to_owned)
+    };
+    let before = refusal(&api, "m-precious", &dry_run())
+        .await
+        .expect("the protected object's DELETE is refused during the hold");
+    let name = syncgc.name.clone();
+    syncgc.kill();
+    let _restarted = Syncgc::start_async(&name, &args).await;
+    let after = eventually("the restarted syncgc judges the hold", WAIT, || async {
+        refusal(&api, "m-precious", &dry_run()).await
+    })
+    .await;
+    assert!(bound(&before).is_some(), "{before}");
+    assert_eq!(bound(&before), bound(&after), "{before} / {after}");
     eventually(
         "the namespace goes once the hold has ended",
         Duration::from_secs(120),

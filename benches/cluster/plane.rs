@@ -278,6 +278,7 @@ impl Plane {
             guards: GuardScope::Selected,
             server: self.server().await?,
             scope: Coverage::Every,
+            own_user: None,
         }
         .configuration();
         let (key, value) = label;

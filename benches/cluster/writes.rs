@@ -136,6 +136,7 @@ pub async fn phase(settings: &Settings, plane: &mut Plane, report: &mut Report) 
             guards: GuardScope::Selected,
             server,
             scope: scope.clone(),
+            own_user: None,
         }
         .configuration())
     };

@@ -33,6 +33,8 @@ pub enum ApiError {
     Terminating(String),
     #[error("{0} does not bear out what the request said of it ({1}): nothing was written")]
     Unconfirmed(String, String),
+    #[error("DELETE {target}: not sent, a guard holds it: {message}")]
+    Held { target: String, message: String },
     #[error("{0} kept changing under every attempt to patch it")]
     Conflict(String),
     #[error("{verb} {target}: not sent, this replica's leader lease may have passed")]
@@ -51,6 +53,7 @@ impl ApiError {
             | Self::Conflict(_)
             | Self::Timeout { .. }
             | Self::NotLeading { .. }
+            | Self::Held { .. }
             | Self::UnknownKind { .. } => true,
             Self::Call { source, .. } => match source {
                 kube::Error::Api(status) => matches!(status.code, 409 | 422 | 429 | 500..=599),
@@ -71,6 +74,7 @@ impl ApiError {
             Self::Timeout { .. } => "timeout",
             Self::Conflict(_) => "conflict",
             Self::NotLeading { .. } => "not_leading",
+            Self::Held { .. } => "held",
             Self::UnknownKind { .. } => "unknown_kind",
             Self::Replaced(..) => "replaced",
             Self::Terminating(_) => "terminating",

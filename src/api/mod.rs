@@ -114,6 +114,30 @@ impl Cluster {
         server_version(&self.client).await
     }
 
+    /// Who this client is to the apiserver, from a SelfSubjectReview (served from 1.28 on;
+    /// every authenticated user may create one). `None`: the answer names no user.
+    pub async fn username(&self) -> Result<Option<String>, ApiError> {
+        const PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+        let body = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+        });
+        let failed = |source| ApiError::Call {
+            verb: Verb::Create,
+            target: PATH.to_owned(),
+            source,
+        };
+        let request = http::Request::post(PATH)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string().into_bytes())
+            .map_err(|err| failed(kube::Error::HttpError(err)))?;
+        let answer: serde_json::Value = self.client.request(request).await.map_err(failed)?;
+        Ok(answer
+            .pointer("/status/userInfo/username")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned))
+    }
+
     /// The objects of the cluster-scoped kind `K`, whole, for [`Cluster::get_whole`] and its
     /// kin.
     pub fn all<K>(&self) -> Api<K>

@@ -720,6 +720,7 @@ mod tests {
                     minor: 20,
                 },
                 scope: Coverage::Every,
+                own_user: None,
             }
             .configuration()
         };

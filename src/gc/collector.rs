@@ -439,6 +439,7 @@ impl Collector {
         if protected && self.keep_protected(target).await? {
             return Ok(());
         }
+        self.cx.judge_delete(uid, target, propagation)?;
         let waiting: Vec<Uid> = self.cx.graph().waiting_owners_of(uid).collect();
         self.barrier.deleting_for(waiting, uid);
         let cause = self.cx.graph().cause_of(uid);

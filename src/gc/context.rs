@@ -148,6 +148,55 @@ impl Context {
         }
     }
 
+    /// What the guards say of a DELETE of `uid` this collector is about to send, judged here
+    /// as the webhook would (see [`super::guard::judge_own`]): the refusal of a guard other
+    /// than protection (which the collector keeps itself, by dropping references), as an
+    /// error to retry. `Ok` when the guards are off or let it through.
+    pub fn judge_delete(
+        &self,
+        uid: Uid,
+        target: &Target,
+        propagation: crate::api::Propagation,
+    ) -> Result<(), ApiError> {
+        use super::guard::{self, Verdict};
+        if !self.config.guards {
+            return Ok(());
+        }
+        let bounds = guard::Bounds {
+            max_cascade: None,
+            timeouts: Some(self.config.timeouts),
+        };
+        let now = crate::api::clock::now().as_second();
+        let verdict = {
+            let graph = self.graph();
+            let resources = self.resources();
+            let kind = |id| {
+                resources
+                    .get(id)
+                    .map(|r| r.api.kind.clone())
+                    .unwrap_or_default()
+            };
+            guard::judge_own(
+                &graph,
+                kind,
+                &self.config.needs,
+                uid,
+                propagation,
+                &bounds,
+                now,
+            )
+        };
+        match verdict {
+            Some(Verdict::Refuse { message, guard, .. }) if guard != guard::PROTECTED => {
+                Err(ApiError::Held {
+                    target: target.to_string(),
+                    message,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Records that `target`'s references to `owner` were removed (when causes are on).
     pub fn record_orphaned(&self, target: &Target, owner: &str) {
         self.record_done(target, "orphaned", Some(owner.to_owned()));

@@ -27,6 +27,8 @@
 //! - [`cascade`]: a cascade run on a copy of the graph by the same rules, to its end: what a
 //!   DELETE would take down (`syncgc plan`, a dry-run DELETE's warnings); [`snapshot`]: a
 //!   scope's metadata read once into a graph for it (`syncgc plan` and `syncgc explain`).
+//! - [`guard`]: the guards on DELETE (protected objects, cascade limits, finalizer handlers'
+//!   holds), judged on the graph: for the webhook's reviews and the collector's own DELETEs.
 //! - [`selection`]: which objects carry `syncgc.io/guarded`, the label the guards' DELETE
 //!   webhook selects by (decided from the graph; kept by the leader).
 //! - [`needs`]: what a finalizer handler needs to act (its account, bindings, configuration,
@@ -50,6 +52,7 @@ pub mod debug;
 pub mod decide;
 pub mod discovery;
 pub mod foreground;
+pub mod guard;
 #[cfg(test)]
 mod harness;
 pub mod needs;

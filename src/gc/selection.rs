@@ -221,7 +221,7 @@ pub async fn run(
             .await;
         }
         futures::stream::iter(work)
-            .for_each_concurrent(CONCURRENCY, |(_, write)| async move {
+            .for_each_concurrent(CONCURRENCY, |(uid, write)| async move {
                 let (change, target, result) = match write {
                     Write::Label(target, select) => {
                         let result = label(&cx.cluster, &target, select).await;
@@ -229,11 +229,14 @@ pub async fn run(
                         (change, target, result)
                     }
                     Write::Delete(target) => {
-                        let result = cx
-                            .cluster
-                            .delete(&target, Propagation::Background, None)
-                            .await
-                            .map(drop);
+                        let result = match cx.judge_delete(uid, &target, Propagation::Background) {
+                            Ok(()) => cx
+                                .cluster
+                                .delete(&target, Propagation::Background, None)
+                                .await
+                                .map(drop),
+                            Err(held) => Err(held),
+                        };
                         ("sibling_deleted", target, result)
                     }
                 };
@@ -242,6 +245,7 @@ pub async fn run(
                 let outcome = match &result {
                     Ok(()) => "ok",
                     Err(err) if gone(err) => "gone",
+                    Err(ApiError::Held { .. }) => "held",
                     Err(_) => "error",
                 };
                 cx.metrics
@@ -251,6 +255,9 @@ pub async fn run(
                 match result {
                     Ok(()) => tracing::debug!(object = %target, change, "written"),
                     Err(err) if gone(&err) => {}
+                    Err(err @ ApiError::Held { .. }) => {
+                        tracing::debug!(object = %target, change, %err, "held; trying again")
+                    }
                     Err(err) => {
                         tracing::warn!(object = %target, change, %err, "could not write; trying again")
                     }

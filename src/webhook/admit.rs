@@ -48,6 +48,16 @@ pub struct Policy {
     pub guards: bool,
 }
 
+impl Policy {
+    /// The bounds the guards keep.
+    pub fn bounds(&self) -> crate::gc::guard::Bounds {
+        crate::gc::guard::Bounds {
+            max_cascade: self.max_cascade,
+            timeouts: self.timeouts,
+        }
+    }
+}
+
 /// Which case of the decision applied; a closed set, used as a metric label and in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Case {

@@ -17,7 +17,6 @@ use axum::routing::post;
 use kube::api::ApiResource;
 
 use super::admit::{self, Decision, Policy, admit};
-use super::guard;
 use super::review::Operation;
 use super::review::{self, Answer, Review};
 use super::tls::ClientCertified;
@@ -25,6 +24,7 @@ use crate::api::{ApiError, Claims, Cluster, Target};
 use crate::gc::cascade::{self, Preview};
 use crate::gc::causes::{Causes, Entry, Member, Pending};
 use crate::gc::discovery;
+use crate::gc::guard;
 use crate::gc::needs::Needs;
 use crate::graph::{Flags, Graph, Reader, ResourceId, Uid};
 use crate::metrics::{Metrics, Readiness};
@@ -418,7 +418,7 @@ fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::
             kind,
             &webhook.needs,
             &delete,
-            &webhook.policy,
+            &webhook.policy.bounds(),
             judging,
         )
     })

@@ -53,6 +53,9 @@ pub struct Managed {
     pub resources: discovery::Reader,
     pub readiness: Readiness,
     pub metrics: Metrics,
+    /// syncgc's own user, asked once of an apiserver from 1.28 on (see
+    /// [`Registration::own_user`]).
+    pub own_user: tokio::sync::OnceCell<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +170,25 @@ impl Managed {
         }
     }
 
+    /// syncgc's own user, asked once; `None` (its DELETEs then reach the guards' webhook,
+    /// which lets them through as judged) until the apiserver says.
+    async fn own_user(&self) -> Option<String> {
+        let asked = self.own_user.get_or_try_init(|| async {
+            match self.cluster.username().await {
+                Ok(Some(user)) => Ok(user),
+                Ok(None) => Err("the SelfSubjectReview names no user".to_owned()),
+                Err(err) => Err(err.to_string()),
+            }
+        });
+        match asked.await {
+            Ok(user) => Some(user.clone()),
+            Err(err) => {
+                tracing::warn!(%err, "could not learn syncgc's own user: its own DELETEs of guarded objects reach the guards' webhook");
+                None
+            }
+        }
+    }
+
     async fn reconcile(&self) -> Result<Written, ManageError> {
         let answered: ServerVersion = self
             .cluster
@@ -238,10 +260,15 @@ impl Managed {
                 _ => discovered,
             }
         };
+        let own_user = match server.match_conditions() {
+            true => self.own_user().await,
+            false => None,
+        };
         let desired = Registration {
             server,
             scope,
             ca_bundle,
+            own_user,
             ..self.registration.clone()
         }
         .configuration();

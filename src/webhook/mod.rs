@@ -15,7 +15,6 @@
 
 pub mod admit;
 pub mod certificate;
-pub mod guard;
 pub mod handler;
 pub mod managed;
 pub mod registration;

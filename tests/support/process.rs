@@ -194,6 +194,7 @@ impl Syncgc {
                 ),
                 server: super::server(),
                 scope: Coverage::Every,
+                own_user: None,
             }
             .configuration();
             for hook in registration.webhooks.iter_mut().flatten() {

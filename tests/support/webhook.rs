@@ -121,6 +121,7 @@ impl RegisteredWebhook {
             guards: syncgc::webhook::registration::GuardScope::Off,
             server: super::server(),
             scope: Coverage::Every,
+            own_user: None,
         }
         .configuration();
         for webhook in configuration.webhooks.iter_mut().flatten() {

@@ -166,6 +166,15 @@ impl Harness {
 
     /// With the release barrier, whose rounds its own task reads, as in [`super::run`].
     fn with_barrier(mode: Mode, barrier: bool) -> Self {
+        Self::configured(mode, barrier, false)
+    }
+
+    /// With the guards on: the collector judges its own DELETEs.
+    fn with_guards(mode: Mode) -> Self {
+        Self::configured(mode, false, true)
+    }
+
+    fn configured(mode: Mode, barrier: bool, guards: bool) -> Self {
         let fake = Arc::new(Fake::default());
         let service = {
             let fake = fake.clone();
@@ -193,7 +202,7 @@ impl Harness {
             initial_list: Default::default(),
             barrier,
             causes: Some(crate::gc::causes::Causes::default()),
-            guards: false,
+            guards,
             needs: Default::default(),
         };
         let graph = Writer::new(Graph::new(mode));

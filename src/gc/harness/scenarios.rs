@@ -322,6 +322,76 @@ async fn a_reference_to_an_owner_living_in_another_namespace_is_reported_and_not
     .await;
 }
 
+/// The collector judges its own DELETEs as the webhook would (from 1.28 they skip it): while
+/// objects carrying a finalizer handler's finalizer are being deleted, the handler's Pods stay
+/// though their owner waits for them; the DELETE is tried again, and sent once nothing is
+/// left to finalize.
+#[tokio::test(start_paused = true)]
+async fn a_collector_s_delete_held_by_a_finalizer_handler_is_not_sent_until_the_hold_ends() {
+    use crate::graph::{Guards, Handles};
+    let h = Harness::with_guards(Mode::Standalone);
+    let now = crate::api::clock::now().as_second();
+    let handler = Observed {
+        guards: Guards {
+            handles: Some(Handles::parse("example.com/a", None).unwrap()),
+            ..Guards::default()
+        },
+        deleted_at: Some(now - 5),
+        ..observed(
+            1,
+            &[],
+            Flags::DELETING | Flags::FOREGROUND,
+            &[Flags::FOREGROUND],
+        )
+    };
+    let carrying = |deleting: bool| Observed {
+        guards: Guards {
+            foreign: vec!["example.com/a".into()],
+            ..Guards::default()
+        },
+        deleted_at: deleting.then_some(now - 5),
+        ..observed(
+            9,
+            &[],
+            if deleting {
+                Flags::DELETING
+            } else {
+                Flags::empty()
+            },
+            &[],
+        )
+    };
+    h.watched([
+        handler,
+        observed(2, &[1], Flags::empty(), &[]),
+        carrying(true),
+    ]);
+    let deleted = json!({ "deletionTimestamp": Timestamp::from_second(now - 5).unwrap().to_string(),
+                          "finalizers": ["foregroundDeletion"] });
+    h.script("GET", &path(1), [(200, object(1, &[], deleted))]);
+    h.script("GET", &path(2), [(200, object(2, &[1], json!({})))]);
+    h.script("DELETE", &path(2), [(200, json!({}))]);
+
+    let err = h.step(Work::AttemptToDelete(uid(2))).await.unwrap_err();
+    assert!(matches!(err, crate::api::ApiError::Held { .. }), "{err}");
+    assert!(err.is_retryable(), "queued again with backoff");
+    assert!(err.to_string().contains("handles example.com/a"), "{err}");
+    assert!(
+        !h.sent().iter().any(|s| s.starts_with("DELETE")),
+        "{:?}",
+        h.sent()
+    );
+
+    // Finalized: nothing left to hold for.
+    h.watched([carrying(false)]);
+    h.step(Work::AttemptToDelete(uid(2))).await.unwrap();
+    assert!(
+        h.sent().contains(&format!("DELETE {}", path(2))),
+        "{:?}",
+        h.sent()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_owner_of_a_kind_nobody_serves_is_retried_and_nothing_is_deleted() {
     let h = Harness::new(Mode::Standalone);

@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::admit::Policy;
+use super::needs::Needs;
+use super::{cascade, terminating};
+use crate::annotations::Timeouts;
 use crate::api::Propagation;
-use crate::gc::needs::Needs;
-use crate::gc::{cascade, terminating};
 use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
 
 /// The DELETE being judged, as the review says it.
@@ -81,6 +81,15 @@ pub const PASSED: &str = "passed_guards";
 /// its cascade is larger than can be judged within the time left ([`Judging::budget`]).
 pub const UNJUDGED: &str = "refused_unjudged";
 
+/// The bounds the guards keep, from syncgc's flags.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bounds {
+    /// The cascade limit of objects without `syncgc.io/max-cascade` (`None`: no limit).
+    pub max_cascade: Option<usize>,
+    /// The collector's timeouts, which bound every hold.
+    pub timeouts: Option<Timeouts>,
+}
+
 /// What a judgement may rely on, besides the graph and the DELETE.
 #[derive(Debug, Clone, Copy)]
 pub struct Judging {
@@ -110,18 +119,18 @@ pub fn judge(
     kind: impl Fn(ResourceId) -> String,
     needs: &Needs,
     delete: &Delete,
-    policy: &Policy,
+    bounds: &Bounds,
     judging: Judging,
 ) -> Verdict {
     let now = judging.now;
     let node = graph.node(delete.uid);
     if delete.protected {
-        return protected(graph, delete, node, policy, judging);
+        return protected(graph, delete, node, bounds, judging);
     }
     let mut warnings = Vec::new();
     let mut released = None;
     if graph.handlers().len() > 0 {
-        match hold(graph, &kind, needs, delete, policy, now) {
+        match hold(graph, &kind, needs, delete, bounds, now) {
             Some(Hold::Refuse(message)) => return Verdict::refuse(HELD, message),
             Some(Hold::TimedOut { handler, note }) => {
                 warnings.push(note.clone());
@@ -130,7 +139,7 @@ pub fn judge(
             None => {}
         }
     }
-    let limit = delete.max_cascade.or(policy.max_cascade);
+    let limit = delete.max_cascade.or(bounds.max_cascade);
     let guarded = limit.is_some() || graph.protected().len() > 0;
     let admitted = delete
         .namespace
@@ -247,6 +256,42 @@ pub fn judge(
     Verdict::Pass { warnings, released }
 }
 
+/// The guards' verdict on a DELETE that syncgc's collector sends itself (a step of a cascade
+/// already admitted, a sibling of a protected object in a namespace being deleted), judged in
+/// the process, by the same rules, as the webhook would judge it: from 1.28 on such DELETEs do
+/// not reach the webhook (see [`crate::webhook::registration`]). `None`: `uid` is not in the
+/// graph.
+pub fn judge_own(
+    graph: &Graph,
+    kind: impl Fn(ResourceId) -> String,
+    needs: &Needs,
+    uid: Uid,
+    propagation: Propagation,
+    bounds: &Bounds,
+    now: i64,
+) -> Option<Verdict> {
+    let node = graph.node(uid)?;
+    let kind_name = node.resource.map(&kind).unwrap_or_default();
+    let described = describe(graph, &kind, uid);
+    let delete = Delete {
+        uid,
+        described: &described,
+        kind: &kind_name,
+        namespace: node.namespace(),
+        name: &node.name,
+        namespace_object: false,
+        protected: graph.guards(uid).is_some_and(|g| g.protected),
+        max_cascade: None,
+        propagation,
+    };
+    let judging = Judging {
+        now,
+        synced: true,
+        budget: usize::MAX,
+    };
+    Some(judge(graph, kind, needs, &delete, bounds, judging))
+}
+
 /// The `syncgc plan` command that lists what the DELETE of `delete` would delete.
 fn plan_command(delete: &Delete) -> String {
     let mut command = format!("syncgc plan {}/{}", delete.kind.to_lowercase(), delete.name);
@@ -295,13 +340,13 @@ fn protected(
     graph: &Graph,
     delete: &Delete,
     node: Option<&Node>,
-    policy: &Policy,
+    bounds: &Bounds,
     judging: Judging,
 ) -> Verdict {
     let synced = judging.synced;
     let hold = delete
         .namespace
-        .and_then(|ns| Some((ns, terminating::hold(graph, ns, policy.timeouts)?)));
+        .and_then(|ns| Some((ns, terminating::hold(graph, ns, bounds.timeouts)?)));
     if let Some((namespace, (_, until))) = hold
         && judging.now >= until
     {
@@ -365,7 +410,7 @@ fn hold(
     kind: &impl Fn(ResourceId) -> String,
     needs: &Needs,
     delete: &Delete,
-    policy: &Policy,
+    bounds: &Bounds,
     now: i64,
 ) -> Option<Hold> {
     let (handler, needed) = match handler_above(graph, delete.uid) {
@@ -403,7 +448,7 @@ fn hold(
     }
     pending.sort_by_key(|(_, since)| *since);
     let since = pending[0].1;
-    let timeout = terminating::hold_timeout(policy.timeouts, pending.len());
+    let timeout = terminating::hold_timeout(bounds.timeouts, pending.len());
     let finalizers = handles.finalizers.join(", ");
     let examples = pending
         .iter()
@@ -515,7 +560,6 @@ fn by_kind(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::annotations::Timeouts;
     use crate::graph::{Coordinates, Guards, Handles, Mode, Observed};
     use std::time::Duration;
 
@@ -535,15 +579,14 @@ mod tests {
         Uid::from_u128(n)
     }
 
-    fn policy(max_cascade: Option<usize>) -> Policy {
-        Policy {
+    fn bounds(max_cascade: Option<usize>) -> Bounds {
+        Bounds {
             max_cascade,
             timeouts: Some(Timeouts {
                 base: Duration::from_secs(60),
                 per_dependent: Duration::from_secs(1),
                 max: Duration::from_secs(600),
             }),
-            ..Policy::default()
         }
     }
 
@@ -584,13 +627,13 @@ mod tests {
         }
     }
 
-    fn judged(graph: &Graph, delete: &Delete, policy: &Policy) -> Verdict {
+    fn judged(graph: &Graph, delete: &Delete, bounds: &Bounds) -> Verdict {
         judge(
             graph,
             |_| "ConfigMap".to_owned(),
             &Needs::default(),
             delete,
-            policy,
+            bounds,
             at(NOW),
         )
     }
@@ -629,7 +672,7 @@ mod tests {
                 protected: true,
                 ..delete(3)
             },
-            &policy(None),
+            &bounds(None),
         );
         refused(
             &verdict,
@@ -655,7 +698,7 @@ mod tests {
             with(9, &[], Flags::empty(), none),
         ]);
         refused(
-            &judged(&g, &delete(1), &policy(None)),
+            &judged(&g, &delete(1), &bounds(None)),
             PROTECTED,
             &[
                 "ConfigMap ns/o3",
@@ -666,8 +709,8 @@ mod tests {
             propagation: Propagation::Orphan,
             ..delete(1)
         };
-        assert!(passed(&judged(&g, &orphaning, &policy(None))).is_empty());
-        assert!(passed(&judged(&g, &delete(4), &policy(None))).is_empty());
+        assert!(passed(&judged(&g, &orphaning, &bounds(None))).is_empty());
+        assert!(passed(&judged(&g, &delete(4), &bounds(None))).is_empty());
     }
 
     #[test]
@@ -687,7 +730,7 @@ mod tests {
                 |_| "ConfigMap".to_owned(),
                 &Needs::default(),
                 delete,
-                &policy(None),
+                &bounds(None),
                 judging,
             )
         };
@@ -774,7 +817,7 @@ mod tests {
             ..delete(1)
         };
         refused(
-            &judged(&g, &limited(4), &policy(None)),
+            &judged(&g, &limited(4), &bounds(None)),
             LIMITED,
             &[
                 "5 objects (5 ConfigMap)",
@@ -782,18 +825,18 @@ mod tests {
                 "syncgc plan configmap/target -n ns",
             ],
         );
-        let warnings = passed(&judged(&g, &limited(5), &policy(None))).to_vec();
+        let warnings = passed(&judged(&g, &limited(5), &bounds(None))).to_vec();
         assert!(
             warnings[0].contains("within the cascade limit of 5"),
             "{warnings:?}"
         );
         // The flag's default, and the annotation over it.
         refused(
-            &judged(&g, &delete(1), &policy(Some(2))),
+            &judged(&g, &delete(1), &bounds(Some(2))),
             LIMITED,
             &["--max-cascade"],
         );
-        passed(&judged(&g, &limited(10), &policy(Some(2))));
+        passed(&judged(&g, &limited(10), &bounds(Some(2))));
         // A step of a cascade admitted at its root is not counted again.
         let g = graph([
             with(1, &[], Flags::DELETING | Flags::FOREGROUND, none.clone()),
@@ -801,7 +844,7 @@ mod tests {
             with(3, &[2], Flags::empty(), none.clone()),
             with(4, &[2], Flags::empty(), none),
         ]);
-        passed(&judged(&g, &delete(2), &policy(Some(1))));
+        passed(&judged(&g, &delete(2), &bounds(Some(1))));
     }
 
     fn handler(finalizers: &str) -> Guards {
@@ -840,7 +883,7 @@ mod tests {
                 with(9, &[], carried_flags, carrying("example.com/a")),
             ])
         };
-        let p = policy(None);
+        let p = bounds(None);
         // Scaled or replaced: never held.
         let g = objects(Flags::empty(), Flags::DELETING, Flags::empty());
         passed(&judged(&g, &delete(3), &p));
@@ -875,7 +918,7 @@ mod tests {
             with(3, &[1], Flags::empty(), Guards::default()),
             with(9, &[], Flags::DELETING, carrying("example.com/a")),
         ]);
-        let p = policy(None);
+        let p = bounds(None);
         // 60 s + 1 s for one object, from its deletion 5 s before NOW.
         let needs = Needs::default();
         let at = |now| {
