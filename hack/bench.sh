@@ -4,7 +4,7 @@
 # benches/cluster/main.rs). Starts the control plane when it is not running, builds in release
 # mode, prints the tables and writes them with a plot to benches/results/cluster.{md,svg}.
 #   hack/bench.sh [PHASE]...     graph cascade sync order barrier platform plan guards webhook writes memory scale
-#                              workloads
+#                              workloads teardown
 #                              (default: all)
 # Environment (defaults in brackets): SYNCGC_BENCH_SIZES [1000,5000] N of the unthrottled cascades,
 # SYNCGC_BENCH_THROTTLED_SIZE [1000] N at kube-controller-manager's default limits,
@@ -28,4 +28,6 @@ hack/cluster.sh up --kcm gc
 eval "$(hack/cluster.sh env)"
 # Afterwards kube-controller-manager runs as hack/run.sh and hack/test.sh expect it.
 trap 'hack/cluster.sh kcm gc' EXIT
+# The teardown phase runs this operator in a Pod on the node.
+cargo build --locked --release --example finalizer-operator
 cargo bench --locked --bench cluster -- "$@"

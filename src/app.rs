@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, Cluster, RateLimiter};
 use crate::duration::Backoff;
 use crate::gc::watch::InitialList;
-use crate::gc::{self, GcConfig};
+use crate::gc::{self, config::GcConfig};
 use crate::graph::{Graph, Mode, Writer};
 use crate::leader::{self, Election, Timing};
 use crate::metrics::{self, Condition, Metrics, Readiness};
@@ -84,7 +84,7 @@ pub struct RunArgs {
     pub record_causes: bool,
     /// Timeouts and the client's rate.
     #[command(flatten)]
-    pub collector: gc::CollectorArgs,
+    pub collector: gc::config::CollectorArgs,
     /// Garbage-collector workers.
     #[arg(long, env = "SYNCGC_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
@@ -410,7 +410,7 @@ impl RunArgs {
             (api::client(config.clone())?, api::streams(config)?)
         };
         let timeouts = collector_args.timeouts();
-        let gc::CollectorArgs { qps, burst, .. } = collector_args;
+        let gc::config::CollectorArgs { qps, burst, .. } = collector_args;
         let limiter = Arc::new(RateLimiter::new(qps, burst));
         let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone())
             .with_streams(gc_streams);
@@ -507,7 +507,7 @@ impl RunArgs {
         // `syncgc explain --why-deleted` reads the causes there too, through the apiserver's
         // proxy (which RBAC guards: pods/proxy).
         .merge(match &causes {
-            Some(causes) => gc::causes::router(causes.clone(), graph.reader()),
+            Some(causes) => gc::debug::deleted_router(causes.clone(), graph.reader()),
             None => axum::Router::new(),
         });
         if let Some(causes) = &causes {
@@ -546,7 +546,7 @@ impl RunArgs {
         let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
         if let Some(causes) = causes.as_ref().filter(|_| debug_graph) {
             metrics_router =
-                metrics_router.merge(gc::causes::router(causes.clone(), graph.reader()));
+                metrics_router.merge(gc::debug::deleted_router(causes.clone(), graph.reader()));
         }
         if debug_graph {
             metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));

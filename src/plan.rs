@@ -21,8 +21,8 @@ use serde::Serialize;
 
 use crate::api::Propagation;
 use crate::api::meta::Meta;
-use crate::gc::CollectorArgs;
 use crate::gc::cascade::{self, Collector, Fate, Hold, Outcome};
+use crate::gc::config::CollectorArgs;
 use crate::gc::discovery::Resources;
 use crate::gc::snapshot::{Named, Snapshot, Unlisted};
 use crate::graph::{Mode, Uid};

@@ -194,3 +194,45 @@ fn the_parts_of_the_collector_use_each_other_without_a_circle() {
         .collect();
     assert!(circles.is_empty(), "{}", circles.join("\n"));
 }
+
+/// Every module is on its parent's map: `src/lib.rs` and each `mod.rs` name, in their module
+/// docs, every module they declare (as `` [`name`] `` or `` `name` ``), so that the pictures a
+/// reader starts from cannot drift from the code.
+#[test]
+fn every_module_is_on_its_parent_s_map() {
+    let mut maps = vec![std::path::PathBuf::from("src/lib.rs")];
+    let mut dirs = vec![std::path::PathBuf::from("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n == "mod.rs") {
+                maps.push(path);
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    for map in &maps {
+        let text = std::fs::read_to_string(map).unwrap();
+        let docs: String = text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for line in text.lines() {
+            let declared = line
+                .trim()
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")
+                .and_then(|rest| rest.strip_suffix(';'));
+            if let Some(module) = declared
+                && !docs.contains(&format!("`{module}`"))
+            {
+                missing.push(format!("{} does not name {module}", map.display()));
+            }
+        }
+    }
+    assert!(maps.len() > 5, "{maps:?}");
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

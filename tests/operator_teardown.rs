@@ -13,9 +13,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use syncgc::names::HANDLES_FINALIZERS_ANNOTATION;
 
 use support::guards::{self, labelled};
+use support::operator::{HANDLED, Operator};
 use support::{TestNamespace, config_map, create, eventually, gone};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -23,9 +23,6 @@ const WAIT: Duration = Duration::from_secs(60);
 async fn namespace(test: &str) -> TestNamespace {
     support::process::served_namespace(test).await
 }
-
-/// The finalizer of the objects that the operator handles.
-const HANDLED: &str = "example.com/cleanup";
 
 /// The image of `examples/finalizer-operator.rs` (built by `cargo test`), imported into the
 /// node once per test binary.
@@ -44,81 +41,18 @@ fn operator_image() -> &'static str {
             &[],
             &[
                 ("SYNCGC_BINARY", operator.to_str().unwrap()),
-                ("SYNCGC_IMAGE_REF", "syncgc.local/finalizer-operator:test"),
+                ("SYNCGC_IMAGE_REF", support::operator::IMAGE),
             ],
         )
     })
 }
 
-/// A real operator in `ns`: a ServiceAccount, a Role that may read and finalize ConfigMaps, its
-/// RoleBinding, and a Deployment of one Pod running [`operator_image`] as that account, which
-/// removes [`HANDLED`] itself; annotated as its handler when `handles`. With `cluster`, it
-/// handles the finalizer in every namespace, with a ClusterRole and a ClusterRoleBinding named
-/// `operator-NAMESPACE`.
+/// A real operator in `ns` (see [`Operator::manifests`]), which removes [`HANDLED`] itself.
 async fn operator(ns: &TestNamespace, handles: bool, cluster: bool) {
-    let annotations = match (handles, cluster) {
-        (false, _) => json!({}),
-        (true, false) => json!({ HANDLES_FINALIZERS_ANNOTATION: HANDLED }),
-        (true, true) => json!({
-            HANDLES_FINALIZERS_ANNOTATION: HANDLED,
-            syncgc::names::HANDLES_FINALIZERS_SCOPE_ANNOTATION: "cluster",
-        }),
-    };
-    let (role, binding, name) = if cluster {
-        (
-            "ClusterRole",
-            "ClusterRoleBinding",
-            format!("operator-{}", ns.name),
-        )
-    } else {
-        ("Role", "RoleBinding", "operator".to_owned())
-    };
-    let apply = |object: serde_json::Value| {
-        let ns = ns.name.clone();
-        async move {
-            support::kubectl(&["-n", &ns, "apply", "-f", "-"], Some(&object.to_string()));
-        }
-    };
-    apply(
-        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "operator" } }),
-    )
-    .await;
-    apply(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": role,
-        "metadata": { "name": name },
-        "rules": [{ "apiGroups": [""], "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch", "patch", "update"] }],
-    }))
-    .await;
-    apply(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding,
-        "metadata": { "name": name },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": name },
-        "subjects": [{ "kind": "ServiceAccount", "name": "operator", "namespace": ns.name }],
-    }))
-    .await;
-    let mut spec = support::workload::slow_pod_spec("Always");
-    spec["serviceAccountName"] = json!("operator");
-    spec["terminationGracePeriodSeconds"] = json!(1);
-    spec["containers"] = json!([{
-        "name": "operator",
-        "image": operator_image(),
-        "imagePullPolicy": "Never",
-        "env": [
-            { "name": "FINALIZER", "value": HANDLED },
-            { "name": "SCOPE", "value": if cluster { "cluster" } else { "namespace" } },
-        ],
-    }]);
-    apply(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": { "name": "operator", "annotations": annotations },
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": { "app": "operator" } },
-            "template": { "metadata": { "labels": { "app": "operator" } }, "spec": spec },
-        },
-    }))
-    .await;
+    let operator = Operator { handles, cluster };
+    for object in operator.manifests(&ns.name, operator_image()) {
+        support::kubectl(&["apply", "-f", "-"], Some(&object.to_string()));
+    }
 }
 
 /// The operator's Pods, and whether each is being deleted.
@@ -278,7 +212,11 @@ async fn uninstall_an_operator_in_helms_order(test: &str, handles: bool) -> bool
     let ns = namespace(test).await;
     operator_and_its_objects(&home, &ns, handles, true).await;
     let api = ns.api::<ConfigMap>();
-    let name = format!("operator-{}", home.name);
+    let (_, _, name) = Operator {
+        handles,
+        cluster: true,
+    }
+    .rbac(&home.name);
     let bindings = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(ns.client.clone());
     if handles {
         eventually(

@@ -23,12 +23,14 @@
 //! 8. time to ready, memory per object and a cascade of 100,000 dependents as the cluster
 //!    grows to 1,000,000 objects, against kube-controller-manager's GC ([`scale`]);
 //! 9. workloads whose Pods take seconds to stop, on the real node: `kubectl delete` of the
-//!    opted-in workload against `kubectl delete --cascade=foreground` ([`workloads`]).
+//!    opted-in workload against `kubectl delete --cascade=foreground` ([`workloads`]);
+//! 10. a real operator's namespace deleted at once with syncgc holding what the operator needs,
+//!     against the same teardown by hand in the right order ([`teardown`]).
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
 //! `sync`, `order`, `barrier`, `platform`, `plan`, `guards`, `webhook`, `writes`, `memory`, `scale`,
-//! `workloads`).
+//! `workloads`, `teardown`).
 
 mod bare;
 mod barrier;
@@ -42,10 +44,13 @@ mod plane;
 mod platform;
 mod report;
 mod scale;
+mod teardown;
 mod tree;
 mod workloads;
 mod writes;
 
+#[path = "../../tests/support/operator.rs"]
+mod operator;
 #[path = "../support/review.rs"]
 mod review_fixture;
 #[path = "../../tests/support/workload.rs"]
@@ -71,7 +76,7 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 13] = [
+const PHASES: [&str; 14] = [
     "graph",
     "cascade",
     "sync",
@@ -85,6 +90,7 @@ const PHASES: [&str; 13] = [
     "memory",
     "scale",
     "workloads",
+    "teardown",
 ];
 const POLICIES: [PropagationPolicy; 2] =
     [PropagationPolicy::Background, PropagationPolicy::Foreground];
@@ -284,6 +290,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("workloads") {
         workloads::phase(settings, plane, report).await?;
+    }
+    if settings.runs("teardown") {
+        teardown::phase(settings, plane, report).await?;
     }
     Ok(())
 }
@@ -848,6 +857,34 @@ async fn kubectl_delete_owner(
         .filter(|o| o.metadata.name.as_deref() != Some("kube-root-ca.crt"))
         .count();
     Ok((took, left))
+}
+
+/// `kubectl ARGS` with `input` on its standard input; fails with what it said.
+fn kubectl(args: &[&str], input: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running kubectl (hack/bench.sh puts it on PATH)")?;
+    if let Some(input) = input {
+        child
+            .stdin
+            .take()
+            .context("kubectl's stdin")?
+            .write_all(input.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 /// syncgc's webhook registered as `name`, for a new namespace of its own (returned).

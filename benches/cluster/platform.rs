@@ -9,7 +9,6 @@
 //! [`ANNOTATION_BYTES`]: each collector's time to ready and memory per object, as the `scale`
 //! phase measures them (kube-controller-manager's GC against syncgc standalone).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -23,7 +22,7 @@ use crate::plane::{Kcm, Plane};
 use crate::report::{Goal, Report, round};
 use crate::scale::{Start, median_start};
 use crate::tree::owner_with_dependents;
-use crate::{Settings, registered_namespace};
+use crate::{Settings, kubectl, registered_namespace};
 
 /// Namespaced CRDs added for the second reading.
 pub const CRDS: usize = 300;
@@ -316,27 +315,6 @@ pub fn crds(add: bool) -> Result<()> {
         ],
         None,
     )?;
-    Ok(())
-}
-
-fn kubectl(args: &[&str], input: Option<&str>) -> Result<()> {
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .context("running kubectl (hack/bench.sh puts it on PATH)")?;
-    if let Some(input) = input {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .context("kubectl's stdin")?
-            .write_all(input.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let status = child.wait()?;
-    anyhow::ensure!(status.success(), "kubectl {args:?} failed");
     Ok(())
 }
 

@@ -5,7 +5,6 @@
 //! its last Pod disappears `kubectl delete` returns (the owner's release, as the user sees it),
 //! and each whole delete.
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,7 @@ use kube::runtime::watcher::{self, Event};
 use crate::plane::{Kcm, Plane};
 use crate::report::{Goal, Report, quantile, round};
 use crate::workload::{KINDS, workload};
-use crate::{Settings, cooperative_syncgc};
+use crate::{Settings, cooperative_syncgc, kubectl};
 
 /// The name of the webhook's registration, and the label of the namespaces it serves.
 const NAME: &str = "syncgc-bench-workloads";
@@ -283,28 +282,4 @@ impl Drop for PodWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// `kubectl ARGS` with `input` on its standard input; fails with what it said.
-fn kubectl(args: &[&str], input: Option<&str>) -> Result<()> {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running kubectl (hack/bench.sh puts it on PATH)")?;
-    if let Some(input) = input {
-        child.stdin.take().unwrap().write_all(input.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
 }

@@ -21,8 +21,8 @@
 //!
 //! With `--pre`, before installing: the version, the groups, the APIs syncgc needs, and
 //! whether the user may install it. The findings are pure functions of what was read
-//! ([`Finding`]); the reading is thin. With `--wait`, it reads again until nothing fails and no
-//! warning is left (a leader taken over), or the time is up.
+//! ([`Finding`], in [`findings`]); the reading is thin. With `--wait`, it reads again until
+//! nothing fails and no warning is left (a leader taken over), or the time is up.
 
 mod findings;
 

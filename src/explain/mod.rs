@@ -3,7 +3,8 @@
 //! syncgc's deadline, and the tree of dependents still present, marking those that block and
 //! why. The scope is read once into the collector's graph ([`Snapshot`]), whose walk is the
 //! report's tree; [`report`] (its file) is pure; [`explain`] gathers what it needs. A namespace
-//! gets its own report ([`namespace`]): why it stays Terminating.
+//! gets its own report ([`namespace`]): why it stays Terminating. [`why`]: `--why-deleted`,
+//! why an object that is gone went.
 
 pub mod namespace;
 mod report;

@@ -3,7 +3,7 @@
 //! another version gets a new watch), applies the watches' events to the graph and queues the
 //! work they bring up.
 //!
-//! Discovery runs beside it: at start, every [`GcConfig::rediscovery`](super::GcConfig), and
+//! Discovery runs beside it: at start, every [`GcConfig::rediscovery`](super::config::GcConfig), and
 //! at once (after a short pause that gathers a burst) when a CustomResourceDefinition or an
 //! APIService changes, since those change what is served, or when a worker asks.
 //!
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::Backoff;
 
-use super::GcConfig;
+use super::config::GcConfig;
 use super::discovery::{self, Aliases, Found, Rediscovery};
 use super::watch::{self, GraphEvent, InitialList, WatchState};
 use crate::api::Cluster;

@@ -22,13 +22,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::Propagation;
 use crate::graph::{Flags, Graph, Mode, OwnerLink, ResourceId, Uid, Wave, Work};
-use crate::names::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER};
 
 use super::decide::{self, Attempt, Dependent, OwnerState};
 use super::order::Orders;
-
-/// The finalizers the garbage collectors remove.
-const COLLECTORS: [Flags; 3] = [Flags::ARMED, Flags::FOREGROUND, Flags::ORPHAN];
 
 /// What the copy needs besides the graph.
 #[derive(Debug, Default)]
@@ -173,7 +169,7 @@ impl Cascade<'_> {
                     break;
                 }
                 steps -= 1;
-                if tree.contains(&item_uid(item)) {
+                if tree.contains(&item.uid()) {
                     self.process(wave, item);
                 }
             }
@@ -302,13 +298,8 @@ impl Cascade<'_> {
             return Vec::new();
         };
         let mut held = Vec::new();
-        let collectors = [
-            (Flags::ARMED, SYNCHRONOUS_FINALIZER),
-            (Flags::FOREGROUND, FOREGROUND_FINALIZER),
-            (Flags::ORPHAN, ORPHAN_FINALIZER),
-        ];
-        for (flag, finalizer) in collectors {
-            if node.is(flag) {
+        for flag in Flags::COLLECTORS {
+            if let Some(finalizer) = flag.finalizer().filter(|_| node.is(flag)) {
                 held.push(Hold {
                     finalizer: finalizer.to_owned(),
                     waits_for: self.blocking(uid, flag),
@@ -505,12 +496,7 @@ impl Cascade<'_> {
         }
         for finalizer in [Flags::FOREGROUND, Flags::ARMED] {
             let left = self.blocking(uid, finalizer).len();
-            let done = if finalizer == Flags::FOREGROUND {
-                decide::foreground_done(left)
-            } else {
-                left == 0
-            };
-            if flags.contains(finalizer) && done {
+            if flags.contains(finalizer) && decide::finalizer_done(left) {
                 let work = self.change(uid, |flags| flags.with(finalizer, false));
                 self.enqueue(wave, work);
             }
@@ -562,7 +548,9 @@ impl Cascade<'_> {
         };
         self.outcome.requests += 1;
         observed.flags = change(observed.flags);
-        let finalized = !COLLECTORS.iter().any(|f| observed.flags.contains(*f))
+        let finalized = !Flags::COLLECTORS
+            .iter()
+            .any(|f| observed.flags.contains(*f))
             && !self.facts.foreign.contains_key(&uid);
         if observed.flags.contains(Flags::DELETING) && finalized {
             return self.graph.delete(uid);
@@ -669,18 +657,11 @@ pub fn preview(
     preview
 }
 
-fn item_uid(work: Work) -> Uid {
-    match work {
-        Work::SyncOwner(uid) | Work::AttemptToDelete(uid) | Work::Orphan(uid) | Work::Arm(uid) => {
-            uid
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::graph::{Observed, Order, ResourceId, Wave};
+    use crate::names::FOREGROUND_FINALIZER;
 
     fn uid(n: u128) -> Uid {
         Uid::from_u128(n)

@@ -3,7 +3,7 @@
 //! and of the references the collector removed. Following the causes up gives the root of a
 //! cascade and the user who deleted it. The collector names that root in the User-Agent of the
 //! requests it sends for it ([`Causes::header`]), where the apiserver's audit log records it;
-//! `syncgc explain --why-deleted` reads the record from `GET /debug/deleted`.
+//! `syncgc explain --why-deleted` reads the record from `GET /debug/deleted` ([`super::debug`]).
 //!
 //! A DELETE's entry is only a claim until the cluster confirms it: the webhook cannot tell a
 //! review the apiserver sent from one anybody posted, so what it admits waits ([`Pending`])
@@ -19,11 +19,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -522,61 +517,10 @@ fn path(kind: &str, namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct Params {
-    uid: Option<String>,
-    kind: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-}
-
-/// `GET /debug/deleted?uid=…`, or `?kind=…&namespace=…&name=…`: the entries of the object (the
-/// latest first), each with its chain of causes, as JSON.
-pub fn router(causes: Causes, graph: Reader) -> Router {
-    Router::new()
-        .route("/debug/deleted", get(deleted))
-        .with_state((causes, graph))
-}
-
 /// One object's entry and its causes up to the root.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Answer {
     pub chain: Vec<Entry>,
-}
-
-async fn deleted(
-    State((causes, graph)): State<(Causes, Reader)>,
-    Query(params): Query<Params>,
-) -> Response {
-    // What the graph has confirmed since the last tick is answered too.
-    causes.confirm(&graph.read(), Instant::now());
-    let uids: Vec<Uid> = match (&params.uid, &params.kind, &params.name) {
-        (Some(uid), ..) => vec![Uid::parse(uid)],
-        (None, Some(kind), Some(name)) => causes
-            .find(
-                kind,
-                params.namespace.as_deref().filter(|n| !n.is_empty()),
-                name,
-            )
-            .iter()
-            .map(|e| Uid::parse(&e.uid))
-            .collect(),
-        _ => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "give uid, or kind, namespace and name\n",
-            )
-                .into_response();
-        }
-    };
-    let answers: Vec<Answer> = uids
-        .into_iter()
-        .map(|uid| Answer {
-            chain: causes.chain(uid),
-        })
-        .filter(|a| !a.chain.is_empty())
-        .collect();
-    axum::Json(answers).into_response()
 }
 
 #[cfg(test)]

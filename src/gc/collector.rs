@@ -16,9 +16,9 @@ use kube::runtime::events::EventType;
 use tokio::sync::watch as signal;
 use tokio_util::sync::CancellationToken;
 
-use super::GcConfig;
 use super::absent::{self, AbsentOwners};
 use super::barrier::{Barrier, Reads};
+use super::config::GcConfig;
 use super::context::Context;
 use super::decide::{self, Attempt, Dependent, OwnerState, Plan, Propagation};
 use super::discovery::{self, Rediscovery};

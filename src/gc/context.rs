@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use parking_lot::{Mutex, RwLockReadGuard};
 use tokio::time::Instant;
 
-use super::GcConfig;
+use super::config::GcConfig;
 use super::discovery::{self, Resources};
 use super::queue::WorkQueue;
 use crate::api::{ApiError, Changed, Cluster, Target};

@@ -339,10 +339,12 @@ pub fn release(
     }
 }
 
-/// `processDeletingDependentsItem`: whether an owner in foreground deletion may lose
-/// `foregroundDeletion`, with `blocking` dependents left (`blockOwnerDeletion: true`).
-pub fn foreground_done(blocking: usize) -> bool {
-    blocking == 0
+/// Whether a collector's finalizer that waits for dependents (`foregroundDeletion`, syncgc's)
+/// has done its work, with `left` of the dependents it waits for still there: upstream's
+/// `processDeletingDependentsItem` for the first (`blockOwnerDeletion: true` dependents), the
+/// first condition of [`release`] for the second. The workers and the cascade model ask it.
+pub fn finalizer_done(left: usize) -> bool {
+    left == 0
 }
 
 #[cfg(test)]
@@ -595,8 +597,8 @@ mod tests {
 
     #[test]
     fn foreground_deletion_ends_with_the_last_blocking_dependent() {
-        assert!(foreground_done(0));
-        assert!(!foreground_done(1));
+        assert!(finalizer_done(0));
+        assert!(!finalizer_done(1));
     }
 
     mod from_the_graph {

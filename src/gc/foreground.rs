@@ -33,7 +33,7 @@ impl Foreground<'_> {
             .valid_dependents(uid)
             .filter(|(.., link)| link.blocks(Flags::FOREGROUND))
             .count();
-        if !decide::foreground_done(blocking) {
+        if !decide::finalizer_done(blocking) {
             self.barrier.kept(uid, true);
             return Ok(());
         }

@@ -14,7 +14,6 @@ use super::watch;
 use crate::api::meta::Meta;
 use crate::api::{Cluster, Target};
 use crate::graph::{Coordinates, Flags, Graph, Mode, Observed, ResourceId, Uid};
-use crate::names::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER};
 
 /// What was read: the graph of the scope, the facts a cascade needs, each object's resource
 /// and metadata, and what could not be listed.
@@ -187,14 +186,7 @@ impl Snapshot {
         let foreign: Vec<String> = meta
             .finalizers
             .iter()
-            .filter(|f| {
-                ![
-                    SYNCHRONOUS_FINALIZER,
-                    FOREGROUND_FINALIZER,
-                    ORPHAN_FINALIZER,
-                ]
-                .contains(&f.as_str())
-            })
+            .filter(|f| Flags::foreign(f))
             .cloned()
             .collect();
         if !foreign.is_empty() {

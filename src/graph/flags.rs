@@ -99,6 +99,25 @@ impl Flags {
         )
     }
 
+    /// The flags of the finalizers the garbage collectors remove: syncgc's, `foregroundDeletion`
+    /// and `orphan`. Every other finalizer is another controller's.
+    pub const COLLECTORS: [Self; 3] = [Self::ARMED, Self::FOREGROUND, Self::ORPHAN];
+
+    /// The finalizer this flag of [`Flags::COLLECTORS`] stands for.
+    pub fn finalizer(self) -> Option<&'static str> {
+        match self {
+            Self::ARMED => Some(SYNCHRONOUS_FINALIZER),
+            Self::FOREGROUND => Some(FOREGROUND_FINALIZER),
+            Self::ORPHAN => Some(ORPHAN_FINALIZER),
+            _ => None,
+        }
+    }
+
+    /// Whether `finalizer` is another controller's: none of [`Flags::COLLECTORS`].
+    pub fn foreign(finalizer: &str) -> bool {
+        Self::of_finalizer(finalizer) == Self::empty()
+    }
+
     /// The flag that stands for the finalizer `finalizer` (empty for the finalizers of others).
     pub fn of_finalizer(finalizer: &str) -> Self {
         match finalizer {
@@ -135,7 +154,7 @@ impl Flags {
 pub struct FinalizerPlaces(u8);
 
 impl FinalizerPlaces {
-    const FINALIZERS: [Flags; 3] = [Flags::ARMED, Flags::FOREGROUND, Flags::ORPHAN];
+    const FINALIZERS: [Flags; 3] = Flags::COLLECTORS;
     const OTHERS: u8 = 1 << 6;
 
     /// The places of the finalizers of an object's metadata from a list or a watch event.

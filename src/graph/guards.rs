@@ -5,9 +5,8 @@
 
 use crate::api::meta::Meta;
 use crate::names::{
-    FOREGROUND_FINALIZER, GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION,
-    HANDLES_FINALIZERS_SCOPE_ANNOTATION, MAX_CASCADE_ANNOTATION, ORPHAN_FINALIZER,
-    PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER,
+    GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION, HANDLES_FINALIZERS_SCOPE_ANNOTATION,
+    MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION,
 };
 
 /// An object's part in the guards.
@@ -68,14 +67,7 @@ impl Guards {
             protected: protects(protected),
             handles: handles.and_then(|value| Handles::parse(value, scope).ok()),
             foreign: finalizers
-                .filter(|f| {
-                    ![
-                        SYNCHRONOUS_FINALIZER,
-                        FOREGROUND_FINALIZER,
-                        ORPHAN_FINALIZER,
-                    ]
-                    .contains(f)
-                })
+                .filter(|f| super::Flags::foreign(f))
                 .map(Box::from)
                 .collect(),
             limited: false,

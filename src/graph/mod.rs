@@ -3,6 +3,13 @@
 //! and [`Graph::unserve`], each of which says which objects need another look.
 //!
 //! One task writes the graph; everyone else reads. Nothing here does I/O.
+//!
+//! - [`uid`]: object uids as 128-bit numbers; [`index`]: the nodes by uid, in shards that
+//!   grow one at a time.
+//! - [`flags`]: the bits of an object's state the graph keeps, and where its finalizers stand.
+//! - [`guards`]: what an object says to the guards (protected, a finalizer handler, the
+//!   finalizers of others it carries).
+//! - [`shared`]: the graph shared between its one writer and its readers.
 
 mod flags;
 mod guards;
@@ -384,6 +391,16 @@ pub enum Work {
 }
 
 impl Work {
+    /// The object the item is about.
+    pub fn uid(self) -> Uid {
+        match self {
+            Self::SyncOwner(uid)
+            | Self::AttemptToDelete(uid)
+            | Self::Orphan(uid)
+            | Self::Arm(uid) => uid,
+        }
+    }
+
     /// The item's name in logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {

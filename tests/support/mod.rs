@@ -7,6 +7,7 @@ pub mod barrier;
 pub mod chart;
 pub mod gc;
 pub mod guards;
+pub mod operator;
 pub mod plan;
 pub mod process;
 pub mod surface;

@@ -46,6 +46,9 @@
 //! 1.31 (`ConsistentListFromCache`) the apiserver serves the same requests from its watch
 //! cache. So a lone release costs a round whose length grows with the number of kinds served;
 //! many releases share rounds, whatever their namespaces.
+//!
+//! Here the bookkeeping and the barrier's task; [`hold`]: what holds an owner, decided from a
+//! round's findings (pure); [`read`]: a round's reads.
 
 mod hold;
 mod read;

@@ -22,8 +22,8 @@ use kube::api::ApiResource;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use super::GcConfig;
 use super::collector::Collector;
+use super::config::GcConfig;
 use super::discovery::{self, Found, Resource};
 use super::watch::GraphEvent;
 use crate::annotations::Timeouts;
