@@ -255,11 +255,7 @@ fn arm_or_disarm(request: &Request, meta: &Metadata) -> Decision {
             None => Decision::allow(Case::Untouched),
         };
     }
-    let was_opted_in = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref())
-        .is_some_and(opted_in);
+    let was_opted_in = request.old_meta().is_some_and(opted_in);
     if request.operation == Operation::Update
         && was_opted_in
         && let Some(patch) = disarm_patch(meta)
@@ -273,11 +269,7 @@ fn arm_or_disarm(request: &Request, meta: &Metadata) -> Decision {
 }
 
 fn admit_delete(request: &Request, policy: &Policy) -> Decision {
-    let Some(meta) = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref())
-    else {
+    let Some(meta) = request.old_meta() else {
         return Decision::allow(Case::Ignored);
     };
     if !opted_in(meta) {
@@ -392,9 +384,7 @@ pub fn propagation(request: &Request) -> Propagation {
     });
     let default = || {
         request
-            .old_object
-            .as_ref()
-            .and_then(|o| o.metadata.as_ref())
+            .old_meta()
             .and_then(|m| m.annotation(PROPAGATION_ANNOTATION))
             .and_then(Propagation::from_annotation)
     };
@@ -427,10 +417,7 @@ fn command(verb: &str, request: &Request, rest: &str) -> String {
 
 /// How long an armed owner with `dependents` may wait at most, with the collector's timeouts.
 fn at_most(request: &Request, policy: &Policy, dependents: usize) -> Option<String> {
-    let meta = request
-        .old_object
-        .as_ref()
-        .and_then(|o| o.metadata.as_ref());
+    let meta = request.old_meta();
     let timeouts = policy.timeouts?;
     let most = timeouts.for_owner(
         dependents,

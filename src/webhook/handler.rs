@@ -273,10 +273,8 @@ async fn mutated(
 ) -> (&'static str, &'static str, Answer) {
     let webhook = &served.webhook;
     // Counted for an opted-in object's DELETE only: its warnings are the only ones to say it.
-    let dependents = match (request.operation, &request.old_object) {
-        (Operation::Delete, Some(old)) => old
-            .metadata
-            .as_ref()
+    let dependents = match (request.operation, request.old_meta()) {
+        (Operation::Delete, Some(old)) => Some(old)
             .filter(|m| {
                 admit::opted_in(m)
                     || m.finalizers()
