@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::api::Propagation;
 use crate::api::meta::Meta;
-use crate::gc::cascade::{self, Collector, Fate, Hold, Outcome};
+use crate::gc::cascade::{self, ActedBy, Fate, Hold, Outcome};
 use crate::gc::config::CollectorArgs;
 use crate::gc::discovery::Resources;
 use crate::gc::snapshot::{Named, Snapshot, Unlisted};
@@ -394,8 +394,8 @@ fn plan(
                 wave: *wave,
                 propagation: propagation.as_str(),
                 deleted_by: match by {
-                    Collector::Syncgc => "syncgc",
-                    Collector::Kubernetes => "kubernetes",
+                    ActedBy::Syncgc => "syncgc",
+                    ActedBy::Kubernetes => "kubernetes",
                 },
             }),
             Fate::Terminating { sent, held } => plan.wait.push(Waiting {
@@ -509,9 +509,8 @@ fn holds(
     timeouts: crate::annotations::Timeouts,
 ) {
     use crate::graph::Guards;
-    let describe = |entry: Entry| match entry.namespace {
-        Some(ns) => format!("{} {ns}/{}", entry.kind, entry.name),
-        None => format!("{} {}", entry.kind, entry.name),
+    let describe = |entry: Entry| {
+        crate::api::described(&entry.kind, entry.namespace.as_deref(), &entry.name)
     };
     let carried: Vec<Vec<Box<str>>> = plan
         .wait

@@ -45,7 +45,7 @@ pub use self::fence::Fence;
 pub use self::limiter::RateLimiter;
 pub use self::list::{LIST_PAGE, MetaList, null_is_empty};
 pub use self::patch::{Changed, Claims, Marks};
-pub use self::target::{Propagation, Target};
+pub use self::target::{Propagation, Target, described};
 pub use self::whole::Whole;
 use crate::metrics::Metrics;
 

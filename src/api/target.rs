@@ -70,13 +70,25 @@ impl Target {
     }
 }
 
+/// How syncgc names an object to people, in logs, messages, Events and reports alike: `Kind
+/// namespace/name`, or `Kind name` without a namespace (a cluster-scoped object).
+pub fn described(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    match namespace.filter(|ns| !ns.is_empty()) {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.namespace, self.name.is_empty()) {
             (Some(ns), true) => write!(f, "{} in {ns}", self.resource.plural),
             (None, true) => write!(f, "{}", self.resource.plural),
-            (Some(ns), false) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
-            (None, false) => write!(f, "{} {}", self.resource.kind, self.name),
+            (namespace, false) => f.write_str(&described(
+                &self.resource.kind,
+                namespace.as_deref(),
+                &self.name,
+            )),
         }
     }
 }

@@ -26,10 +26,7 @@ pub struct Object {
 impl Object {
     pub(super) fn title(&self) -> String {
         let name = self.meta.name.as_deref().unwrap_or_default();
-        match &self.meta.namespace {
-            Some(ns) => format!("{} {ns}/{name}", self.kind),
-            None => format!("{} {name}", self.kind),
-        }
+        crate::api::described(&self.kind, self.meta.namespace.as_deref(), name)
     }
 
     pub(super) fn finalizers(&self) -> &[String] {

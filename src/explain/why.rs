@@ -53,10 +53,7 @@ pub async fn why_deleted(
     }
     let mut chain: Vec<Entry> = latest(cluster, &urls, &query).await?.unwrap_or_default();
     if chain.is_empty() {
-        let what = match namespace {
-            Some(ns) => format!("{kind} {ns}/{name}"),
-            None => format!("{kind} {name}"),
-        };
+        let what = crate::api::described(kind, namespace, name);
         anyhow::bail!(
             "no syncgc replica recorded the deletion of {what}: the record keeps the last {} \
              deletions for {} minutes, each replica those its webhook saw, and a restart loses \

@@ -42,9 +42,9 @@ pub struct Facts {
     pub unserved_version: HashSet<(Uid, Uid)>,
 }
 
-/// The collector that acts.
+/// The collector that acts on an object: syncgc, or Kubernetes' garbage collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Collector {
+pub enum ActedBy {
     Syncgc,
     Kubernetes,
 }
@@ -65,7 +65,7 @@ pub enum Fate {
     Deleted {
         wave: usize,
         propagation: Propagation,
-        by: Collector,
+        by: ActedBy,
     },
     /// It stays being deleted: its DELETE sent in a wave (or before the plan, `None`), held
     /// by these finalizers.
@@ -127,7 +127,7 @@ struct Cascade<'a> {
     outcome: Outcome,
     /// The objects a DELETE was sent for, with its wave, propagation and sender; wave 0 for
     /// those being deleted already, with the propagation their finalizers say.
-    sent: HashMap<Uid, (usize, Propagation, Collector)>,
+    sent: HashMap<Uid, (usize, Propagation, ActedBy)>,
     /// The work to do, by the wave that brought it up.
     queue: BTreeMap<usize, Vec<Work>>,
 }
@@ -146,9 +146,9 @@ impl Cascade<'_> {
                     flags.contains(Flags::FOREGROUND),
                 );
                 let by = if self.mode == Mode::Standalone || flags.contains(Flags::ARMED) {
-                    Collector::Syncgc
+                    ActedBy::Syncgc
                 } else {
-                    Collector::Kubernetes
+                    ActedBy::Kubernetes
                 };
                 self.sent.insert(*uid, (0, propagation, by));
                 let mut work = vec![Work::SyncOwner(*uid)];
@@ -353,22 +353,22 @@ impl Cascade<'_> {
 
     /// Which collector decides about the dependent `uid` with owners `links`: syncgc in
     /// standalone mode or for an owner that waits synchronously, Kubernetes' otherwise.
-    fn collector_for(&self, uid: Uid, links: &[OwnerLink]) -> Collector {
+    fn collector_for(&self, uid: Uid, links: &[OwnerLink]) -> ActedBy {
         let synchronous = links.iter().any(|link| {
-            self.owner_state(uid, link, Collector::Syncgc) == OwnerState::WaitingSynchronous
+            self.owner_state(uid, link, ActedBy::Syncgc) == OwnerState::WaitingSynchronous
         });
         if self.mode == Mode::Standalone || synchronous {
-            Collector::Syncgc
+            ActedBy::Syncgc
         } else {
-            Collector::Kubernetes
+            ActedBy::Kubernetes
         }
     }
 
     /// How the dependent `uid` sees its owner through `link`, in the eyes of `collector`.
-    fn owner_state(&self, uid: Uid, link: &OwnerLink, collector: Collector) -> OwnerState {
+    fn owner_state(&self, uid: Uid, link: &OwnerLink, collector: ActedBy) -> OwnerState {
         let key = (uid, link.uid);
         if self.facts.unresolvable.contains(&key)
-            || (collector == Collector::Kubernetes && self.facts.unserved_version.contains(&key))
+            || (collector == ActedBy::Kubernetes && self.facts.unserved_version.contains(&key))
         {
             return OwnerState::Unresolvable;
         }
@@ -384,9 +384,9 @@ impl Cascade<'_> {
                     && owner.in_reach_of(from) =>
             {
                 match collector {
-                    Collector::Syncgc => OwnerState::of(owner.flags),
+                    ActedBy::Syncgc => OwnerState::of(owner.flags),
                     // Kubernetes' collector knows nothing of syncgc's finalizer.
-                    Collector::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),
+                    ActedBy::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),
                 }
             }
             // Never seen, of a kind not served: no read can find it absent.
@@ -399,13 +399,13 @@ impl Cascade<'_> {
     /// Both collectors look at a dependent (in cooperative mode; syncgc alone in standalone):
     /// syncgc first, then Kubernetes' collector if syncgc left it.
     fn attempt_to_delete(&mut self, wave: usize, uid: Uid) {
-        self.attempt_by(wave, uid, Collector::Syncgc);
+        self.attempt_by(wave, uid, ActedBy::Syncgc);
         if self.mode == Mode::Cooperative {
-            self.attempt_by(wave, uid, Collector::Kubernetes);
+            self.attempt_by(wave, uid, ActedBy::Kubernetes);
         }
     }
 
-    fn attempt_by(&mut self, wave: usize, uid: Uid, collector: Collector) {
+    fn attempt_by(&mut self, wave: usize, uid: Uid, collector: ActedBy) {
         let Some(node) = self.graph.node(uid) else {
             return;
         };
@@ -419,11 +419,11 @@ impl Cascade<'_> {
             .map(|l| self.owner_state(uid, l, collector))
             .collect();
         let (mode, dependent) = match collector {
-            Collector::Syncgc => {
+            ActedBy::Syncgc => {
                 let in_turn = self.orders.in_turn(self.graph, uid, self.graph.wave(uid));
                 (self.mode, Dependent::of(self.graph, uid, flags, in_turn))
             }
-            Collector::Kubernetes => (
+            ActedBy::Kubernetes => (
                 Mode::Standalone,
                 Dependent::as_kubernetes_sees(self.graph, uid, flags),
             ),
@@ -886,7 +886,7 @@ mod tests {
             Some(&Fate::Deleted {
                 wave: 1,
                 propagation: Propagation::Foreground,
-                by: Collector::Kubernetes,
+                by: ActedBy::Kubernetes,
             })
         );
     }
@@ -907,7 +907,7 @@ mod tests {
                 Some(&Fate::Deleted {
                     wave: 1,
                     propagation: Propagation::Background,
-                    by: Collector::Syncgc,
+                    by: ActedBy::Syncgc,
                 })
             );
         }

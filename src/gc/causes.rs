@@ -89,10 +89,7 @@ impl Entry {
 
     /// `Kind namespace/name`.
     pub fn described(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
-            None => format!("{} {}", self.kind, self.name),
-        }
+        crate::api::described(&self.kind, self.namespace.as_deref(), &self.name)
     }
 }
 

@@ -131,8 +131,8 @@ pub fn judge(
     let mut released = None;
     if graph.handlers().len() > 0 {
         match hold(graph, &kind, needs, delete, bounds, now) {
-            Some(Hold::Refuse(message)) => return Verdict::refuse(HELD, message),
-            Some(Hold::TimedOut { handler, note }) => {
+            Some(HoldSays::Refuse(message)) => return Verdict::refuse(HELD, message),
+            Some(HoldSays::TimedOut { handler, note }) => {
                 warnings.push(note.clone());
                 released = Some((handler, note));
             }
@@ -394,7 +394,9 @@ fn protected(
     }
 }
 
-enum Hold {
+/// What a finalizer handler's hold says of a DELETE: refused while it lasts, or let through
+/// with a note once it has timed out.
+enum HoldSays {
     Refuse(String),
     TimedOut { handler: Uid, note: String },
 }
@@ -412,7 +414,7 @@ fn hold(
     delete: &Delete,
     bounds: &Bounds,
     now: i64,
-) -> Option<Hold> {
+) -> Option<HoldSays> {
     let (handler, needed) = match handler_above(graph, delete.uid) {
         Some(handler) => (handler, None),
         None => {
@@ -467,13 +469,13 @@ fn hold(
             Some(needed) => format!("it needs {} to act, which stays", needed.described),
             None => "its Pods stay".to_owned(),
         };
-        return Some(Hold::Refuse(format!(
+        return Some(HoldSays::Refuse(format!(
             "held by syncgc: {handler_described} handles {finalizers} \
              (syncgc.io/handles-finalizers) and {held}; {stays} until those are gone, or for \
              at most {timeout}s after the first was deleted. Retry then",
         )));
     }
-    Some(Hold::TimedOut {
+    Some(HoldSays::TimedOut {
         handler,
         note: format!(
             "the hold of {handler_described} ended after {timeout}s though {held}: they may \
@@ -510,10 +512,7 @@ pub fn describe(graph: &Graph, kind: &impl Fn(ResourceId) -> String, uid: Uid) -
         .resource
         .map(kind)
         .unwrap_or_else(|| "object".to_owned());
-    match node.namespace() {
-        Some(ns) => format!("{kind} {ns}/{}", node.name),
-        None => format!("{kind} {}", node.name),
-    }
+    crate::api::described(&kind, node.namespace(), &node.name)
 }
 
 /// How the DELETE of `delete` reaches `reached`: the chain of owners between them.

@@ -173,10 +173,11 @@ pub fn calls(configuration: &Value, namespace: &str, name: &str) -> bool {
 fn needed<K: Resource<DynamicType = ()>>(object: &K) -> Option<Needed> {
     let uid = Uid::parse(object.meta().uid.as_deref()?);
     let kind = K::kind(&());
-    let described = match object.meta().namespace.as_deref() {
-        Some(ns) => format!("{kind} {ns}/{}", object.name_any()),
-        None => format!("{kind} {}", object.name_any()),
-    };
+    let described = crate::api::described(
+        &kind,
+        object.meta().namespace.as_deref(),
+        &object.name_any(),
+    );
     Some(Needed { uid, described })
 }
 

@@ -42,7 +42,7 @@ const MAX_DEPTH: usize = 64;
 
 /// What the label should become: objects to label, objects to unlabel.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Changes {
+pub struct Relabel {
     pub select: Vec<Uid>,
     pub unselect: Vec<Uid>,
 }
@@ -75,14 +75,14 @@ pub fn wanted(graph: &Graph, needed: &[Uid]) -> HashSet<Uid, UidHash> {
 }
 
 /// What to change for the label to be on [`wanted`] and nowhere else.
-pub fn changes(graph: &Graph, needed: &[Uid]) -> Changes {
+pub fn changes(graph: &Graph, needed: &[Uid]) -> Relabel {
     let wanted = wanted(graph, needed);
     let selected: HashSet<Uid, UidHash> = graph
         .guarded()
         .filter(|(uid, g)| g.selected && labellable(graph, *uid))
         .map(|(uid, _)| uid)
         .collect();
-    let mut changes = Changes {
+    let mut changes = Relabel {
         select: wanted.difference(&selected).copied().collect(),
         unselect: selected.difference(&wanted).copied().collect(),
     };
@@ -120,7 +120,7 @@ fn owners_above(graph: &Graph, uid: Uid, into: &mut HashSet<Uid, UidHash>) {
 }
 
 /// What one round writes.
-enum Write {
+enum RoundWrite {
     /// The label on (`true`) or off.
     Label(Target, bool),
     /// A sibling of a protected object, in a namespace being deleted.
@@ -169,9 +169,9 @@ pub async fn run(
                     now.duration_since(*unwanted.entry(*uid).or_insert(now)) >= UNSELECT_AFTER
                 })
                 .map(|uid| (uid, false));
-            let mut work: Vec<(Uid, Write)> = on
+            let mut work: Vec<(Uid, RoundWrite)> = on
                 .chain(off)
-                .filter_map(|(uid, select)| Some((uid, Write::Label(target(uid)?, select))))
+                .filter_map(|(uid, select)| Some((uid, RoundWrite::Label(target(uid)?, select))))
                 .collect();
             let held = terminating::held(
                 &graph,
@@ -184,7 +184,7 @@ pub async fn run(
                 work.extend(
                     hold.siblings
                         .iter()
-                        .filter_map(|uid| Some((*uid, Write::Delete(target(*uid)?)))),
+                        .filter_map(|uid| Some((*uid, RoundWrite::Delete(target(*uid)?)))),
                 );
                 if reported.insert(hold.object)
                     && let Some(object) = target(hold.object)
@@ -223,12 +223,12 @@ pub async fn run(
         futures::stream::iter(work)
             .for_each_concurrent(CONCURRENCY, |(uid, write)| async move {
                 let (change, target, result) = match write {
-                    Write::Label(target, select) => {
+                    RoundWrite::Label(target, select) => {
                         let result = label(&cx.cluster, &target, select).await;
                         let change = if select { "selected" } else { "unselected" };
                         (change, target, result)
                     }
-                    Write::Delete(target) => {
+                    RoundWrite::Delete(target) => {
                         let result = match cx.judge_delete(uid, &target, Propagation::Background) {
                             Ok(()) => cx
                                 .cluster
@@ -344,7 +344,7 @@ mod tests {
         ]);
         assert_eq!(
             changes(&graph, &[]),
-            Changes {
+            Relabel {
                 select: uids(&[1, 2, 3, 4, 100]),
                 unselect: Vec::new(),
             }
@@ -401,7 +401,7 @@ mod tests {
         ]);
         assert_eq!(
             changes(&graph, &[]),
-            Changes {
+            Relabel {
                 select: Vec::new(),
                 unselect: uids(&[1]),
             },

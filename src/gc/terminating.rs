@@ -34,7 +34,7 @@ pub fn hold_timeout(timeouts: Option<Timeouts>, objects: usize) -> i64 {
 
 /// A protected object holding its namespace, being deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
+pub struct ProtectedHold {
     pub object: Uid,
     /// The Namespace's uid, when observed.
     pub namespace: Option<Uid>,
@@ -49,7 +49,7 @@ pub struct Held {
 /// Every protected object, not being deleted, whose namespace is being deleted and whose
 /// hold has not ended at `now`. Each such namespace's hold is computed once, and its objects
 /// read in one pass.
-pub fn held(graph: &Graph, timeouts: Timeouts, now: i64) -> Vec<Held> {
+pub fn held(graph: &Graph, timeouts: Timeouts, now: i64) -> Vec<ProtectedHold> {
     let mut by_namespace: BTreeMap<&str, Vec<(Uid, Option<ResourceId>)>> = BTreeMap::new();
     for uid in graph.protected() {
         let Some(node) = graph.node(uid).filter(|n| !n.is(Flags::DELETING)) else {
@@ -72,7 +72,7 @@ pub fn held(graph: &Graph, timeouts: Timeouts, now: i64) -> Vec<Held> {
         }
         let siblings = siblings(graph, namespace);
         for (object, resource) in protected {
-            held.push(Held {
+            held.push(ProtectedHold {
                 object,
                 namespace: graph.namespace_uid(namespace),
                 namespace_name: namespace.to_owned(),

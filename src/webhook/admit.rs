@@ -491,11 +491,11 @@ pub fn dry_run_warnings(
 }
 
 fn describe(request: &Request) -> String {
-    let kind = &request.kind.kind;
-    match request.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{}", request.name),
-        _ => format!("{kind} {}", request.name),
-    }
+    crate::api::described(
+        &request.kind.kind,
+        request.namespace.as_deref(),
+        &request.name,
+    )
 }
 
 fn finalizers_pointer() -> PointerBuf {

@@ -390,10 +390,7 @@ fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::
         .then_some(request.namespace.as_deref())
         .flatten()
         .filter(|ns| !ns.is_empty());
-    let described = match namespace {
-        Some(ns) => format!("{} {ns}/{name}", request.kind.kind),
-        None => format!("{} {name}", request.kind.kind),
-    };
+    let described = crate::api::described(&request.kind.kind, namespace, name);
     let delete = guard::Delete {
         uid,
         described: &described,
