@@ -58,16 +58,8 @@ impl Context {
         self.graph.read()
     }
 
-    pub fn graph_reader(&self) -> &Reader {
-        &self.graph
-    }
-
     pub fn resources(&self) -> RwLockReadGuard<'_, Resources> {
         self.resources.read()
-    }
-
-    pub fn resources_reader(&self) -> &discovery::Reader {
-        &self.resources
     }
 
     pub fn mode(&self) -> Mode {
