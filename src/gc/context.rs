@@ -179,7 +179,7 @@ impl Context {
             )
         };
         match verdict {
-            Some(Verdict::Refuse { message, guard, .. }) if guard != guard::PROTECTED => {
+            Some(Verdict::Refuse { message, guard, .. }) if guard != guard::Guard::Protected => {
                 Err(ApiError::Held {
                     target: target.to_string(),
                     message,

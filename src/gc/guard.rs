@@ -48,8 +48,8 @@ pub enum Verdict {
     Refuse {
         message: String,
         drop_owners: Vec<Uid>,
-        /// Which guard refused: a metric label.
-        guard: &'static str,
+        /// Which guard refused.
+        guard: Guard,
     },
 }
 
@@ -62,7 +62,7 @@ impl Verdict {
         }
     }
 
-    fn refuse(guard: &'static str, message: String) -> Self {
+    fn refuse(guard: Guard, message: String) -> Self {
         Self::Refuse {
             message,
             drop_owners: Vec::new(),
@@ -71,15 +71,34 @@ impl Verdict {
     }
 }
 
-/// The guards, as metric labels of the DELETEs they refuse.
-pub const PROTECTED: &str = "refused_protected";
-pub const LIMITED: &str = "refused_cascade_limit";
-pub const HELD: &str = "held_for_handler";
+/// The guard that refused a DELETE: a closed set, whose names are the metric labels of the
+/// DELETEs refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// The object, or one its cascade would delete, is protected.
+    Protected,
+    /// Its cascade would delete more than its limit.
+    CascadeLimit,
+    /// A finalizer handler's hold keeps it.
+    HeldForHandler,
+    /// A guard applies but it could not be judged: the graph is still being listed, or its
+    /// cascade is larger than can be judged within the time left ([`Judging::budget`]).
+    Unjudged,
+}
+
+impl Guard {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Protected => "refused_protected",
+            Self::CascadeLimit => "refused_cascade_limit",
+            Self::HeldForHandler => "held_for_handler",
+            Self::Unjudged => "refused_unjudged",
+        }
+    }
+}
+
 /// A DELETE the guards let through, as a metric label.
 pub const PASSED: &str = "passed_guards";
-/// A DELETE a guard applies to that could not be judged: the graph is still being listed, or
-/// its cascade is larger than can be judged within the time left ([`Judging::budget`]).
-pub const UNJUDGED: &str = "refused_unjudged";
 
 /// The bounds the guards keep, from syncgc's flags.
 #[derive(Debug, Clone, Copy, Default)]
@@ -131,7 +150,7 @@ pub fn judge(
     let mut released = None;
     if graph.handlers().len() > 0 {
         match hold(graph, &kind, needs, delete, bounds, now) {
-            Some(HoldSays::Refuse(message)) => return Verdict::refuse(HELD, message),
+            Some(HoldSays::Refuse(message)) => return Verdict::refuse(Guard::HeldForHandler, message),
             Some(HoldSays::TimedOut { handler, note }) => {
                 warnings.push(note.clone());
                 released = Some((handler, note));
@@ -151,7 +170,7 @@ pub fn judge(
     let orphaning = !delete.namespace_object && delete.propagation == Propagation::Orphan;
     if !judging.synced && !orphaning {
         return Verdict::refuse(
-            UNJUDGED,
+            Guard::Unjudged,
             format!(
                 "syncgc cannot judge the DELETE of {} yet: it is still listing the cluster, and \
                  a guard applies (a cascade limit, or protected objects). Retry in a few seconds",
@@ -180,7 +199,7 @@ pub fn judge(
         !delete.namespace_object && !orphaning && !graph.dependents(delete.uid).is_empty();
     if modelled && tree > judging.budget {
         return Verdict::refuse(
-            UNJUDGED,
+            Guard::Unjudged,
             format!(
                 "syncgc cannot judge the DELETE of {} within the webhook's timeout: {tree} \
                  objects depend on it, more than the {} it can judge in the time left, and a \
@@ -208,7 +227,7 @@ pub fn judge(
         .find(|uid| graph.guards(**uid).is_some_and(|g| g.protected))
     {
         return Verdict::refuse(
-            PROTECTED,
+            Guard::Protected,
             format!(
                 "the DELETE of {} would delete {}, which is protected (syncgc.io/protected: \
              \"true\"): {}. Delete it with propagationPolicy=Orphan, or remove the \
@@ -228,7 +247,7 @@ pub fn judge(
             .join(", ");
         if deleted.len() > limit {
             return Verdict::refuse(
-                LIMITED,
+                Guard::CascadeLimit,
                 format!(
                     "the DELETE of {} would delete {} objects ({counted}), more than its cascade \
                  limit of {limit} ({}). See them with `{}`; raise or remove the limit to delete it",
@@ -390,7 +409,7 @@ fn protected(
     Verdict::Refuse {
         message,
         drop_owners,
-        guard: PROTECTED,
+        guard: Guard::Protected,
     }
 }
 
@@ -637,7 +656,7 @@ mod tests {
         )
     }
 
-    fn refused(verdict: &Verdict, guard: &str, says: &[&str]) {
+    fn refused(verdict: &Verdict, guard: Guard, says: &[&str]) {
         let Verdict::Refuse {
             message, guard: by, ..
         } = verdict
@@ -675,7 +694,7 @@ mod tests {
         );
         refused(
             &verdict,
-            PROTECTED,
+            Guard::Protected,
             &["is protected", "remove the annotation"],
         );
         let Verdict::Refuse { drop_owners, .. } = verdict else {
@@ -698,7 +717,7 @@ mod tests {
         ]);
         refused(
             &judged(&g, &delete(1), &bounds(None)),
-            PROTECTED,
+            Guard::Protected,
             &[
                 "ConfigMap ns/o3",
                 "the path is ConfigMap ns/o1 → ConfigMap ns/o2 → ConfigMap ns/o3",
@@ -740,7 +759,7 @@ mod tests {
         };
         refused(
             &judge_with(&limited, listing),
-            UNJUDGED,
+            Guard::Unjudged,
             &["still listing", "Retry"],
         );
         // An orphaning DELETE deletes nothing: nothing to judge.
@@ -756,7 +775,7 @@ mod tests {
         };
         refused(
             &judge_with(&limited, short),
-            UNJUDGED,
+            Guard::Unjudged,
             &[
                 "5 objects depend on it",
                 "more than the 4",
@@ -817,7 +836,7 @@ mod tests {
         };
         refused(
             &judged(&g, &limited(4), &bounds(None)),
-            LIMITED,
+            Guard::CascadeLimit,
             &[
                 "5 objects (5 ConfigMap)",
                 "limit of 4 (syncgc.io/max-cascade)",
@@ -832,7 +851,7 @@ mod tests {
         // The flag's default, and the annotation over it.
         refused(
             &judged(&g, &delete(1), &bounds(Some(2))),
-            LIMITED,
+            Guard::CascadeLimit,
             &["--max-cascade"],
         );
         passed(&judged(&g, &limited(10), &bounds(Some(2))));
@@ -889,15 +908,15 @@ mod tests {
         // The handler itself, or its Pods while it goes.
         refused(
             &judged(&g, &delete(1), &p),
-            HELD,
+            Guard::HeldForHandler,
             &["handles example.com/a", "1 object(s)", "ConfigMap ns/o9"],
         );
         let g = objects(Flags::DELETING, Flags::DELETING, Flags::empty());
-        refused(&judged(&g, &delete(3), &p), HELD, &["Retry"]);
+        refused(&judged(&g, &delete(3), &p), Guard::HeldForHandler, &["Retry"]);
         // Its namespace going: everything in it is being deleted.
         let g = objects(Flags::empty(), Flags::empty(), Flags::DELETING);
-        refused(&judged(&g, &delete(3), &p), HELD, &[]);
-        refused(&judged(&g, &delete(2), &p), HELD, &[]);
+        refused(&judged(&g, &delete(3), &p), Guard::HeldForHandler, &[]);
+        refused(&judged(&g, &delete(2), &p), Guard::HeldForHandler, &[]);
         // Nothing to finalize: no hold.
         let g = objects(Flags::DELETING, Flags::empty(), Flags::empty());
         passed(&judged(&g, &delete(3), &p));
@@ -930,7 +949,7 @@ mod tests {
                 at(now),
             )
         };
-        refused(&at(NOW + 55), HELD, &["at most 61s"]);
+        refused(&at(NOW + 55), Guard::HeldForHandler, &["at most 61s"]);
         let Verdict::Pass { warnings, released } = at(NOW + 57) else {
             panic!("held past its timeout");
         };

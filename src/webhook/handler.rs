@@ -239,11 +239,15 @@ async fn guarded(
                 namespace = request.namespace.as_deref().unwrap_or(""),
                 name = %request.name,
                 user = %request.user_info.username,
-                guard,
+                guard = guard.as_str(),
                 %message,
                 "DELETE refused"
             );
-            (review.operation.as_str(), guard, Answer::Deny { message })
+            (
+                review.operation.as_str(),
+                guard.as_str(),
+                Answer::Deny { message },
+            )
         }
         guard::Verdict::Pass { warnings, released } => {
             if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request))
