@@ -509,9 +509,8 @@ fn holds(
     timeouts: crate::annotations::Timeouts,
 ) {
     use crate::graph::Guards;
-    let describe = |entry: Entry| {
-        crate::api::described(&entry.kind, entry.namespace.as_deref(), &entry.name)
-    };
+    let describe =
+        |entry: Entry| crate::api::described(&entry.kind, entry.namespace.as_deref(), &entry.name);
     let carried: Vec<Vec<Box<str>>> = plan
         .wait
         .iter()

@@ -150,7 +150,9 @@ pub fn judge(
     let mut released = None;
     if graph.handlers().len() > 0 {
         match hold(graph, &kind, needs, delete, bounds, now) {
-            Some(HoldSays::Refuse(message)) => return Verdict::refuse(Guard::HeldForHandler, message),
+            Some(HoldSays::Refuse(message)) => {
+                return Verdict::refuse(Guard::HeldForHandler, message);
+            }
             Some(HoldSays::TimedOut { handler, note }) => {
                 warnings.push(note.clone());
                 released = Some((handler, note));
@@ -912,7 +914,11 @@ mod tests {
             &["handles example.com/a", "1 object(s)", "ConfigMap ns/o9"],
         );
         let g = objects(Flags::DELETING, Flags::DELETING, Flags::empty());
-        refused(&judged(&g, &delete(3), &p), Guard::HeldForHandler, &["Retry"]);
+        refused(
+            &judged(&g, &delete(3), &p),
+            Guard::HeldForHandler,
+            &["Retry"],
+        );
         // Its namespace going: everything in it is being deleted.
         let g = objects(Flags::empty(), Flags::empty(), Flags::DELETING);
         refused(&judged(&g, &delete(3), &p), Guard::HeldForHandler, &[]);
