@@ -141,9 +141,10 @@ impl Context {
     }
 
     /// What the guards say of a DELETE of `uid` this collector is about to send, judged here
-    /// as the webhook would (see [`super::guard::judge_own`]): the refusal of a guard other
-    /// than protection (which the collector keeps itself, by dropping references), as an
-    /// error to retry. `Ok` when the guards are off or let it through.
+    /// as the webhook would (see [`super::guard::judge_own`]): a refusal as an error to retry
+    /// (a handler's hold; a protected object its cascade would reach) — but for the object's
+    /// own protection, which the collector keeps itself by dropping references. `Ok` when the
+    /// guards are off or let it through.
     pub fn judge_delete(
         &self,
         uid: Uid,
@@ -159,7 +160,7 @@ impl Context {
             timeouts: Some(self.config.timeouts),
         };
         let now = crate::api::clock::now().as_second();
-        let verdict = {
+        let (verdict, protected) = {
             let graph = self.graph();
             let resources = self.resources();
             let kind = |id| {
@@ -168,7 +169,7 @@ impl Context {
                     .map(|r| r.api.kind.clone())
                     .unwrap_or_default()
             };
-            guard::judge_own(
+            let verdict = guard::judge_own(
                 &graph,
                 kind,
                 &self.config.needs,
@@ -176,15 +177,19 @@ impl Context {
                 propagation,
                 &bounds,
                 now,
-            )
+            );
+            (verdict, graph.guards(uid).is_some_and(|g| g.protected))
         };
         match verdict {
-            Some(Verdict::Refuse { message, guard, .. }) if guard != guard::Guard::Protected => {
-                Err(ApiError::Held {
-                    target: target.to_string(),
-                    message,
-                })
-            }
+            // Its own protection: kept by the caller, which reads it live first.
+            Some(Verdict::Refuse {
+                guard: guard::Guard::Protected,
+                ..
+            }) if protected => Ok(()),
+            Some(Verdict::Refuse { message, .. }) => Err(ApiError::Held {
+                target: target.to_string(),
+                message,
+            }),
             _ => Ok(()),
         }
     }

@@ -117,9 +117,12 @@ mod tests {
         assert!(*least > 800 && *most < 1200, "{least}..{most}");
     }
 
+    /// Uids as the apiserver assigns them. (Counting ones, `0..64_000`, spread as evenly under
+    /// almost every key, but about one key in 250 folds a run of counted low halves unevenly
+    /// enough to leave a shard a fifth off: not the apiserver's uids, nor a chosen collision.)
     #[test]
     fn uids_spread_over_every_shard() {
-        spread((0..64_000u128).map(Uid::from_u128));
+        spread(crate::graph::uid::tests::random(64_000));
     }
 
     /// Uids made to share one unkeyed hash (so one shard, 35, of the unkeyed index) spread

@@ -260,6 +260,26 @@ pub(super) mod tests {
         assert_eq!(Uid::parse("a"), Uid::parse("a"));
     }
 
+    /// `n` uids as the apiserver assigns them (random, version 4), from a fixed seed
+    /// (splitmix64).
+    pub(crate) fn random(n: usize) -> impl Iterator<Item = Uid> {
+        let mut state = 0u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        (0..n).map(move |_| {
+            let value = (u128::from(next()) << 64) | u128::from(next());
+            // The version (4) and the variant (10) bits, as in a UUID the apiserver makes.
+            let value = value & !(0xf << 76) | (0x4 << 76);
+            let value = value & !(0x3 << 62) | (0x2 << 62);
+            Uid::from_u128(value)
+        })
+    }
+
     /// Uids whose unkeyed hash (the mix this one replaced) is the same, made as a tenant
     /// would make them: the high half counts up and the low half undoes it.
     pub(crate) fn colliding(n: u64) -> impl Iterator<Item = Uid> {

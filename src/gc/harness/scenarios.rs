@@ -392,6 +392,36 @@ async fn a_collector_s_delete_held_by_a_finalizer_handler_is_not_sent_until_the_
     );
 }
 
+/// A dependent whose owner is absent (no cascade admitted its DELETE) with a protected object
+/// below it is not deleted: the guards refuse that DELETE in the process as the webhook does.
+#[tokio::test(start_paused = true)]
+async fn a_collector_s_delete_that_would_reach_a_protected_object_is_not_sent() {
+    use crate::graph::Guards;
+    let h = Harness::with_guards(Mode::Standalone);
+    let protected = Observed {
+        guards: Guards {
+            protected: true,
+            ..Guards::default()
+        },
+        ..observed(3, &[2], Flags::empty(), &[])
+    };
+    h.watched([observed(2, &[1], Flags::empty(), &[]), protected]);
+    let not_found = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404 });
+    h.script("GET", &path(2), [(200, object(2, &[1], json!({})))]);
+    h.script("GET", &path(1), [(404, not_found)]);
+    h.script("DELETE", &path(2), [(200, json!({}))]);
+
+    let err = h.step(Work::AttemptToDelete(uid(2))).await.unwrap_err();
+    assert!(matches!(err, crate::api::ApiError::Held { .. }), "{err}");
+    assert!(err.to_string().contains("which is protected"), "{err}");
+    assert!(
+        !h.sent().iter().any(|s| s.starts_with("DELETE")),
+        "{:?}",
+        h.sent()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_owner_of_a_kind_nobody_serves_is_retried_and_nothing_is_deleted() {
     let h = Harness::new(Mode::Standalone);
