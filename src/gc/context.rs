@@ -163,15 +163,9 @@ impl Context {
         let (verdict, protected) = {
             let graph = self.graph();
             let resources = self.resources();
-            let kind = |id| {
-                resources
-                    .get(id)
-                    .map(|r| r.api.kind.clone())
-                    .unwrap_or_default()
-            };
             let verdict = guard::judge_own(
                 &graph,
-                kind,
+                |id| resources.kind(id),
                 &self.config.needs,
                 uid,
                 propagation,

@@ -186,6 +186,11 @@ impl Resources {
         self.list.get(id.index())
     }
 
+    /// The kind of resource `id`, as the guards' messages name it (empty when unknown).
+    pub fn kind(&self, id: ResourceId) -> String {
+        self.get(id).map(|r| r.api.kind.clone()).unwrap_or_default()
+    }
+
     /// Where to reach the observed object `uid` (`node`) through the API; `None` for a virtual
     /// node or a resource no longer served.
     pub fn target_of(

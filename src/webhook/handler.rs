@@ -82,13 +82,7 @@ impl Webhook {
     fn on_graph<T>(&self, f: impl FnOnce(&Graph, &dyn Fn(ResourceId) -> String) -> T) -> T {
         let graph = self.graph.read();
         let resources = self.resources.read();
-        let kind = |id| {
-            resources
-                .get(id)
-                .map(|r| r.api.kind.clone())
-                .unwrap_or_default()
-        };
-        f(&graph, &kind)
+        f(&graph, &|id| resources.kind(id))
     }
 }
 
