@@ -452,7 +452,7 @@ impl RunArgs {
         };
         let graph = Writer::new(Graph::new(mode));
         let causes = record_causes.then(gc::causes::Causes::default);
-        let resources = gc::discovery::Writer::default();
+        let resources = gc::discovery::ResourcesWriter::default();
         tracing::info!(?mode, "garbage collector mode");
         // What each finalizer handler needs, read on every replica: each one's webhook judges.
         let needs = gc::needs::Needs::default();

@@ -11,7 +11,7 @@ use crate::app::{RunArgs, WebhookArgs};
 use crate::certs::{DevCerts, SubjectAltNames};
 use crate::check::CheckArgs;
 use crate::disarm::DisarmArgs;
-use crate::explain::{Outcome, Output};
+use crate::explain::{Ending, Output};
 use crate::plan::{Format, PlanArgs};
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::{Coverage, ServerVersion};
@@ -203,9 +203,9 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
                 crate::explain::explain(&access, &object, namespace.as_deref(), output, watch)
                     .await;
             let code = |outcome| match outcome {
-                Outcome::Free => ExitCode::SUCCESS,
-                Outcome::Blocked => ExitCode::from(1),
-                Outcome::TimedOut => ExitCode::from(3),
+                Ending::Free => ExitCode::SUCCESS,
+                Ending::Blocked => ExitCode::from(1),
+                Ending::TimedOut => ExitCode::from(3),
             };
             (answer.map(code), 2)
         }

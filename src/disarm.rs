@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::api::meta::Meta;
 use crate::api::{ApiError, Changed, Cluster, Target};
 use crate::gc::discovery::{self, Resource};
-use crate::leader::Record;
+use crate::leader::LeaseRecord;
 use crate::names::{ARMED_LABEL, SYNCHRONOUS_FINALIZER};
 
 /// How many objects are disarmed at once.
@@ -113,7 +113,11 @@ impl Armed {
 
 /// Why syncgc is taken to be running at `now`, if it is: its leader Lease renewed within its
 /// duration, or its webhook configuration with webhooks in it.
-pub fn running(lease: Option<&Record>, webhooks: Option<usize>, now: Timestamp) -> Vec<String> {
+pub fn running(
+    lease: Option<&LeaseRecord>,
+    webhooks: Option<usize>,
+    now: Timestamp,
+) -> Vec<String> {
     let mut why = Vec::new();
     if let Some(record) = lease
         && let (Some(holder), Some(renewed)) = (&record.holder, record.renew_time)
@@ -307,7 +311,7 @@ impl DisarmArgs {
     }
 
     /// syncgc's leader Lease, as a record, if there is one.
-    async fn lease(&self, cluster: &Cluster) -> anyhow::Result<Option<Record>> {
+    async fn lease(&self, cluster: &Cluster) -> anyhow::Result<Option<LeaseRecord>> {
         let lease = cluster
             .namespaced::<Lease>(&self.leader_election_namespace)
             .get_opt(&self.leader_election_lease)
@@ -318,7 +322,7 @@ impl DisarmArgs {
                     self.leader_election_namespace, self.leader_election_lease
                 )
             })?;
-        Ok(lease.map(|l| Record::of(&l, Duration::from_secs(15))))
+        Ok(lease.map(|l| LeaseRecord::of(&l, Duration::from_secs(15))))
     }
 
     /// Why syncgc is taken to be running (see [`running`]).
@@ -355,8 +359,8 @@ pub fn pod_selector(deployment: &Deployment) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn record(holder: Option<&str>, renewed: Timestamp) -> Record {
-        Record {
+    fn record(holder: Option<&str>, renewed: Timestamp) -> LeaseRecord {
+        LeaseRecord {
             holder: holder.map(str::to_owned),
             lease_duration: Duration::from_secs(15),
             acquire_time: Some(renewed),

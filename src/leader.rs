@@ -242,7 +242,7 @@ pub fn lease_namespace_here(flag: Option<String>) -> (String, &'static str) {
 /// The parts of a Lease that leader election reads. Two reads that differ in any of them are
 /// two records: the lease changed in between (client-go compares whole records too).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Record {
+pub struct LeaseRecord {
     /// `None` when nobody holds it (never held, or released).
     pub holder: Option<String>,
     /// `leaseDurationSeconds` as written by its holder.
@@ -253,7 +253,7 @@ pub struct Record {
     pub resource_version: Option<String>,
 }
 
-impl Record {
+impl LeaseRecord {
     /// The record of `lease`; a Lease without `leaseDurationSeconds` is taken to last
     /// `fallback`.
     pub fn of(lease: &Lease, fallback: Duration) -> Self {
@@ -274,15 +274,15 @@ impl Record {
 /// What this replica last read of the Lease, and the local monotonic instant at which that
 /// record last changed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Observed {
-    pub record: Record,
+pub struct LeaseSeen {
+    pub record: LeaseRecord,
     pub since: Instant,
 }
 
-impl Observed {
+impl LeaseSeen {
     /// `previous` after reading `record` at `now`: the instant moves on only when the record
     /// changed.
-    pub fn update(previous: Option<Self>, record: Record, now: Instant) -> Self {
+    pub fn update(previous: Option<Self>, record: LeaseRecord, now: Instant) -> Self {
         match previous {
             Some(previous) if previous.record == record => previous,
             _ => Self { record, since: now },
@@ -310,8 +310,8 @@ pub enum Claim {
 /// Whether `identity` may write the Lease observed as `observed` (`None`: there is none) at
 /// the local instant `now`. The Lease's `renewTime` plays no part: clocks of two machines do
 /// not agree, and only a change of the record seen on our own clock proves its holder alive.
-pub fn claim(observed: Option<&Observed>, identity: &str, now: Instant) -> Claim {
-    let Some(Observed { record, since }) = observed else {
+pub fn claim(observed: Option<&LeaseSeen>, identity: &str, now: Instant) -> Claim {
+    let Some(LeaseSeen { record, since }) = observed else {
         return Claim::Create;
     };
     match record.holder.as_deref() {
@@ -420,7 +420,7 @@ impl Election {
                 .with_label_values(&[reason.as_str()]);
         }
         readiness.clear(Condition::LeaderElection);
-        let mut observed: Option<Observed> = None;
+        let mut observed: Option<LeaseSeen> = None;
         // When the try that last renewed (or took) the lease started.
         let mut renewed: Option<Instant> = None;
         let mut reported = Reported::default();
@@ -529,7 +529,7 @@ impl Election {
     async fn try_acquire_or_renew(
         &self,
         cluster: &Cluster,
-        observed: &mut Option<Observed>,
+        observed: &mut Option<LeaseSeen>,
         until: Instant,
     ) -> Result<bool, ElectionError> {
         let existing = cluster
@@ -538,8 +538,8 @@ impl Election {
             .map_err(|err| self.call_failed(err, Verb::Get))?;
         let now = Instant::now();
         *observed = existing.as_ref().map(|lease| {
-            let record = Record::of(lease, self.timing.lease_duration);
-            Observed::update(observed.take(), record, now)
+            let record = LeaseRecord::of(lease, self.timing.lease_duration);
+            LeaseSeen::update(observed.take(), record, now)
         });
         let claim = claim(observed.as_ref(), &self.identity, now);
         match &claim {
@@ -597,8 +597,8 @@ impl Election {
                     .map_err(|err| self.call_failed(err, Verb::Update))?
             }
         };
-        *observed = Some(Observed {
-            record: Record::of(&stored, self.timing.lease_duration),
+        *observed = Some(LeaseSeen {
+            record: LeaseRecord::of(&stored, self.timing.lease_duration),
             since: Instant::now(),
         });
         Ok(true)
@@ -653,8 +653,8 @@ mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
-    fn record(holder: &str, renewed: Timestamp, version: &str) -> Record {
-        Record {
+    fn record(holder: &str, renewed: Timestamp, version: &str) -> LeaseRecord {
+        LeaseRecord {
             holder: Some(holder.to_owned()).filter(|h| !h.is_empty()),
             lease_duration: 15 * SECOND,
             acquire_time: Some(renewed),
@@ -672,9 +672,9 @@ mod tests {
     fn a_missing_lease_is_created_a_free_one_taken_and_ours_renewed() {
         let t0 = Instant::now();
         assert_eq!(claim(None, "me", t0), Claim::Create);
-        let free = Observed::update(None, record("", Timestamp::now(), "1"), t0);
+        let free = LeaseSeen::update(None, record("", Timestamp::now(), "1"), t0);
         assert_eq!(claim(Some(&free), "me", t0), Claim::TakeOver { from: None });
-        let ours = Observed::update(None, record("me", Timestamp::now(), "1"), t0);
+        let ours = LeaseSeen::update(None, record("me", Timestamp::now(), "1"), t0);
         assert_eq!(claim(Some(&ours), "me", t0), Claim::Renew);
     }
 
@@ -682,7 +682,7 @@ mod tests {
     fn anothers_lease_expires_only_after_its_duration_of_our_own_time_unchanged() {
         let t0 = Instant::now();
         let renewed = Timestamp::now();
-        let seen = Observed::update(None, record("other", renewed, "1"), t0);
+        let seen = LeaseSeen::update(None, record("other", renewed, "1"), t0);
         assert_eq!(
             claim(Some(&seen), "me", t0 + 14 * SECOND),
             Claim::Held {
@@ -691,7 +691,7 @@ mod tests {
             }
         );
         // The same record read again does not restart the count...
-        let again = Observed::update(
+        let again = LeaseSeen::update(
             Some(seen.clone()),
             record("other", renewed, "1"),
             t0 + 14 * SECOND,
@@ -704,7 +704,7 @@ mod tests {
             }
         );
         // ...but a renewal (any change) does.
-        let renewal = Observed::update(
+        let renewal = LeaseSeen::update(
             Some(seen),
             record("other", renewed + SignedDuration::from_secs(2), "2"),
             t0 + 14 * SECOND,
@@ -726,7 +726,7 @@ mod tests {
         let far_future = Timestamp::now() + SignedDuration::from_hours(24 * 365);
         for renewed in [far_past, far_future] {
             // Just seen: held for its whole duration, however old or new its renewTime looks.
-            let seen = Observed::update(None, record("other", renewed, "1"), t0);
+            let seen = LeaseSeen::update(None, record("other", renewed, "1"), t0);
             assert_eq!(
                 claim(Some(&seen), "me", t0),
                 Claim::Held {
@@ -751,7 +751,7 @@ mod tests {
         let t0 = Instant::now();
         let mut short = record("other", Timestamp::now(), "1");
         short.lease_duration = 3 * SECOND;
-        let seen = Observed::update(None, short, t0);
+        let seen = LeaseSeen::update(None, short, t0);
         assert_eq!(
             claim(Some(&seen), "me", t0 + 3 * SECOND),
             Claim::TakeOver {
@@ -766,13 +766,19 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(Record::of(&lease, 15 * SECOND).lease_duration, 7 * SECOND);
+        assert_eq!(
+            LeaseRecord::of(&lease, 15 * SECOND).lease_duration,
+            7 * SECOND
+        );
         let unset = Lease {
             spec: Some(LeaseSpec::default()),
             ..Default::default()
         };
-        assert_eq!(Record::of(&unset, 15 * SECOND).lease_duration, 15 * SECOND);
-        assert_eq!(Record::of(&unset, 15 * SECOND).holder, None);
+        assert_eq!(
+            LeaseRecord::of(&unset, 15 * SECOND).lease_duration,
+            15 * SECOND
+        );
+        assert_eq!(LeaseRecord::of(&unset, 15 * SECOND).holder, None);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Modules, from the top down; a module imports only from the modules below its own line
-//! (`tests/layout.rs` checks it, and that the parts of [`gc`] use each other without a circle):
+//! (`tests/offline/layout.rs` checks it, and that the parts of [`gc`] use each other without a
+//! circle):
 //!
 //! - [`cli`]: the command line (`syncgc certs`, `webhook-config`, `plan`, `explain`, `disarm`,
 //!   `check`), parsed with clap.
@@ -40,7 +41,8 @@
 //!   client, the rate limit, targets, metadata lists, guarded patches, Events, whole-object
 //!   writes), and the apiserver's clock ([`api::clock`]).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`,
-//!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations.
+//!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations;
+//!   [`report`]: the words the commands print in (an object, a finalizer and who removes it).
 //!
 //! Locks are `parking_lot`'s (no poisoning). Where two are held at once, the graph's is taken
 //! first, then the discovered resources', then a part's own (the barrier's state, the
@@ -62,4 +64,5 @@ pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod plan;
+pub mod report;
 pub mod webhook;

@@ -47,39 +47,6 @@ pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 /// The apiserver's finalizer for orphaning dependents.
 pub const ORPHAN_FINALIZER: &str = "orphan";
 
-/// Who removes `finalizer`, for people: syncgc's, the garbage collector's and the namespace
-/// controller's, the well-known finalizers of Kubernetes' own controllers, and otherwise
-/// another controller.
-pub fn remover(finalizer: &str) -> &'static str {
-    match finalizer {
-        SYNCHRONOUS_FINALIZER => "syncgc, once every dependent is gone or the deadline passes",
-        FOREGROUND_FINALIZER => {
-            "the garbage collector, once no dependent with blockOwnerDeletion is left"
-        }
-        ORPHAN_FINALIZER => "the garbage collector, once the dependents are orphaned",
-        "kubernetes" => "the namespace controller, once the namespace is empty",
-        "kubernetes.io/pvc-protection" => {
-            "the PVC protection controller, once no pod uses the claim"
-        }
-        "kubernetes.io/pv-protection" => {
-            "the PV protection controller, once no claim is bound to the volume"
-        }
-        "batch.kubernetes.io/job-tracking" => "the Job controller, once it has counted the pod",
-        "service.kubernetes.io/load-balancer-cleanup" => {
-            "the service controller, once the cloud load balancer is deleted"
-        }
-        "customresourcecleanup.apiextensions.k8s.io" => {
-            "the apiextensions controller, once every custom resource of the CRD is deleted"
-        }
-        _ => "another controller (not Kubernetes' garbage collector or syncgc)",
-    }
-}
-
-/// Whether Kubernetes' own controllers (or syncgc) remove `finalizer`.
-pub fn removed_by_kubernetes(finalizer: &str) -> bool {
-    remover(finalizer) != remover("")
-}
-
 /// The reasons of the Events syncgc records: a contract too (alerts and
 /// `kubectl get events --field-selector reason=…` select on them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,12 +21,14 @@ use serde::Serialize;
 
 use crate::api::Propagation;
 use crate::api::meta::Meta;
-use crate::gc::cascade::{self, ActedBy, Fate, Hold, Outcome};
+use crate::gc::cascade::{self, Fate, FinalizerHold, Outcome};
 use crate::gc::config::CollectorArgs;
+use crate::gc::decide::ActedBy;
 use crate::gc::discovery::Resources;
 use crate::gc::snapshot::{Named, Snapshot, Unlisted};
 use crate::graph::{Mode, Uid};
-use crate::names::{self, MODE_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
+use crate::names::{MODE_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER};
+use crate::report::{Finalizer, Object, Remover};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -39,7 +41,7 @@ pub struct PlanArgs {
     /// The propagation of the DELETE; by default the object's `syncgc.io/propagation`, else
     /// background (as `kubectl delete`).
     #[arg(long, value_enum)]
-    pub cascade: Option<Cascade>,
+    pub cascade: Option<CascadeFlag>,
     /// The collector that acts beside syncgc's: by default the running syncgc's mode, from
     /// the `syncgc.io/mode` of its leader Lease (cooperative when there is none).
     #[arg(long, value_enum)]
@@ -62,18 +64,18 @@ pub struct PlanArgs {
 
 /// `--cascade`, as `kubectl delete` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Cascade {
+pub enum CascadeFlag {
     Background,
     Foreground,
     Orphan,
 }
 
-impl From<Cascade> for Propagation {
-    fn from(cascade: Cascade) -> Self {
+impl From<CascadeFlag> for Propagation {
+    fn from(cascade: CascadeFlag) -> Self {
         match cascade {
-            Cascade::Background => Self::Background,
-            Cascade::Foreground => Self::Foreground,
-            Cascade::Orphan => Self::Orphan,
+            CascadeFlag::Background => Self::Background,
+            CascadeFlag::Foreground => Self::Foreground,
+            CascadeFlag::Orphan => Self::Orphan,
         }
     }
 }
@@ -89,38 +91,25 @@ pub enum Format {
 /// and the worker's look (measured: tens of milliseconds on a local control plane).
 const WAVE_LATENCY: Duration = Duration::from_millis(100);
 
-/// One object in the plan.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Entry {
-    pub api_version: String,
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    pub name: String,
-    pub uid: String,
-}
-
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Deleted {
     #[serde(flatten)]
-    pub object: Entry,
+    pub object: Object,
     /// 1 for the first DELETEs after the object's own.
     pub wave: usize,
     /// The propagation its DELETE is sent with.
-    pub propagation: &'static str,
-    /// The collector that sends it: `syncgc` or `kubernetes`.
-    pub deleted_by: &'static str,
+    pub propagation: Propagation,
+    pub deleted_by: DeletedBy,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Kept {
     #[serde(flatten)]
-    pub object: Entry,
+    pub object: Object,
     /// The owners it lives on with.
-    pub kept_by: Vec<Entry>,
+    pub kept_by: Vec<Object>,
     /// Its owner deletes its dependents in order, and this wave of that order (a
     /// `syncgc.io/deletion-order` value) never ends, so its own never comes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,23 +120,86 @@ pub struct Kept {
 #[serde(rename_all = "camelCase")]
 pub struct Waiting {
     #[serde(flatten)]
-    pub object: Entry,
+    pub object: Object,
     /// Its DELETE's wave and propagation; none when it was being deleted before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wave: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub propagation: Option<&'static str>,
+    pub propagation: Option<Propagation>,
     pub finalizers: Vec<Finalizer>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Finalizer {
-    pub name: String,
-    pub removed_by: &'static str,
-    /// The dependents it waits for (a collector's finalizer), which stay.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub waits_for: Vec<Entry>,
+/// The collector (or controller) that sends a DELETE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DeletedBy {
+    #[serde(rename = "syncgc")]
+    Syncgc,
+    #[serde(rename = "kubernetes")]
+    Kubernetes,
+    #[serde(rename = "namespace-controller")]
+    NamespaceController,
+}
+
+impl DeletedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Syncgc => "syncgc",
+            Self::Kubernetes => "kubernetes",
+            Self::NamespaceController => "namespace-controller",
+        }
+    }
+}
+
+impl From<ActedBy> for DeletedBy {
+    fn from(by: ActedBy) -> Self {
+        match by {
+            ActedBy::Syncgc => Self::Syncgc,
+            ActedBy::Kubernetes => Self::Kubernetes,
+        }
+    }
+}
+
+/// Where the propagation comes from: `--cascade`, the object's `syncgc.io/propagation`, or
+/// `kubectl delete`'s default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PropagationFrom {
+    #[serde(rename = "--cascade")]
+    Flag,
+    #[serde(rename = "annotation")]
+    Annotation,
+    #[serde(rename = "default")]
+    Default,
+}
+
+impl PropagationFrom {
+    fn says(self) -> &'static str {
+        match self {
+            Self::Flag => "--cascade",
+            Self::Annotation => "its syncgc.io/propagation",
+            Self::Default => "kubectl delete's default",
+        }
+    }
+}
+
+/// Where the mode comes from: `--mode`, the running syncgc's Lease, or the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ModeFrom {
+    #[serde(rename = "--mode")]
+    Flag,
+    #[serde(rename = "lease")]
+    Lease,
+    #[serde(rename = "default")]
+    Default,
+}
+
+impl ModeFrom {
+    fn says(self) -> &'static str {
+        match self {
+            Self::Flag => "--mode",
+            Self::Lease => "the running syncgc's mode",
+            Self::Default => "no running syncgc found: cooperative",
+        }
+    }
 }
 
 /// A finalizer nothing would remove, and the objects that carry it.
@@ -155,7 +207,7 @@ pub struct Finalizer {
 #[serde(rename_all = "camelCase")]
 pub struct Unhandled {
     pub finalizer: String,
-    pub objects: Vec<Entry>,
+    pub objects: Vec<Object>,
 }
 
 /// A finalizer handler's hold on a namespace's deletion: what syncgc keeps while objects
@@ -163,7 +215,7 @@ pub struct Unhandled {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HandlerHold {
-    pub handler: Entry,
+    pub handler: Object,
     pub finalizers: Vec<String>,
     /// Objects of the namespace carrying them.
     pub objects: usize,
@@ -179,15 +231,13 @@ pub struct HandlerHold {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
-    pub object: Entry,
-    pub propagation: &'static str,
-    /// Where the propagation comes from: `--cascade`, `annotation` or `default`.
-    pub propagation_from: &'static str,
+    pub object: Object,
+    pub propagation: Propagation,
+    pub propagation_from: PropagationFrom,
     /// The mode predicted: `cooperative` (Kubernetes' collector beside syncgc) or
     /// `standalone`.
-    pub mode: &'static str,
-    /// Where the mode comes from: `--mode`, `lease` (the running syncgc's) or `default`.
-    pub mode_from: &'static str,
+    pub mode: Mode,
+    pub mode_from: ModeFrom,
     /// Armed: the DELETE returns only once the tree is gone, or the timeout passes.
     pub synchronous: bool,
     /// The object is gone at the end (not held by a finalizer of another controller).
@@ -210,7 +260,7 @@ pub struct Plan {
     /// group whose discovery failed): the plan keeps them, not knowing whether that owner
     /// lives.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unjudged: Vec<Entry>,
+    pub unjudged: Vec<Object>,
     /// For a Namespace: the finalizers of objects in it that nothing would remove — neither
     /// Kubernetes' own controllers nor a workload that says it handles them
     /// (`syncgc.io/handles-finalizers`, in the namespace or cluster-wide).
@@ -220,7 +270,7 @@ pub struct Plan {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub holds: Vec<HandlerHold>,
     pub delete: Vec<Deleted>,
-    pub orphan: Vec<Entry>,
+    pub orphan: Vec<Object>,
     pub keep: Vec<Kept>,
     pub wait: Vec<Waiting>,
     pub unlisted: Vec<Unlisted>,
@@ -237,10 +287,10 @@ impl PlanArgs {
             not_being_deleted(&cluster, namespace).await?;
         }
         let (mode, mode_from) = match self.mode {
-            Some(mode) => (mode, "--mode"),
+            Some(mode) => (mode, ModeFrom::Flag),
             None => match self.running_mode(&cluster).await {
-                Some(mode) => (mode, "lease"),
-                None => (Mode::Cooperative, "default"),
+                Some(mode) => (mode, ModeFrom::Lease),
+                None => (Mode::Cooperative, ModeFrom::Default),
             },
         };
         let resources = &named.table;
@@ -254,14 +304,14 @@ impl PlanArgs {
         let meta = read.objects[&uid].1.clone();
         read.read_owners(&cluster, resources, uid).await;
         let (propagation, from) = match self.cascade {
-            Some(cascade) => (cascade.into(), "--cascade"),
+            Some(cascade) => (cascade.into(), PropagationFrom::Flag),
             None => match meta
                 .annotations
                 .get(PROPAGATION_ANNOTATION)
                 .and_then(Propagation::from_annotation)
             {
-                Some(propagation) => (propagation, "annotation"),
-                None => (Propagation::Background, "default"),
+                Some(propagation) => (propagation, PropagationFrom::Annotation),
+                None => (Propagation::Background, PropagationFrom::Default),
             },
         };
         let dependents = read.graph.transitive_dependents(uid);
@@ -339,27 +389,27 @@ fn plan(
     resources: &Resources,
     read: &Snapshot,
     target: Uid,
-    (propagation, from): (Propagation, &'static str),
-    (mode, mode_from): (Mode, &'static str),
+    (propagation, from): (Propagation, PropagationFrom),
+    (mode, mode_from): (Mode, ModeFrom),
     timeout: Option<Duration>,
     outcome: &Outcome,
     collector: &CollectorArgs,
 ) -> Plan {
     let entry = |uid: &Uid| entry(resources, read, *uid);
-    let finalizers = |held: &[Hold]| -> Vec<Finalizer> {
+    let finalizers = |held: &[FinalizerHold]| -> Vec<Finalizer> {
         held.iter()
             .map(|hold| Finalizer {
                 name: hold.finalizer.clone(),
-                removed_by: remover(&hold.finalizer),
+                removed_by: Remover::of(&hold.finalizer),
                 waits_for: hold.waits_for.iter().map(entry).collect(),
             })
             .collect()
     };
     let mut plan = Plan {
         object: entry(&target),
-        propagation: propagation.as_str(),
+        propagation,
         propagation_from: from,
-        mode: mode.as_str(),
+        mode,
         mode_from,
         synchronous: timeout.is_some(),
         goes: outcome.gone,
@@ -392,16 +442,13 @@ fn plan(
             } => plan.delete.push(Deleted {
                 object: entry(uid),
                 wave: *wave,
-                propagation: propagation.as_str(),
-                deleted_by: match by {
-                    ActedBy::Syncgc => "syncgc",
-                    ActedBy::Kubernetes => "kubernetes",
-                },
+                propagation: *propagation,
+                deleted_by: (*by).into(),
             }),
             Fate::Terminating { sent, held } => plan.wait.push(Waiting {
                 object: entry(uid),
                 wave: sent.map(|(wave, _)| wave),
-                propagation: sent.map(|(_, p)| p.as_str()),
+                propagation: sent.map(|(_, p)| p),
                 finalizers: finalizers(held),
             }),
             Fate::Orphaned => plan.orphan.push(entry(uid)),
@@ -444,7 +491,7 @@ fn namespace_contents(plan: &mut Plan, resources: &Resources, read: &Snapshot, n
         .map(|(uid, (_, meta))| (uid, meta))
         .collect();
     contents.sort_by_key(|(uid, _)| entry(resources, read, **uid));
-    let mut unhandled: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+    let mut unhandled: BTreeMap<String, Vec<Object>> = BTreeMap::new();
     for (uid, meta) in contents {
         let object = entry(resources, read, *uid);
         let foreign = Guards::of(meta).foreign;
@@ -452,8 +499,8 @@ fn namespace_contents(plan: &mut Plan, resources: &Resources, read: &Snapshot, n
             plan.delete.push(Deleted {
                 object,
                 wave: 1,
-                propagation: Propagation::Background.as_str(),
-                deleted_by: "namespace-controller",
+                propagation: Propagation::Background,
+                deleted_by: DeletedBy::NamespaceController,
             });
             continue;
         }
@@ -463,19 +510,13 @@ fn namespace_contents(plan: &mut Plan, resources: &Resources, read: &Snapshot, n
                 let handler = handlers
                     .iter()
                     .find(|(_, h, _)| h.finalizers.contains(finalizer));
-                let removed_by = match handler {
-                    Some(_) => {
-                        "a workload that handles it (syncgc.io/handles-finalizers), held until then"
-                    }
-                    None if names::removed_by_kubernetes(finalizer) => remover(finalizer),
-                    None => {
-                        unhandled
-                            .entry(finalizer.to_string())
-                            .or_default()
-                            .push(object.clone());
-                        "nothing in the cluster says it removes it"
-                    }
-                };
+                let removed_by = Remover::in_namespace(finalizer, handler.is_some());
+                if removed_by == Remover::Nothing {
+                    unhandled
+                        .entry(finalizer.to_string())
+                        .or_default()
+                        .push(object.clone());
+                }
                 Finalizer {
                     name: finalizer.to_string(),
                     removed_by,
@@ -488,7 +529,7 @@ fn namespace_contents(plan: &mut Plan, resources: &Resources, read: &Snapshot, n
         plan.wait.push(Waiting {
             object,
             wave: Some(1),
-            propagation: Some(Propagation::Background.as_str()),
+            propagation: Some(Propagation::Background),
             finalizers,
         });
     }
@@ -510,7 +551,7 @@ fn holds(
 ) {
     use crate::graph::Guards;
     let describe =
-        |entry: Entry| crate::api::described(&entry.kind, entry.namespace.as_deref(), &entry.name);
+        |entry: Object| crate::api::described(&entry.kind, entry.namespace.as_deref(), &entry.name);
     let carried: Vec<Vec<Box<str>>> = plan
         .wait
         .iter()
@@ -545,25 +586,13 @@ fn holds(
     }
 }
 
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (&self.kind, &self.namespace, &self.name).cmp(&(&other.kind, &other.namespace, &other.name))
-    }
-}
-
 /// The plan's entry for `uid`: read, or only known from a reference to it.
-fn entry(resources: &Resources, read: &Snapshot, uid: Uid) -> Entry {
+fn entry(resources: &Resources, read: &Snapshot, uid: Uid) -> Object {
     if let Some((id, meta)) = read.objects.get(&uid)
         && let Some(resource) = resources.get(*id)
     {
         let api = &resource.api;
-        return Entry {
+        return Object {
             api_version: api.api_version.clone(),
             kind: api.kind.clone(),
             namespace: meta.namespace.clone(),
@@ -576,7 +605,7 @@ fn entry(resources: &Resources, read: &Snapshot, uid: Uid) -> Entry {
         .values()
         .flat_map(|(_, meta)| &meta.owner_references)
         .find(|r| Uid::parse(&r.uid) == uid);
-    Entry {
+    Object {
         api_version: reference.map(|r| r.api_version.clone()).unwrap_or_default(),
         kind: reference.map(|r| r.kind.clone()).unwrap_or_default(),
         namespace: None,
@@ -597,7 +626,7 @@ impl Plan {
     pub fn text(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let what = |e: &Entry| match &e.namespace {
+        let what = |e: &Object| match &e.namespace {
             Some(ns) => format!("{}/{} ({ns})", e.kind.to_ascii_lowercase(), e.name),
             None => format!("{}/{}", e.kind.to_ascii_lowercase(), e.name),
         };
@@ -605,12 +634,8 @@ impl Plan {
             out,
             "{}: deleted with propagation {} ({}){}",
             what(&self.object),
-            self.propagation,
-            match self.propagation_from {
-                "--cascade" => "--cascade",
-                "annotation" => "its syncgc.io/propagation",
-                _ => "kubectl delete's default",
-            },
+            self.propagation.as_str(),
+            self.propagation_from.says(),
             if self.synchronous {
                 ", synchronously: the DELETE returns once the tree is gone"
             } else {
@@ -621,14 +646,12 @@ impl Plan {
             out,
             "  collectors: {} ({})",
             match self.mode {
-                "standalone" => "syncgc alone",
-                _ => "syncgc for armed owners, Kubernetes' garbage collector for the rest",
+                Mode::Standalone => "syncgc alone",
+                Mode::Cooperative => {
+                    "syncgc for armed owners, Kubernetes' garbage collector for the rest"
+                }
             },
-            match self.mode_from {
-                "--mode" => "--mode",
-                "lease" => "the running syncgc's mode",
-                _ => "no running syncgc found: cooperative",
-            }
+            self.mode_from.says()
         );
         let mut waves: BTreeMap<usize, Vec<&Deleted>> = BTreeMap::new();
         for deleted in &self.delete {
@@ -641,8 +664,8 @@ impl Plan {
                     out,
                     "    - {} ({}, by {})",
                     what(&deleted.object),
-                    deleted.propagation,
-                    deleted.deleted_by
+                    deleted.propagation.as_str(),
+                    deleted.deleted_by.as_str()
                 );
             }
         }

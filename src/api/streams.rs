@@ -140,12 +140,12 @@ impl Drop for Slot {
 }
 
 /// An answer's body, holding its request's slot until it is dropped.
-pub struct Held<B> {
+pub struct Holding<B> {
     body: B,
     _slot: Slot,
 }
 
-impl<B: Body + Unpin> Body for Held<B> {
+impl<B: Body + Unpin> Body for Holding<B> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -165,7 +165,7 @@ impl<B: Body + Unpin> Body for Held<B> {
     }
 }
 
-type Answer = http::Response<Held<hyper::body::Incoming>>;
+type Reply = http::Response<Holding<hyper::body::Incoming>>;
 type Error = hyper_util::client::legacy::Error;
 
 impl<C, B> tower::Service<http::Request<B>> for Streams<C, B>
@@ -175,9 +175,9 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Response = Answer;
+    type Response = Reply;
     type Error = Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Answer, Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Reply, Error>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Error>> {
         Poll::Ready(Ok(()))
@@ -195,7 +195,7 @@ where
                     .await;
             }
             let answer = http.request(request).await?;
-            Ok(answer.map(|body| Held { body, _slot: slot }))
+            Ok(answer.map(|body| Holding { body, _slot: slot }))
         })
     }
 }

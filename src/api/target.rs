@@ -5,7 +5,8 @@ use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
 
 /// A DELETE's propagation policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Propagation {
     Background,
     Foreground,

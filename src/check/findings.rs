@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 use crate::api::ApiError;
 use crate::certs::Certificate;
-use crate::leader::Record;
+use crate::leader::LeaseRecord;
 use crate::names::SYNCHRONOUS_FINALIZER;
 use crate::webhook::registration::{ServerVersion, WebhookClient};
 
@@ -285,7 +285,11 @@ impl Replicas {
 
 /// The replica that leads at `now`: the Lease's holder, renewed within its duration, unless it
 /// was one of the Deployment's Pods and is gone.
-pub fn leading(record: Option<&Record>, replicas: &Replicas, now: Timestamp) -> Option<String> {
+pub fn leading(
+    record: Option<&LeaseRecord>,
+    replicas: &Replicas,
+    now: Timestamp,
+) -> Option<String> {
     let holder = record?.holder.as_deref()?;
     let fresh = !crate::disarm::running(record, None, now).is_empty();
     (fresh && !replicas.gone(holder)).then(|| holder.to_owned())
@@ -297,7 +301,12 @@ pub fn leading(record: Option<&Record>, replicas: &Replicas, now: Timestamp) -> 
 /// warning until that should have happened (the later of the last renewal and the first
 /// replica's start, plus the lease duration and two retry periods: one to see the last
 /// renewal, one to act), a failure after.
-pub fn leader(record: Option<&Record>, replicas: &Replicas, now: Timestamp, at: &str) -> Finding {
+pub fn leader(
+    record: Option<&LeaseRecord>,
+    replicas: &Replicas,
+    now: Timestamp,
+    at: &str,
+) -> Finding {
     if leading(record, replicas, now).is_some() {
         let holds = crate::disarm::running(record, None, now);
         return Finding::pass("leader", holds.into_iter().next().unwrap_or_default());
@@ -308,8 +317,10 @@ pub fn leader(record: Option<&Record>, replicas: &Replicas, now: Timestamp, at: 
     // replica running takes it over at the latest.
     let (state, unchanged_for, takes) = match record {
         None => ("does not exist".to_owned(), Duration::ZERO, "creates it"),
-        Some(Record { holder: None, .. }) => ("is free".to_owned(), Duration::ZERO, "takes it"),
-        Some(Record {
+        Some(LeaseRecord { holder: None, .. }) => {
+            ("is free".to_owned(), Duration::ZERO, "takes it")
+        }
+        Some(LeaseRecord {
             holder: Some(holder),
             lease_duration,
             ..
@@ -786,8 +797,8 @@ mod tests {
     }
 
     /// A Lease held by `holder`, renewed at `renewed` (seconds), lasting 15 s.
-    fn lease(holder: Option<&str>, renewed: i64) -> Record {
-        Record {
+    fn lease(holder: Option<&str>, renewed: i64) -> LeaseRecord {
+        LeaseRecord {
             holder: holder.map(str::to_owned),
             lease_duration: Duration::from_secs(15),
             acquire_time: Some(at(renewed)),

@@ -44,7 +44,7 @@ use serde::Serialize;
 use crate::api::{ApiError, Cluster};
 use crate::certs::Certificate;
 use crate::explain::Output;
-use crate::leader::Record;
+use crate::leader::LeaseRecord;
 use crate::names::SYNCHRONOUS_ANNOTATION;
 use crate::webhook::registration::WebhookClient;
 
@@ -220,7 +220,7 @@ pub async fn check(args: &CheckArgs) -> anyhow::Result<Report> {
     let record = match &lease {
         Ok(lease) => lease
             .as_ref()
-            .map(|l| Record::of(l, Duration::from_secs(15))),
+            .map(|l| LeaseRecord::of(l, Duration::from_secs(15))),
         Err(_) => None,
     };
     let deployments = cluster.namespaced::<Deployment>(&args.syncgc_namespace);

@@ -23,11 +23,13 @@ use k8s_openapi::api::core::v1::Event;
 
 use crate::api::Cluster;
 use crate::api::meta::Meta;
+use crate::gc::decide::{self, ActedBy, OwnerState};
 use crate::gc::discovery::{Aliases, discover};
 use crate::gc::snapshot::{Named, Snapshot};
 use crate::gc::watch;
-use crate::graph::{Graph, ResourceId, Uid, UidHash};
-use crate::names::{DEADLINE_ANNOTATION, Reason, remover};
+use crate::graph::{Flags, Graph, OwnerLink, ResourceId, Uid, UidHash};
+use crate::names::{DEADLINE_ANNOTATION, Reason};
+use crate::report::Finalizer;
 
 pub use self::report::*;
 
@@ -41,7 +43,7 @@ pub enum Output {
 
 /// How `syncgc explain` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Ending {
     /// Nothing keeps the object (exit 0).
     Free,
     /// Being deleted and held by finalizers (exit 1).
@@ -53,7 +55,7 @@ pub enum Outcome {
 /// What `explain` reads of the cluster about one object, besides its scope ([`Known`]).
 struct Gathered {
     /// `None` once it is gone.
-    object: Option<Object>,
+    object: Option<Explained>,
     /// What the object depends on.
     owners: Vec<Owner>,
     barrier: Option<String>,
@@ -66,21 +68,64 @@ struct Gathered {
 pub struct Owner {
     pub owner: String,
     pub uid: String,
-    /// `present`, `being deleted`, `absent`, or `cannot be looked up` (its kind is not served
-    /// or could not be listed).
-    pub state: &'static str,
+    pub state: Presence,
+}
+
+/// Whether an owner is there, in words: how the garbage collector sees it
+/// ([`decide::owner_in_graph`]), and whether it is being deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Presence {
+    #[serde(rename = "present")]
+    Present,
+    #[serde(rename = "being deleted")]
+    BeingDeleted,
+    #[serde(rename = "absent")]
+    Absent,
+    /// Its kind is not served or could not be listed.
+    #[serde(rename = "cannot be looked up")]
+    Unresolvable,
+}
+
+impl Presence {
+    /// The owner `link` of the object `uid` names, in `snapshot`.
+    fn of(snapshot: &Snapshot, uid: Uid, link: &OwnerLink) -> Self {
+        if snapshot.facts.unresolvable.contains(&(uid, link.uid)) {
+            return Self::Unresolvable;
+        }
+        let graph = &snapshot.graph;
+        let from = graph.node(uid).and_then(|node| node.namespace());
+        match decide::owner_in_graph(graph, link.uid, link.coordinates, from, ActedBy::Syncgc) {
+            None | Some(OwnerState::Absent) => Self::Absent,
+            Some(OwnerState::Unresolvable) => Self::Unresolvable,
+            Some(_) if graph.node(link.uid).is_some_and(|o| o.is(Flags::DELETING)) => {
+                Self::BeingDeleted
+            }
+            Some(_) => Self::Present,
+        }
+    }
+}
+
+impl std::fmt::Display for Presence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Present => "present",
+            Self::BeingDeleted => "being deleted",
+            Self::Absent => "absent",
+            Self::Unresolvable => "cannot be looked up",
+        })
+    }
 }
 
 /// What is known of the scope: its graph, and its objects by uid with the resource each is
 /// of; kept up to date by `--watch` one event at a time.
 struct Known {
     graph: Graph,
-    objects: HashMap<Uid, (ResourceId, Object)>,
+    objects: HashMap<Uid, (ResourceId, Explained)>,
 }
 
 impl Known {
-    fn scope<'a>(&'a self, aliases: &'a Aliases) -> Scope<'a> {
-        Scope {
+    fn scope<'a>(&'a self, aliases: &'a Aliases) -> InScope<'a> {
+        InScope {
             graph: &self.graph,
             objects: &self.objects,
             aliases,
@@ -100,9 +145,9 @@ impl Lookup {
     }
 
     /// The object as `id`'s kind, with `meta`.
-    fn object(&self, id: ResourceId, meta: ObjectMeta) -> Option<Object> {
+    fn object(&self, id: ResourceId, meta: ObjectMeta) -> Option<Explained> {
         let resource = self.named.table.get(id)?;
-        Some(Object {
+        Some(Explained {
             group: resource.api.group.clone(),
             kind: resource.api.kind.clone(),
             meta,
@@ -201,24 +246,14 @@ fn owners_of(snapshot: &Snapshot, uid: Uid) -> Vec<Owner> {
     let Some((_, meta)) = snapshot.objects.get(&uid) else {
         return Vec::new();
     };
+    let links = snapshot.graph.node(uid).map(|node| &node.owners[..]);
     meta.owner_references
         .iter()
-        .map(|reference| {
-            let owner = Uid::parse(&reference.uid);
-            let state = if snapshot.facts.unresolvable.contains(&(uid, owner)) {
-                "cannot be looked up"
-            } else {
-                match snapshot.objects.get(&owner) {
-                    Some((_, m)) if m.deletion_timestamp.is_some() => "being deleted",
-                    Some(_) => "present",
-                    None => "absent",
-                }
-            };
-            Owner {
-                owner: format!("{} {}", reference.kind, reference.name),
-                uid: reference.uid.clone(),
-                state,
-            }
+        .zip(links.unwrap_or_default())
+        .map(|(reference, link)| Owner {
+            owner: format!("{} {}", reference.kind, reference.name),
+            uid: reference.uid.clone(),
+            state: Presence::of(snapshot, uid, link),
         })
         .collect()
 }
@@ -297,7 +332,7 @@ pub async fn explain(
     namespace: Option<&str>,
     output: Output,
     watch: bool,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Ending> {
     let cluster = access
         .cluster(None, std::time::Duration::from_secs(30))
         .await?;
@@ -334,9 +369,9 @@ pub async fn explain(
         }
     }
     Ok(if object.blocked() {
-        Outcome::Blocked
+        Ending::Blocked
     } else {
-        Outcome::Free
+        Ending::Free
     })
 }
 
@@ -371,7 +406,7 @@ async fn follow(
     owners: &[Owner],
     unlisted: &[String],
     output: Output,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Ending> {
     let (sender, mut events) = tokio::sync::mpsc::channel(1024);
     let namespace = scope
         .named
@@ -502,7 +537,7 @@ fn take(
 
 /// Says how the object `uid` went: gone, or released by syncgc's timeout with dependents
 /// left (which a `SyncGCTimedOut` Event says, written right after the release).
-async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow::Result<Outcome> {
+async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow::Result<Ending> {
     let mut timed_out = false;
     if waited {
         for _ in 0..10 {
@@ -531,15 +566,20 @@ async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow
         ),
     }
     Ok(if timed_out {
-        Outcome::TimedOut
+        Ending::TimedOut
     } else {
-        Outcome::Free
+        Ending::Free
     })
 }
 
 /// One line on where `object`'s deletion stands: whether it is being deleted, the dependents
 /// left and how many block it, the wave in progress, and what the release barrier waits for.
-fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], scope: &Scope) -> String {
+fn progress(
+    object: &Explained,
+    gathered: &Gathered,
+    tree: &[TreeEntry],
+    scope: &InScope,
+) -> String {
     let left = tree.iter().filter(|e| e.dependency).count();
     let mut line = format!(
         "{}: {}; {left} dependent(s) left, {} blocking",
@@ -551,8 +591,7 @@ fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], scope: &Scope)
         },
         blocking(tree)
     );
-    let direct = direct(object, scope);
-    if let Some(counts) = wave_counts(&direct, scope) {
+    if let Some(counts) = wave_counts(object, scope) {
         let _ = write!(line, "; wave {} in progress", counts[0].0.0);
     }
     if let Some(note) = gathered
@@ -569,7 +608,7 @@ fn progress(object: &Object, gathered: &Gathered, tree: &[Entry], scope: &Scope)
 }
 
 /// The report as JSON.
-fn json_report(object: &Object, gathered: &Gathered, tree: &[Entry]) -> serde_json::Value {
+fn json_report(object: &Explained, gathered: &Gathered, tree: &[TreeEntry]) -> serde_json::Value {
     let meta = &object.meta;
     serde_json::json!({
         "object": object.title(),
@@ -580,7 +619,7 @@ fn json_report(object: &Object, gathered: &Gathered, tree: &[Entry]) -> serde_js
         "uid": meta.uid,
         "deletionTimestamp": meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
         "deadline": meta.annotations.as_ref().and_then(|a| a.get(DEADLINE_ANNOTATION)),
-        "finalizers": object.finalizers().iter().map(|f| serde_json::json!({ "name": f, "removedBy": remover(f) })).collect::<Vec<_>>(),
+        "finalizers": object.finalizers().iter().map(|f| Finalizer::of(f)).collect::<Vec<_>>(),
         "dependents": tree,
         "blocking": blocking(tree),
         "blocked": object.blocked(),
@@ -591,7 +630,7 @@ fn json_report(object: &Object, gathered: &Gathered, tree: &[Entry]) -> serde_js
 }
 
 /// The note of the latest `SyncGCBarrier` Event about `object`, if any.
-async fn barrier_note(cluster: &Cluster, object: &Object) -> Option<String> {
+async fn barrier_note(cluster: &Cluster, object: &Explained) -> Option<String> {
     let uid = object.meta.uid.as_deref()?;
     let events: Api<Event> = match &object.meta.namespace {
         Some(ns) => cluster.namespaced(ns),
@@ -624,8 +663,8 @@ mod tests {
         uid: &str,
         owner: Option<(&str, &str, bool)>,
         finalizers: &[&str],
-    ) -> Object {
-        Object {
+    ) -> Explained {
+        Explained {
             group: String::new(),
             kind: "ConfigMap".into(),
             meta: ObjectMeta {
@@ -650,8 +689,8 @@ mod tests {
 
     /// The report on `owner` in the scope of it and `dependents` (by owner uid).
     fn report_of(
-        owner: &Object,
-        dependents: &HashMap<String, Vec<Object>>,
+        owner: &Explained,
+        dependents: &HashMap<String, Vec<Explained>>,
         barrier: Option<&str>,
         aliases: &Aliases,
     ) -> (String, bool) {
@@ -677,7 +716,7 @@ mod tests {
         let held = object("held", "2", Some(("1", "owner", true)), &["x/y"]);
         let free = object("free", "3", Some(("1", "owner", false)), &[]);
         let below = object("below", "4", Some(("2", "held", true)), &[]);
-        let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
+        let mut dependents: HashMap<String, Vec<Explained>> = HashMap::new();
         dependents
             .entry("1".into())
             .or_default()
@@ -732,7 +771,7 @@ mod tests {
         };
         let mut app = ordered("app", "2", Some("2"), &["x/y"]);
         app.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        let mut dependents: HashMap<String, Vec<Object>> = HashMap::new();
+        let mut dependents: HashMap<String, Vec<Explained>> = HashMap::new();
         dependents.entry("1".into()).or_default().extend([
             app,
             ordered("config", "3", Some("1"), &[]),

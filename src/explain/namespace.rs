@@ -17,36 +17,20 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
-use super::{Outcome, Output};
+use super::{Ending, Output};
 use crate::api::Cluster;
 use crate::api::meta::Meta;
 use crate::gc::discovery::{self, Resources};
 use crate::gc::snapshot::Snapshot;
-use crate::names::{DEADLINE_ANNOTATION, PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER, remover};
+use crate::names::{DEADLINE_ANNOTATION, PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER};
+use crate::report::Finalizer;
 
 /// Objects shown of each kind that remains; the rest are counted.
 const SHOWN: usize = 20;
 
-/// A finalizer, and who is expected to remove it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Finalizer {
-    pub name: String,
-    pub removed_by: &'static str,
-}
-
-impl Finalizer {
-    fn of(name: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            removed_by: remover(name),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
+pub struct NamespaceCondition {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
@@ -86,7 +70,7 @@ pub struct Service {
 /// What could not be listed: an API group whose discovery failed, or a resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Unlisted {
+pub struct ListFailure {
     pub what: String,
     pub error: String,
     /// The APIServices of its group.
@@ -96,7 +80,7 @@ pub struct Unlisted {
 /// An armed object syncgc holds in the namespace, being deleted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Held {
+pub struct HeldBySyncgc {
     pub kind: String,
     pub name: String,
     pub deadline: Option<String>,
@@ -114,22 +98,22 @@ pub struct Protected {
 /// The report on a namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct NamespaceReport {
     pub namespace: String,
     pub phase: String,
     pub deletion_timestamp: Option<String>,
-    pub conditions: Vec<Condition>,
+    pub conditions: Vec<NamespaceCondition>,
     pub finalizers: Vec<Finalizer>,
     pub remaining: Vec<Remaining>,
-    pub unlisted: Vec<Unlisted>,
-    pub syncgc: Vec<Held>,
+    pub unlisted: Vec<ListFailure>,
+    pub syncgc: Vec<HeldBySyncgc>,
     pub protected: Vec<Protected>,
     /// Being deleted and still there.
     pub blocked: bool,
 }
 
 /// What [`gather`] reads.
-pub struct Gathered {
+pub struct NamespaceGathered {
     pub namespace: Namespace,
     /// Each kind's objects left, by (apiVersion, kind).
     pub objects: BTreeMap<(String, String), Vec<Meta>>,
@@ -141,7 +125,7 @@ pub struct Gathered {
 }
 
 /// The report on what [`gather`] read.
-pub fn report(gathered: &Gathered) -> Report {
+pub fn report(gathered: &NamespaceGathered) -> NamespaceReport {
     let namespace = &gathered.namespace;
     let status = namespace.status.as_ref();
     let conditions = status
@@ -149,7 +133,7 @@ pub fn report(gathered: &Gathered) -> Report {
         .into_iter()
         .flatten()
         .filter(|c| c.status != "False")
-        .map(|c| Condition {
+        .map(|c| NamespaceCondition {
             type_: c.type_.clone(),
             status: c.status.clone(),
             reason: c.reason.clone().unwrap_or_default(),
@@ -193,7 +177,7 @@ pub fn report(gathered: &Gathered) -> Report {
             m.deletion_timestamp.is_some()
                 && m.finalizers.iter().any(|f| f == SYNCHRONOUS_FINALIZER)
         }) {
-            syncgc.push(Held {
+            syncgc.push(HeldBySyncgc {
                 kind: kind.clone(),
                 name: meta.name.clone(),
                 deadline: meta.annotations.get(DEADLINE_ANNOTATION).map(str::to_owned),
@@ -232,22 +216,22 @@ pub fn report(gathered: &Gathered) -> Report {
             })
             .collect()
     };
-    let mut unlisted: Vec<Unlisted> = gathered
+    let mut unlisted: Vec<ListFailure> = gathered
         .failed
         .iter()
-        .map(|group| Unlisted {
+        .map(|group| ListFailure {
             what: format!("the API group {group}"),
             error: "its discovery failed".to_owned(),
             api_services: services(group),
         })
         .collect();
-    unlisted.extend(gathered.unlisted.iter().map(|(what, error)| Unlisted {
+    unlisted.extend(gathered.unlisted.iter().map(|(what, error)| ListFailure {
         what: what.clone(),
         error: error.clone(),
         api_services: Vec::new(),
     }));
     let deleting = namespace.metadata.deletion_timestamp.as_ref();
-    Report {
+    NamespaceReport {
         namespace: namespace.metadata.name.clone().unwrap_or_default(),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         deletion_timestamp: deleting.map(|t| t.0.to_string()),
@@ -261,7 +245,7 @@ pub fn report(gathered: &Gathered) -> Report {
     }
 }
 
-impl Report {
+impl NamespaceReport {
     /// The report for people.
     pub fn text(&self) -> String {
         let mut out = String::new();
@@ -404,7 +388,7 @@ pub async fn gather(
     cluster: &Cluster,
     name: &str,
     table: &Resources,
-) -> anyhow::Result<Option<Gathered>> {
+) -> anyhow::Result<Option<NamespaceGathered>> {
     let Some(namespace) = cluster.get_whole(&cluster.all::<Namespace>(), name).await? else {
         return Ok(None);
     };
@@ -430,7 +414,7 @@ pub async fn gather(
             .await
             .unwrap_or_default()
     };
-    Ok(Some(Gathered {
+    Ok(Some(NamespaceGathered {
         namespace,
         objects,
         unlisted,
@@ -453,7 +437,7 @@ pub async fn explain(
     table: &Resources,
     output: Output,
     watch: bool,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Ending> {
     let Some(mut gathered) = gather(cluster, name, table).await? else {
         anyhow::bail!("namespace {name} not found");
     };
@@ -464,9 +448,9 @@ pub async fn explain(
             Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         }
         return Ok(if report.blocked {
-            Outcome::Blocked
+            Ending::Blocked
         } else {
-            Outcome::Free
+            Ending::Free
         });
     }
     let mut last = String::new();
@@ -493,7 +477,7 @@ pub async fn explain(
                         serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true })
                     ),
                 }
-                return Ok(Outcome::Free);
+                return Ok(Ending::Free);
             };
             if namespace.metadata.resource_version != version || listed.elapsed() >= RELIST_INTERVAL
             {
@@ -516,7 +500,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn gathered(objects: serde_json::Value) -> Gathered {
+    fn gathered(objects: serde_json::Value) -> NamespaceGathered {
         let namespace: Namespace = serde_json::from_value(json!({
             "metadata": { "name": "team-a", "deletionTimestamp": "2026-11-26T10:00:00Z" },
             "spec": { "finalizers": ["kubernetes"] },
@@ -538,7 +522,7 @@ mod tests {
                 "reason": "MissingEndpoints", "message": "endpoints for service/metrics-server have no addresses" }] }
         }))
         .unwrap();
-        Gathered {
+        NamespaceGathered {
             namespace,
             objects: [(("v1".to_owned(), "ConfigMap".to_owned()), objects)].into(),
             unlisted: Vec::new(),
@@ -568,7 +552,10 @@ mod tests {
                 "NamespaceFinalizersRemaining"
             ]
         );
-        assert_eq!(report.finalizers[0].removed_by, remover("kubernetes"));
+        assert_eq!(
+            report.finalizers[0].removed_by,
+            crate::report::Remover::NamespaceController
+        );
         let kind = &report.remaining[0];
         assert_eq!((kind.kind.as_str(), kind.count), ("ConfigMap", 4));
         let names: Vec<&str> = kind.objects.iter().map(|o| o.name.as_str()).collect();
@@ -579,7 +566,7 @@ mod tests {
         );
         assert_eq!(
             report.syncgc,
-            [Held {
+            [HeldBySyncgc {
                 kind: "ConfigMap".into(),
                 name: "owner".into(),
                 deadline: Some("2026-11-26T10:01:01Z".into())

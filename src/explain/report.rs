@@ -8,22 +8,23 @@ use std::fmt::Write as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gc::discovery::Aliases;
-use crate::graph::{Coordinates, Flags, Graph, Order, OwnerLink, ResourceId, Uid, Wave};
+use crate::gc::order;
+use crate::graph::{Flags, Graph, Order, OwnerLink, ResourceId, Uid, Wave};
 use crate::names::{
     DEADLINE_ANNOTATION, DELETION_ORDER_ANNOTATION, FOREGROUND_FINALIZER, SYNCHRONOUS_FINALIZER,
-    remover,
 };
+use crate::report::Remover;
 
 /// An object as the report shows it.
 #[derive(Debug, Clone)]
-pub struct Object {
+pub struct Explained {
     /// Its API group ("" for the core group).
     pub group: String,
     pub kind: String,
     pub meta: ObjectMeta,
 }
 
-impl Object {
+impl Explained {
     pub(super) fn title(&self) -> String {
         let name = self.meta.name.as_deref().unwrap_or_default();
         crate::api::described(&self.kind, self.meta.namespace.as_deref(), name)
@@ -33,18 +34,9 @@ impl Object {
         self.meta.finalizers.as_deref().unwrap_or_default()
     }
 
-    /// As the graph knows it: under the group it is watched as.
-    fn coordinates(&self, aliases: &Aliases) -> Coordinates {
-        let api_version = if self.group.is_empty() {
-            "v1".to_owned()
-        } else {
-            format!("{}/v1", self.group)
-        };
-        aliases.coordinates(
-            &api_version,
-            &self.kind,
-            self.meta.name.as_deref().unwrap_or_default(),
-        )
+    /// Its uid, as the graph keys it.
+    pub(super) fn uid(&self) -> Uid {
+        Uid::parse(self.meta.uid.as_deref().unwrap_or_default())
     }
 
     /// Being deleted, and kept by finalizers.
@@ -58,14 +50,14 @@ impl Object {
 }
 
 /// The objects of a scope as the report reads them: their graph, and each object by uid.
-pub struct Scope<'a> {
+pub struct InScope<'a> {
     pub graph: &'a Graph,
-    pub objects: &'a HashMap<Uid, (ResourceId, Object)>,
+    pub objects: &'a HashMap<Uid, (ResourceId, Explained)>,
     pub aliases: &'a Aliases,
 }
 
-impl Scope<'_> {
-    fn object(&self, uid: Uid) -> Option<&Object> {
+impl InScope<'_> {
+    fn object(&self, uid: Uid) -> Option<&Explained> {
         self.objects.get(&uid).map(|(_, o)| o)
     }
 }
@@ -73,7 +65,7 @@ impl Scope<'_> {
 /// The report on `object`, whose dependents are in `scope` and for which syncgc's release
 /// barrier last said `barrier` (the note of its latest `SyncGCBarrier` Event); and whether
 /// something keeps it from going (it is being deleted and still has finalizers).
-pub fn report(object: &Object, scope: &Scope, barrier: Option<&str>) -> (String, bool) {
+pub fn report(object: &Explained, scope: &InScope, barrier: Option<&str>) -> (String, bool) {
     let mut out = String::new();
     let uid = object.meta.uid.clone().unwrap_or_default();
     let _ = writeln!(out, "{}  (uid {uid})", object.title());
@@ -99,7 +91,11 @@ pub fn report(object: &Object, scope: &Scope, barrier: Option<&str>) -> (String,
     } else {
         let _ = writeln!(out, "  finalizers:");
         for finalizer in object.finalizers() {
-            let _ = writeln!(out, "    {finalizer}: removed by {}", remover(finalizer));
+            let _ = writeln!(
+                out,
+                "    {finalizer}: removed by {}",
+                Remover::of(finalizer)
+            );
         }
     }
     let tree = tree(object, scope);
@@ -115,7 +111,7 @@ pub fn report(object: &Object, scope: &Scope, barrier: Option<&str>) -> (String,
     let blocked = object.blocked();
     let waits = object.has(SYNCHRONOUS_FINALIZER) || object.has(FOREGROUND_FINALIZER);
     let direct = direct(object, scope);
-    if waits && let Some(order) = waves(&direct, scope) {
+    if waits && let Some(order) = waves(object, &direct, scope) {
         out.push_str(&order);
     }
     if let Some(note) = barrier.filter(|_| blocked && waits && blocking == 0) {
@@ -132,7 +128,7 @@ pub fn report(object: &Object, scope: &Scope, barrier: Option<&str>) -> (String,
 
 /// The dependents below `object` in `scope`, depth first, down to `MAX_LEVEL`; below a
 /// reference that does not reach its owner (no dependency), nothing.
-pub fn tree(object: &Object, scope: &Scope) -> Vec<Entry> {
+pub fn tree(object: &Explained, scope: &InScope) -> Vec<TreeEntry> {
     let root = Uid::parse(object.meta.uid.as_deref().unwrap_or_default());
     let mut outside = HashSet::new();
     let mut entries = Vec::new();
@@ -149,7 +145,7 @@ pub fn tree(object: &Object, scope: &Scope) -> Vec<Entry> {
             outside.insert(step.uid);
             continue;
         }
-        let link = link(owner, dependent, scope.aliases);
+        let link = link(owner, dependent, scope);
         if link.is_none() {
             outside.insert(step.uid);
         }
@@ -159,42 +155,22 @@ pub fn tree(object: &Object, scope: &Scope) -> Vec<Entry> {
 }
 
 /// How many of the direct dependents in `tree` block their owner.
-pub(super) fn blocking(tree: &[Entry]) -> usize {
+pub(super) fn blocking(tree: &[TreeEntry]) -> usize {
     tree.iter()
         .filter(|e| e.level == 1 && !e.blocks.is_empty())
         .count()
 }
 
 /// The reference of `dependent` to `owner`, when it really refers to it as the collector sees
-/// it ([`OwnerLink::reaches`], group aliases resolved): one with the owner's uid that names
-/// another object, or a namespaced owner from elsewhere, is no dependency.
-fn link(owner: &Object, dependent: &Object, aliases: &Aliases) -> Option<OwnerLink> {
-    let uid = owner.meta.uid.as_deref().unwrap_or_default();
-    let owner_at = owner.coordinates(aliases);
-    dependent
-        .meta
-        .owner_references
-        .iter()
-        .flatten()
-        .filter(|r| r.uid == uid)
-        .map(|r| OwnerLink {
-            uid: Uid::parse(&r.uid),
-            coordinates: aliases.coordinates(&r.api_version, &r.kind, &r.name),
-            block_owner_deletion: r.block_owner_deletion == Some(true),
-            served: aliases.serves(&r.api_version, &r.kind),
-        })
-        .find(|link| {
-            link.reaches(
-                owner_at,
-                owner.meta.namespace.as_deref(),
-                dependent.meta.namespace.as_deref(),
-            )
-        })
+/// it ([`Graph::link`]): one with the owner's uid that names another object, or a namespaced
+/// owner from elsewhere, is no dependency.
+fn link(owner: &Explained, dependent: &Explained, scope: &InScope) -> Option<OwnerLink> {
+    scope.graph.link(owner.uid(), dependent.uid())
 }
 
 /// A dependent in the tree below an object.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Entry {
+pub struct TreeEntry {
     /// How far below the object: 1 for its direct dependents.
     pub level: usize,
     pub object: String,
@@ -206,7 +182,7 @@ pub struct Entry {
     pub blocks: Vec<String>,
 }
 
-impl Entry {
+impl TreeEntry {
     fn line(&self) -> String {
         let state = if self.deleting {
             " (being deleted)"
@@ -229,7 +205,12 @@ impl Entry {
 
 /// The entry of `dependent`, `level` below the object, whose reference to `owner` is `link`
 /// (none: it does not reach it).
-fn entry(owner: &Object, dependent: &Object, link: Option<OwnerLink>, level: usize) -> Entry {
+fn entry(
+    owner: &Explained,
+    dependent: &Explained,
+    link: Option<OwnerLink>,
+    level: usize,
+) -> TreeEntry {
     let mut why = Vec::new();
     let blocks = |finalizer: &str| {
         owner.has(finalizer) && link.is_some_and(|l| l.blocks(Flags::of_finalizer(finalizer)))
@@ -253,7 +234,7 @@ fn entry(owner: &Object, dependent: &Object, link: Option<OwnerLink>, level: usi
             why.push(format!("its finalizers: {}", others.join(", ")));
         }
     }
-    Entry {
+    TreeEntry {
         level,
         object: dependent.title(),
         uid: dependent.meta.uid.clone().unwrap_or_default(),
@@ -267,21 +248,21 @@ fn entry(owner: &Object, dependent: &Object, link: Option<OwnerLink>, level: usi
 const MAX_LEVEL: usize = 16;
 
 /// The direct dependents of `object` that really refer to it (see [`link`]).
-pub(super) fn direct(object: &Object, scope: &Scope) -> Vec<Object> {
+pub(super) fn direct(object: &Explained, scope: &InScope) -> Vec<Explained> {
     let uid = Uid::parse(object.meta.uid.as_deref().unwrap_or_default());
     scope
         .graph
         .dependents(uid)
         .iter()
         .filter_map(|d| scope.object(*d))
-        .filter(|d| link(object, d, scope.aliases).is_some())
+        .filter(|d| link(object, d, scope).is_some())
         .cloned()
         .collect()
 }
 
-impl Scope<'_> {
+impl InScope<'_> {
     /// The deletion-order wave `o` is in, as the collector's graph has it.
-    fn order(&self, o: &Object) -> Order {
+    fn order(&self, o: &Explained) -> Order {
         let uid = Uid::parse(o.meta.uid.as_deref().unwrap_or_default());
         match self.graph.invalid_order(uid) {
             Some(value) => Order::Invalid(value.into()),
@@ -290,28 +271,16 @@ impl Scope<'_> {
     }
 }
 
-/// The waves of `direct` with how many objects each holds, the one in progress (the highest)
-/// first; `None` when none carries an order.
-pub(super) fn wave_counts(direct: &[Object], scope: &Scope) -> Option<Vec<(Wave, usize)>> {
-    if direct.iter().all(|o| scope.order(o) == Order::default()) {
-        return None;
-    }
-    let mut counts: Vec<(Wave, usize)> = Vec::new();
-    for dependent in direct {
-        let wave = scope.order(dependent).wave();
-        match counts.iter_mut().find(|(w, _)| *w == wave) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((wave, 1)),
-        }
-    }
-    counts.sort_by_key(|(wave, _)| std::cmp::Reverse(*wave));
-    Some(counts)
+/// The waves of `object`'s dependents with how many objects each holds, the one in progress
+/// (the highest) first ([`order::wave_counts`]); `None` when none carries an order.
+pub(super) fn wave_counts(object: &Explained, scope: &InScope) -> Option<Vec<(Wave, usize)>> {
+    order::wave_counts(scope.graph, object.uid())
 }
 
 /// The deletion order of a waiting owner's `direct` dependents, when they carry one: the
 /// waves left, the one in progress (the highest), and what holds each of its objects.
-fn waves(direct: &[Object], scope: &Scope) -> Option<String> {
-    let counts = wave_counts(direct, scope)?;
+fn waves(object: &Explained, direct: &[Explained], scope: &InScope) -> Option<String> {
+    let counts = wave_counts(object, scope)?;
     let (current, count) = counts[0];
     let mut out = format!(
         "  deletion order: wave {} in progress ({count} object(s) left)",

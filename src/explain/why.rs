@@ -10,7 +10,7 @@ use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::api::Cluster;
-use crate::gc::causes::{Answer, Entry};
+use crate::gc::causes::{Chain, Done, Entry};
 
 /// The label every syncgc pod carries.
 const POD_SELECTOR: &str = "app.kubernetes.io/name=syncgc";
@@ -120,7 +120,7 @@ async fn latest(
         } else {
             cluster.get_text_at(&url).await
         };
-        let answers: Vec<Answer> = match text.and_then(|t| Ok(serde_json::from_str(&t)?)) {
+        let answers: Vec<Chain> = match text.and_then(|t| Ok(serde_json::from_str(&t)?)) {
             Ok(answers) => answers,
             Err(err) => {
                 errors.push(format!("{url}: {err:#}"));
@@ -152,9 +152,9 @@ impl Why {
             jiff::Timestamp::from_second(e.at).map_or_else(|_| e.at.to_string(), |t| t.to_string())
         };
         for (i, entry) in self.chain.iter().enumerate() {
-            let what = match entry.action.as_str() {
-                "orphaned" => "lost its references to owners being deleted",
-                _ => "was deleted",
+            let what = match entry.action {
+                Done::Orphaned => "lost its references to owners being deleted",
+                Done::Deleted => "was deleted",
             };
             let line = format!(
                 "{} {what} at {} by {}",

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 /// Where an ownerReference was looked up.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+pub struct AbsentKey {
     pub namespace: Option<String>,
     pub group: String,
     pub kind: String,
@@ -20,9 +20,9 @@ pub struct Key {
 pub struct AbsentOwners {
     capacity: usize,
     /// Each entry with the tick of its last use.
-    entries: HashMap<Key, u64>,
+    entries: HashMap<AbsentKey, u64>,
     /// Uses in order; entries whose tick no longer matches are stale.
-    uses: VecDeque<(Key, u64)>,
+    uses: VecDeque<(AbsentKey, u64)>,
     tick: u64,
 }
 
@@ -45,7 +45,7 @@ impl AbsentOwners {
     }
 
     /// Whether `owner` is known to be absent (and marks it used).
-    pub fn contains(&mut self, owner: &Key) -> bool {
+    pub fn contains(&mut self, owner: &AbsentKey) -> bool {
         if !self.entries.contains_key(owner) {
             return false;
         }
@@ -53,7 +53,7 @@ impl AbsentOwners {
         true
     }
 
-    pub fn insert(&mut self, owner: Key) {
+    pub fn insert(&mut self, owner: AbsentKey) {
         self.touch(owner);
         while self.entries.len() > self.capacity {
             let Some((oldest, tick)) = self.uses.pop_front() else {
@@ -70,7 +70,7 @@ impl AbsentOwners {
         }
     }
 
-    fn touch(&mut self, owner: Key) {
+    fn touch(&mut self, owner: AbsentKey) {
         self.tick += 1;
         self.entries.insert(owner.clone(), self.tick);
         self.uses.push_back((owner, self.tick));
@@ -81,8 +81,8 @@ impl AbsentOwners {
 mod tests {
     use super::*;
 
-    fn rc(name: &str) -> Key {
-        Key {
+    fn rc(name: &str) -> AbsentKey {
+        AbsentKey {
             namespace: Some("ns".into()),
             group: String::new(),
             kind: "ReplicationController".into(),
@@ -109,7 +109,7 @@ mod tests {
     fn other_coordinates_with_the_same_uid_are_not_absent() {
         let mut cache = AbsentOwners::new(10);
         cache.insert(rc("rc1"));
-        let elsewhere = Key {
+        let elsewhere = AbsentKey {
             namespace: Some("other".into()),
             ..rc("rc1")
         };

@@ -64,7 +64,7 @@ struct Builder {
     /// The graph's one writer.
     graph: Writer,
     /// The table of resources' one writer.
-    discovery: discovery::Writer,
+    discovery: discovery::ResourcesWriter,
     events: mpsc::Sender<GraphEvent>,
     watches: HashMap<ResourceId, JoinHandle<()>>,
     aliases: Arc<RwLock<Aliases>>,
@@ -81,7 +81,7 @@ pub async fn run(
     sink: Arc<dyn Sink>,
     parts: Parts,
     graph: Writer,
-    discovery: discovery::Writer,
+    discovery: discovery::ResourcesWriter,
     synced: signal::Sender<bool>,
     shutdown: CancellationToken,
 ) {

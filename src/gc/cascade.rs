@@ -21,9 +21,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::Propagation;
-use crate::graph::{Flags, Graph, Mode, OwnerLink, ResourceId, Uid, Wave, Work};
+use crate::graph::{Below, Flags, Graph, Mode, Observed, OwnerLink, ResourceId, Uid, Wave, Work};
 
-use super::decide::{self, Attempt, Dependent, OwnerState};
+use super::decide::{self, ActedBy, Attempt, Dependent, OwnerState};
 use super::order::Orders;
 
 /// What the copy needs besides the graph.
@@ -42,17 +42,20 @@ pub struct Facts {
     pub unserved_version: HashSet<(Uid, Uid)>,
 }
 
-/// The collector that acts on an object: syncgc, or Kubernetes' garbage collector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActedBy {
-    Syncgc,
-    Kubernetes,
+impl Facts {
+    /// Notes the finalizers of other controllers that `observed` carries.
+    pub fn note_foreign(&mut self, observed: &Observed) {
+        if observed.places.others() {
+            let names = observed.guards.foreign.iter().map(|f| f.to_string());
+            self.foreign.insert(observed.uid, names.collect());
+        }
+    }
 }
 
 /// What holds an object that stays being deleted: a finalizer and, for a collector's, the
 /// dependents it waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hold {
+pub struct FinalizerHold {
     pub finalizer: String,
     pub waits_for: Vec<Uid>,
 }
@@ -71,7 +74,7 @@ pub enum Fate {
     /// by these finalizers.
     Terminating {
         sent: Option<(usize, Propagation)>,
-        held: Vec<Hold>,
+        held: Vec<FinalizerHold>,
     },
     /// Its references to the tree are removed: it lives on.
     Orphaned,
@@ -91,7 +94,7 @@ pub struct Outcome {
     /// Whether the object deleted is gone at the end.
     pub gone: bool,
     /// What holds the object deleted when it stays.
-    pub held: Vec<Hold>,
+    pub held: Vec<FinalizerHold>,
     /// Requests the collectors send: DELETEs and patches.
     pub requests: usize,
     /// Waves in which DELETEs were sent.
@@ -293,21 +296,21 @@ impl Cascade<'_> {
     }
 
     /// The finalizers that hold `uid`, each with the dependents it waits for.
-    fn holds(&self, uid: Uid) -> Vec<Hold> {
+    fn holds(&self, uid: Uid) -> Vec<FinalizerHold> {
         let Some(node) = self.graph.node(uid) else {
             return Vec::new();
         };
         let mut held = Vec::new();
         for flag in Flags::COLLECTORS {
             if let Some(finalizer) = flag.finalizer().filter(|_| node.is(flag)) {
-                held.push(Hold {
+                held.push(FinalizerHold {
                     finalizer: finalizer.to_owned(),
                     waits_for: self.blocking(uid, flag),
                 });
             }
         }
         for finalizer in self.facts.foreign.get(&uid).into_iter().flatten() {
-            held.push(Hold {
+            held.push(FinalizerHold {
                 finalizer: finalizer.clone(),
                 waits_for: Vec::new(),
             });
@@ -373,22 +376,17 @@ impl Cascade<'_> {
             return OwnerState::Unresolvable;
         }
         let from = self.graph.node(uid).and_then(|n| n.namespace());
-        match self.graph.node(link.uid) {
-            // A namespaced owner of a cluster-scoped object cannot be looked up.
-            Some(owner) if from.is_none() && owner.seen() && owner.namespace().is_some() => {
-                OwnerState::Unresolvable
-            }
-            Some(owner)
-                if owner.seen()
-                    && owner.coordinates == link.coordinates
-                    && owner.in_reach_of(from) =>
-            {
-                match collector {
-                    ActedBy::Syncgc => OwnerState::of(owner.flags),
-                    // Kubernetes' collector knows nothing of syncgc's finalizer.
-                    ActedBy::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),
-                }
-            }
+        let owner = self.graph.node(link.uid);
+        // A namespaced owner of a cluster-scoped object cannot be looked up.
+        if from.is_none() && owner.is_some_and(|o| o.seen() && o.namespace().is_some()) {
+            return OwnerState::Unresolvable;
+        }
+        if let Some(state) =
+            decide::owner_in_graph(&self.graph, link.uid, link.coordinates, from, collector)
+        {
+            return state;
+        }
+        match owner {
             // Never seen, of a kind not served: no read can find it absent.
             Some(owner) if !owner.seen() && !link.served => OwnerState::Unresolvable,
             // Not listed, or not what the reference names: no such owner.
@@ -585,18 +583,15 @@ pub struct Preview {
     pub gone: bool,
 }
 
-/// Runs the DELETE of `target` with `propagation` on a copy of the part of `graph` it reads:
-/// the tree (the object and what depends on it, transitively) and the owners of its objects;
-/// with the resource of each object of the tree.
-pub fn on_copy(
-    graph: &Graph,
-    target: Uid,
-    propagation: Propagation,
-) -> (Outcome, HashMap<Uid, ResourceId>) {
+/// Runs the DELETE of `tree`'s root with `propagation` on a copy of the part of the graph it
+/// reads: the tree (the object and what depends on it, transitively) and the owners of its
+/// objects; with the resource of each object of the tree.
+pub fn on_copy(tree: &Below, propagation: Propagation) -> (Outcome, HashMap<Uid, ResourceId>) {
+    let (graph, target) = (tree.graph(), tree.root());
     let mut copy = Graph::new(Mode::Standalone);
     let mut facts = Facts::default();
     let mut resources = HashMap::new();
-    for uid in graph.tree(target) {
+    for uid in tree.tree() {
         let Some((resource, observed)) = graph.observed(uid) else {
             continue;
         };
@@ -605,10 +600,7 @@ pub fn on_copy(
                 copy.apply(resource, observed);
             }
         }
-        if observed.places.others() {
-            let names = observed.guards.foreign.iter().map(|f| f.to_string());
-            facts.foreign.insert(uid, names.collect());
-        }
+        facts.note_foreign(&observed);
         resources.insert(uid, resource);
         copy.apply(resource, observed);
     }
@@ -629,14 +621,13 @@ impl Outcome {
     }
 }
 
-/// What the DELETE of `target` with `propagation` would do ([`on_copy`]), in numbers.
+/// What the DELETE of `tree`'s root with `propagation` would do ([`on_copy`]), in numbers.
 pub fn preview(
-    graph: &Graph,
-    target: Uid,
+    tree: &Below,
     propagation: Propagation,
     kind: impl Fn(ResourceId) -> String,
 ) -> Preview {
-    let (outcome, resources) = on_copy(graph, target, propagation);
+    let (outcome, resources) = on_copy(tree, propagation);
     let kinds: HashMap<Uid, String> = resources.into_iter().map(|(u, r)| (u, kind(r))).collect();
     let mut preview = Preview {
         waves: outcome.waves,
@@ -806,8 +797,8 @@ mod tests {
         assert_eq!(deleted(&outcome), [(3, 2)]);
     }
 
-    fn hold(finalizer: &str, waits_for: &[u128]) -> Hold {
-        Hold {
+    fn hold(finalizer: &str, waits_for: &[u128]) -> FinalizerHold {
+        FinalizerHold {
             finalizer: finalizer.to_owned(),
             waits_for: waits_for.iter().map(|n| uid(*n)).collect(),
         }
@@ -1042,7 +1033,7 @@ mod tests {
         g.apply(ResourceId::new(1), Observed::config_map(4, &[1, 9], NONE));
         let before: Vec<_> = (1..=4).map(|n| g.observed(uid(n))).collect();
         let kind = |id: ResourceId| ["Secret", "ConfigMap", "Pod"][id.index()].to_owned();
-        let preview = preview(&g, uid(1), Propagation::Background, kind);
+        let preview = preview(&Below::new(&g, uid(1)), Propagation::Background, kind);
         assert_eq!(
             preview,
             Preview {
@@ -1065,12 +1056,16 @@ mod tests {
         let mut dependent = Observed::config_map(2, &[1, 7], NONE);
         dependent.owners[1].served = false;
         g.apply(ResourceId::new(1), dependent);
-        let preview = preview(&g, uid(1), Propagation::Background, |_| "ConfigMap".into());
+        let preview = preview(&Below::new(&g, uid(1)), Propagation::Background, |_| {
+            "ConfigMap".into()
+        });
         assert!(preview.deleted.is_empty(), "{preview:?}");
         assert_eq!(preview.kept, 1);
         // Of a kind served, an owner never seen is absent.
         let g = graph(&[(1, &[], Flags::ARMED), (2, &[1, 7], NONE)]);
-        let preview = super::preview(&g, uid(1), Propagation::Background, |_| "ConfigMap".into());
+        let preview = super::preview(&Below::new(&g, uid(1)), Propagation::Background, |_| {
+            "ConfigMap".into()
+        });
         assert_eq!(preview.deleted.get("ConfigMap"), Some(&1));
     }
 

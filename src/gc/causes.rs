@@ -26,7 +26,7 @@ use kube::runtime::events::EventType;
 use tokio::time::Instant;
 
 use crate::api::{Cluster, Target};
-use crate::graph::{Flags, Graph, Reader, Uid};
+use crate::graph::{Below, Flags, Graph, Reader, ResourceId, Uid};
 use crate::names::Reason;
 
 /// The most entries kept.
@@ -44,6 +44,17 @@ pub const CONFIRM_WITHIN: Duration = Duration::from_secs(60);
 /// is recorded but not followed.
 pub const MAX_MEMBERS: usize = 1_000_000;
 
+/// What was done to an object.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Done {
+    /// Its references to owners going were removed.
+    Orphaned,
+    /// Its DELETE went ahead (what a replica of another version says it did, too).
+    #[serde(other)]
+    Deleted,
+}
+
 /// What was done to one object.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -53,9 +64,7 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
-    /// `deleted` (its DELETE went ahead) or `orphaned` (its references to owners going were
-    /// removed).
-    pub action: String,
+    pub action: Done,
     /// The user who sent the request.
     pub by: String,
     /// When (seconds since the epoch).
@@ -69,13 +78,7 @@ pub struct Entry {
 impl Entry {
     /// The entry with each field cut to [`MAX_FIELD`] bytes.
     pub fn bounded(mut self) -> Self {
-        for field in [
-            &mut self.uid,
-            &mut self.kind,
-            &mut self.name,
-            &mut self.action,
-            &mut self.by,
-        ] {
+        for field in [&mut self.uid, &mut self.kind, &mut self.name, &mut self.by] {
             cut(field, MAX_FIELD);
         }
         if let Some(namespace) = &mut self.namespace {
@@ -106,7 +109,7 @@ struct Record {
     /// The DELETEs admitted and not yet confirmed, the latest admission of each object.
     pending: HashMap<Uid, Pending>,
     /// The cascades started by DELETEs this replica's webhook let through, until they end.
-    cascades: Vec<Cascade>,
+    cascades: Vec<Tracked>,
 }
 
 /// A DELETE the webhook let through, waiting for the cluster to confirm it.
@@ -122,6 +125,33 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// The DELETE of `below`'s root let through, said by `entry`, from one read of the graph:
+    /// its cause (an owner or the namespace going), whether the graph holds it, and, when it
+    /// is a cascade's root (no cause, and a `root` to follow: it does not orphan), the cascade
+    /// to follow — the objects of the namespace `namespace` for a Namespace's DELETE, else
+    /// its tree.
+    pub fn of(
+        below: &Below,
+        kind: &dyn Fn(ResourceId) -> String,
+        mut entry: Entry,
+        root: Option<Target>,
+        namespace: Option<&str>,
+    ) -> Self {
+        let (graph, object) = (below.graph(), below.root());
+        let cause = graph.cause_of(object);
+        let seen = graph.node(object).is_some_and(|n| !n.is(Flags::VIRTUAL));
+        let cascade = root
+            .filter(|_| seen && cause.is_none())
+            .map(|root| (root, members(below, kind, namespace)));
+        entry.cause = cause.map(|c| c.to_string());
+        Self {
+            entry,
+            seen,
+            cascade,
+            admitted: Instant::now(),
+        }
+    }
+
     /// Whether `graph` confirms the deletion: the object is being deleted, or gone after it
     /// was seen.
     fn confirmed(&self, graph: &Graph, uid: Uid) -> bool {
@@ -144,6 +174,41 @@ pub struct Member {
     pub owner: Uid,
 }
 
+/// The members of a cascade from `below`'s root: the objects of the namespace `namespace`
+/// (a Namespace's DELETE), else its tree, each with the owner it was reached from; at most
+/// one more than [`MAX_MEMBERS`], which says it is too large to follow.
+fn members(
+    below: &Below,
+    kind: &dyn Fn(ResourceId) -> String,
+    namespace: Option<&str>,
+) -> Vec<Member> {
+    let graph = below.graph();
+    let member = |uid: Uid, owner: Uid| {
+        let node = graph.node(uid)?;
+        let kind = Some(kind(node.resource?)).filter(|k| !k.is_empty())?;
+        Some(Member {
+            uid,
+            kind,
+            namespace: node.namespace().map(str::to_owned),
+            name: node.name.to_string(),
+            owner,
+        })
+    };
+    match namespace {
+        Some(namespace) => graph
+            .in_namespace(namespace)
+            .filter_map(|uid| member(uid, below.root()))
+            .take(MAX_MEMBERS + 1)
+            .collect(),
+        None => below
+            .steps()
+            .iter()
+            .filter_map(|step| member(step.uid, step.owner))
+            .take(MAX_MEMBERS + 1)
+            .collect(),
+    }
+}
+
 /// The entry of a member gone: deleted by a garbage collector (or the namespace controller)
 /// whose DELETE syncgc did not see.
 const COLLECTED_BY: &str = "a collector (its DELETE did not reach syncgc)";
@@ -158,7 +223,7 @@ struct Followed {
 
 /// A cascade followed to its end, for the summary Event on its root.
 #[derive(Debug)]
-struct Cascade {
+struct Tracked {
     root: Target,
     started: Instant,
     /// The objects of its tree still to be judged.
@@ -289,7 +354,7 @@ impl Record {
             tracing::warn!(%root, members = members.len(), followed, "a cascade too large to follow beside the others: no summary Event for it");
             return;
         }
-        self.cascades.push(Cascade {
+        self.cascades.push(Tracked {
             root,
             started,
             members,
@@ -357,7 +422,7 @@ impl Causes {
                     kind: member.kind.to_string(),
                     namespace: member.namespace.map(|ns| ns.to_string()),
                     name: member.name.into(),
-                    action: "deleted".to_owned(),
+                    action: Done::Deleted,
                     by: COLLECTED_BY.to_owned(),
                     at,
                     cause: Some(member.owner.to_string()),
@@ -449,7 +514,7 @@ impl Causes {
     }
 }
 
-impl Cascade {
+impl Tracked {
     fn summary(&self, now: Instant) -> String {
         let deleted: usize = self.deleted.values().sum();
         let kinds: Vec<String> = self
@@ -516,7 +581,7 @@ fn path(kind: &str, namespace: Option<&str>, name: &str) -> String {
 
 /// One object's entry and its causes up to the root.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Answer {
+pub struct Chain {
     pub chain: Vec<Entry>,
 }
 
@@ -530,7 +595,7 @@ mod tests {
             kind: "ConfigMap".into(),
             namespace: Some("ns".into()),
             name: format!("o{n}"),
-            action: "deleted".into(),
+            action: Done::Deleted,
             by: by.into(),
             at,
             cause: cause.map(|c| Uid::from_u128(c).to_string()),

@@ -20,7 +20,7 @@ use super::absent::{self, AbsentOwners};
 use super::barrier::{Barrier, Reads};
 use super::config::GcConfig;
 use super::context::Context;
-use super::decide::{self, Attempt, Dependent, OwnerState, Plan, Propagation};
+use super::decide::{self, ActedBy, Attempt, Dependent, FastPath, OwnerState, Propagation};
 use super::discovery::{self, Rediscovery};
 use super::foreground::Foreground;
 use super::synchronous::{Deadlines, Synchronous};
@@ -53,7 +53,7 @@ pub struct Collector {
 impl Collector {
     pub fn new(
         graph: Reader,
-        resources: discovery::Reader,
+        resources: discovery::ResourcesReader,
         cluster: Cluster,
         metrics: Metrics,
         config: GcConfig,
@@ -327,8 +327,8 @@ impl Collector {
             let Some(node) = graph.node(uid) else {
                 return Ok(());
             };
-            let plan = decide::plan(&graph, uid, node, || self.waves.in_turn(&graph, uid));
-            if plan == Plan::Done {
+            let plan = decide::fast_path(&graph, uid, node, || self.waves.in_turn(&graph, uid));
+            if plan == FastPath::Done {
                 return Ok(());
             }
             let Some(target) = self.cx.target_of(uid, node) else {
@@ -337,15 +337,15 @@ impl Collector {
             (plan, target)
         };
         match plan {
-            Plan::Done => Ok(()),
-            Plan::Delete {
+            FastPath::Done => Ok(()),
+            FastPath::Delete {
                 propagation,
                 resource_version,
             } => {
                 self.delete_dependent(uid, &target, propagation, Some(resource_version))
                     .await
             }
-            Plan::Live => self.attempt_to_delete_live(uid, &target).await,
+            FastPath::Live => self.attempt_to_delete_live(uid, &target).await,
         }
     }
 
@@ -485,15 +485,17 @@ impl Collector {
         );
         let elsewhere = {
             let graph = self.cx.graph();
-            match graph.node(uid) {
-                Some(owner) if owner.seen() && owner.coordinates == coordinates => {
-                    if owner.in_reach_of(dependent.namespace.as_deref()) {
-                        return Ok(OwnerState::of(owner.flags));
-                    }
-                    owner.namespace().map(str::to_owned)
-                }
-                _ => None,
+            let from = dependent.namespace.as_deref();
+            if let Some(state) =
+                decide::owner_in_graph(&graph, uid, coordinates, from, ActedBy::Syncgc)
+            {
+                return Ok(state);
             }
+            // The object with that uid, named as the reference names it, lives elsewhere.
+            graph
+                .node(uid)
+                .filter(|owner| owner.seen() && owner.coordinates == coordinates)
+                .and_then(|owner| owner.namespace().map(str::to_owned))
         };
         let resolved = {
             let resources = self.cx.resources();
@@ -526,7 +528,7 @@ impl Collector {
             );
             self.invalid_namespace(dependent, note).await;
         }
-        let key = absent::Key {
+        let key = absent::AbsentKey {
             namespace: if namespaced {
                 dependent.namespace.clone()
             } else {

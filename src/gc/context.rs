@@ -11,6 +11,7 @@ use kube::runtime::events::EventType;
 use parking_lot::{Mutex, RwLockReadGuard};
 use tokio::time::Instant;
 
+use super::causes::Done;
 use super::config::GcConfig;
 use super::discovery::{self, Resources};
 use super::queue::WorkQueue;
@@ -26,7 +27,7 @@ const DELETED_GRACE: Duration = Duration::from_secs(30);
 /// What the workers share below their parts.
 pub struct Context {
     graph: Reader,
-    resources: discovery::Reader,
+    resources: discovery::ResourcesReader,
     pub cluster: Cluster,
     pub metrics: Metrics,
     pub queue: WorkQueue<Work>,
@@ -38,7 +39,7 @@ pub struct Context {
 impl Context {
     pub fn new(
         graph: Reader,
-        resources: discovery::Reader,
+        resources: discovery::ResourcesReader,
         cluster: Cluster,
         metrics: Metrics,
         config: GcConfig,
@@ -151,7 +152,7 @@ impl Context {
         target: &Target,
         propagation: crate::api::Propagation,
     ) -> Result<(), ApiError> {
-        use super::guard::{self, Verdict};
+        use super::guard::{self, Judgement};
         if !self.config.guards {
             return Ok(());
         }
@@ -176,11 +177,11 @@ impl Context {
         };
         match verdict {
             // Its own protection: kept by the caller, which reads it live first.
-            Some(Verdict::Refuse {
+            Some(Judgement::Refuse {
                 guard: guard::Guard::Protected,
                 ..
             }) if protected => Ok(()),
-            Some(Verdict::Refuse { message, .. }) => Err(ApiError::Held {
+            Some(Judgement::Refuse { message, .. }) => Err(ApiError::Held {
                 target: target.to_string(),
                 message,
             }),
@@ -190,23 +191,23 @@ impl Context {
 
     /// Records that `target`'s references to `owner` were removed (when causes are on).
     pub fn record_orphaned(&self, target: &Target, owner: &str) {
-        self.record_done(target, "orphaned", Some(owner.to_owned()));
+        self.record_done(target, Done::Orphaned, Some(owner.to_owned()));
     }
 
     /// Records that the collector deleted `target`, a step of the cascade through `cause`
     /// (when causes are on): its DELETE reaches syncgc's webhook only when a guard applies.
     pub fn record_deleted(&self, target: &Target, cause: Option<Uid>) {
-        self.record_done(target, "deleted", cause.map(|c| c.to_string()));
+        self.record_done(target, Done::Deleted, cause.map(|c| c.to_string()));
     }
 
-    fn record_done(&self, target: &Target, action: &str, cause: Option<String>) {
+    fn record_done(&self, target: &Target, action: Done, cause: Option<String>) {
         if let Some(causes) = &self.config.causes {
             causes.record(super::causes::Entry {
                 uid: target.uid.clone(),
                 kind: target.resource.kind.clone(),
                 namespace: target.namespace.clone(),
                 name: target.name.clone(),
-                action: action.to_owned(),
+                action,
                 by: "syncgc".to_owned(),
                 at: crate::api::clock::now().as_second(),
                 cause,

@@ -14,7 +14,7 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::Collector;
-use super::causes::{Answer, Causes};
+use super::causes::{Causes, Chain};
 use super::discovery::Resources;
 use crate::graph::{Graph, Reader, Uid};
 use tokio::time::Instant;
@@ -208,9 +208,9 @@ async fn deleted(
                 .into_response();
         }
     };
-    let answers: Vec<Answer> = uids
+    let answers: Vec<Chain> = uids
         .into_iter()
-        .map(|uid| Answer {
+        .map(|uid| Chain {
             chain: causes.chain(uid),
         })
         .filter(|a| !a.chain.is_empty())

@@ -7,7 +7,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 
 pub use crate::api::Propagation;
-use crate::graph::{Flags, Graph, Mode, Node, Uid};
+use crate::graph::{Coordinates, Flags, Graph, Mode, Node, Uid};
 
 /// An owner as a dependent sees it (the upstream GC's vocabulary in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +45,36 @@ impl OwnerState {
     fn waiting(self) -> bool {
         matches!(self, Self::WaitingForeground | Self::WaitingSynchronous)
     }
+}
+
+/// The collector that judges, and acts on, a dependent: syncgc, or Kubernetes' garbage
+/// collector, which knows nothing of syncgc's finalizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActedBy {
+    Syncgc,
+    Kubernetes,
+}
+
+/// How a dependent in the namespace `from` sees the owner `uid` its reference names as
+/// `coordinates`, from the graph alone and in the eyes of `by`: the one rule of the workers'
+/// fast path and live reads, the cascade model and `syncgc explain`. `None` where the graph
+/// cannot say — it has not seen that owner, or the reference does not name it where the
+/// dependent can reach it — and a live read (or the model's facts) must.
+pub fn owner_in_graph(
+    graph: &Graph,
+    uid: Uid,
+    coordinates: Coordinates,
+    from: Option<&str>,
+    by: ActedBy,
+) -> Option<OwnerState> {
+    let owner = graph.node(uid).filter(|owner| owner.seen())?;
+    if owner.coordinates != coordinates || !owner.in_reach_of(from) {
+        return None;
+    }
+    Some(match by {
+        ActedBy::Syncgc => OwnerState::of(owner.flags),
+        ActedBy::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),
+    })
 }
 
 /// What the decision needs of the dependent itself.
@@ -108,7 +138,7 @@ impl Dependent {
 
 /// What the graph alone says about a dependent (the fast path of `attemptToDeleteItem`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
+pub enum FastPath {
     /// Nothing to do.
     Done,
     /// Delete it, on the condition that it is still as the graph saw it.
@@ -121,34 +151,39 @@ pub enum Plan {
     Live,
 }
 
-/// [`Plan`] for the dependent `uid`, seen as `node`, whose turn has come or not (`in_turn`,
+/// [`FastPath`] for the dependent `uid`, seen as `node`, whose turn has come or not (`in_turn`,
 /// asked only once every owner is classified): upstream's reference classification (each
 /// owner solid, waiting or absent) from the graph wherever it has seen every owner the
 /// references name.
-pub fn plan(graph: &Graph, uid: Uid, node: &Node, in_turn: impl FnOnce() -> bool) -> Plan {
+pub fn fast_path(graph: &Graph, uid: Uid, node: &Node, in_turn: impl FnOnce() -> bool) -> FastPath {
     if node.is(Flags::DELETING) {
-        return Plan::Done;
+        return FastPath::Done;
     }
     let mut owners = Vec::with_capacity(node.owners.len());
     for link in node.owners.iter() {
-        match graph.node(link.uid) {
-            Some(owner) if owner.seen() && owner.is_owner_through(node, link) => {
-                owners.push(OwnerState::of(owner.flags));
-            }
-            _ => return Plan::Live,
-        }
+        let seen = owner_in_graph(
+            graph,
+            link.uid,
+            link.coordinates,
+            node.namespace(),
+            ActedBy::Syncgc,
+        );
+        let Some(state) = seen else {
+            return FastPath::Live;
+        };
+        owners.push(state);
     }
     let dependent = Dependent::of(graph, uid, node.flags, in_turn());
     match attempt_to_delete(graph.mode(), &owners, dependent) {
-        Attempt::Wait => Plan::Done,
+        Attempt::Wait => FastPath::Done,
         Attempt::Delete {
             propagation,
             unblock,
-        } if unblock.is_empty() && node.resource_version != 0 => Plan::Delete {
+        } if unblock.is_empty() && node.resource_version != 0 => FastPath::Delete {
             propagation,
             resource_version: node.resource_version,
         },
-        _ => Plan::Live,
+        _ => FastPath::Live,
     }
 }
 
@@ -612,14 +647,14 @@ mod tests {
             }
         }
 
-        fn plan_of(mode: Mode, objects: Vec<Observed>, uid: u128) -> Plan {
+        fn plan_of(mode: Mode, objects: Vec<Observed>, uid: u128) -> FastPath {
             let mut graph = Graph::new(mode);
             for object in objects {
                 graph.apply(ResourceId::new(0), object);
             }
             let uid = Uid::from_u128(uid);
             let node = graph.node(uid).unwrap().clone();
-            plan(&graph, uid, &node, || true)
+            fast_path(&graph, uid, &node, || true)
         }
 
         const WAITING: Flags = Flags::ARMED.with(Flags::DELETING, true);
@@ -629,7 +664,7 @@ mod tests {
             let objects = vec![object(1, &[], WAITING), object(2, &[1], Flags::empty())];
             assert_eq!(
                 plan_of(Mode::Cooperative, objects, 2),
-                Plan::Delete {
+                FastPath::Delete {
                     propagation: Propagation::Background,
                     resource_version: 5
                 }
@@ -640,12 +675,12 @@ mod tests {
         fn an_owner_the_graph_cannot_vouch_for_is_read() {
             // Never seen: a virtual node.
             let unseen = vec![object(2, &[1], Flags::empty())];
-            assert_eq!(plan_of(Mode::Standalone, unseen, 2), Plan::Live);
+            assert_eq!(plan_of(Mode::Standalone, unseen, 2), FastPath::Live);
             // Seen, but the reference names another object.
             let mut other = object(2, &[1], Flags::empty());
             other.owners[0].coordinates = Coordinates::of("v1", "ConfigMap", "other");
             let renamed = vec![object(1, &[], WAITING), other];
-            assert_eq!(plan_of(Mode::Cooperative, renamed, 2), Plan::Live);
+            assert_eq!(plan_of(Mode::Cooperative, renamed, 2), FastPath::Live);
         }
 
         #[test]
@@ -654,9 +689,9 @@ mod tests {
                 object(1, &[], Flags::empty()),
                 object(2, &[1], Flags::empty()),
             ];
-            assert_eq!(plan_of(Mode::Standalone, solid, 2), Plan::Done);
+            assert_eq!(plan_of(Mode::Standalone, solid, 2), FastPath::Done);
             let deleting = vec![object(1, &[], WAITING), object(2, &[1], Flags::DELETING)];
-            assert_eq!(plan_of(Mode::Cooperative, deleting, 2), Plan::Done);
+            assert_eq!(plan_of(Mode::Cooperative, deleting, 2), FastPath::Done);
         }
 
         #[test]

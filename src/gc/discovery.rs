@@ -100,21 +100,21 @@ pub struct Resources {
 }
 
 /// The table of resources as the last discovery left it, written by the graph builder alone:
-/// the writer of a [`Writer`]/[`Reader`] pair, as the graph's.
+/// the writer of a [`ResourcesWriter`]/[`ResourcesReader`] pair, as the graph's.
 #[derive(Debug)]
-pub struct Writer {
+pub struct ResourcesWriter {
     table: Arc<RwLock<Resources>>,
     discoveries: signal::Sender<u64>,
 }
 
 /// A read-only handle on the table of resources, and on how many discoveries changed it.
 #[derive(Debug, Clone)]
-pub struct Reader {
+pub struct ResourcesReader {
     table: Arc<RwLock<Resources>>,
     discoveries: signal::Receiver<u64>,
 }
 
-impl Default for Writer {
+impl Default for ResourcesWriter {
     fn default() -> Self {
         Self {
             table: Arc::default(),
@@ -123,7 +123,7 @@ impl Default for Writer {
     }
 }
 
-impl Writer {
+impl ResourcesWriter {
     /// Takes in what a discovery found; the first, and each that changed what is served
     /// (the resources or the groups that fail), is counted for the readers.
     pub fn update(&self, found: Found) -> Changes {
@@ -142,8 +142,8 @@ impl Writer {
         self.table.read()
     }
 
-    pub fn reader(&self) -> Reader {
-        Reader {
+    pub fn reader(&self) -> ResourcesReader {
+        ResourcesReader {
             table: self.table.clone(),
             discoveries: self.discoveries.subscribe(),
         }
@@ -151,13 +151,13 @@ impl Writer {
 }
 
 /// An empty table that nothing writes (for a webhook without a collector).
-impl Default for Reader {
+impl Default for ResourcesReader {
     fn default() -> Self {
-        Writer::default().reader()
+        ResourcesWriter::default().reader()
     }
 }
 
-impl Reader {
+impl ResourcesReader {
     pub fn read(&self) -> RwLockReadGuard<'_, Resources> {
         self.table.read()
     }

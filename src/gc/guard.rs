@@ -7,21 +7,21 @@
 //! owner of it is gone or waits for its dependents) is not counted against a limit: the limit
 //! was checked at the cascade's root, and refusing a step of it would strand the rest.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::needs::Needs;
 use super::{cascade, terminating};
 use crate::annotations::Timeouts;
 use crate::api::Propagation;
-use crate::graph::{Flags, Graph, Node, ResourceId, Uid};
+use crate::graph::{Below, Flags, Graph, Node, ResourceId, Uid};
 
 /// The DELETE being judged, as the review says it.
 #[derive(Debug, Clone)]
 pub struct Delete<'a> {
     pub uid: Uid,
     /// `Kind namespace/name`, for messages.
-    pub described: &'a str,
+    pub described: String,
     pub kind: &'a str,
     pub namespace: Option<&'a str>,
     pub name: &'a str,
@@ -36,7 +36,7 @@ pub struct Delete<'a> {
 
 /// What the guards say of a DELETE.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Judgement {
     /// It goes ahead, with these warnings. `released`: a handler whose hold just ended by its
     /// timeout, and what still held it (for a Warning Event on it).
     Pass {
@@ -53,7 +53,7 @@ pub enum Verdict {
     },
 }
 
-impl Verdict {
+impl Judgement {
     /// It goes ahead, with nothing to say.
     pub fn pass() -> Self {
         Self::Pass {
@@ -72,7 +72,7 @@ impl Verdict {
 }
 
 /// The guard that refused a DELETE: a closed set, whose names are the metric labels of the
-/// DELETEs refused.
+/// DELETEs refused ([`crate::webhook::admit::Case::Refused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guard {
     /// The object, or one its cascade would delete, is protected.
@@ -96,9 +96,6 @@ impl Guard {
         }
     }
 }
-
-/// A DELETE the guards let through, as a metric label.
-pub const PASSED: &str = "passed_guards";
 
 /// The bounds the guards keep, from syncgc's flags.
 #[derive(Debug, Clone, Copy, Default)]
@@ -131,17 +128,19 @@ impl Judging {
     }
 }
 
-/// Judges `delete`; `kind` names the graph's resources; `needs` is what each finalizer handler
-/// needs to act.
+/// Judges `delete`, whose tree in the graph is `below` (walked once, only if a guard needs
+/// it); `kind` names the graph's resources; `needs` is what each finalizer handler needs to
+/// act.
 pub fn judge(
-    graph: &Graph,
+    below: &Below,
     kind: impl Fn(ResourceId) -> String,
     needs: &Needs,
     delete: &Delete,
     bounds: &Bounds,
     judging: Judging,
-) -> Verdict {
+) -> Judgement {
     let now = judging.now;
+    let graph = below.graph();
     let node = graph.node(delete.uid);
     if delete.protected {
         return protected(graph, delete, node, bounds, judging);
@@ -151,7 +150,7 @@ pub fn judge(
     if graph.handlers().len() > 0 {
         match hold(graph, &kind, needs, delete, bounds, now) {
             Some(HoldSays::Refuse(message)) => {
-                return Verdict::refuse(Guard::HeldForHandler, message);
+                return Judgement::refuse(Guard::HeldForHandler, message);
             }
             Some(HoldSays::TimedOut { handler, note }) => {
                 warnings.push(note.clone());
@@ -167,11 +166,11 @@ pub fn judge(
         .is_some_and(|ns| graph.namespace_deleted_at(ns).is_some())
         || node.is_some_and(|n| n.owners.iter().any(|l| graph.going(l.uid)));
     if !guarded || admitted {
-        return Verdict::Pass { warnings, released };
+        return Judgement::Pass { warnings, released };
     }
     let orphaning = !delete.namespace_object && delete.propagation == Propagation::Orphan;
     if !judging.synced && !orphaning {
-        return Verdict::refuse(
+        return Judgement::refuse(
             Guard::Unjudged,
             format!(
                 "syncgc cannot judge the DELETE of {} yet: it is still listing the cluster, and \
@@ -182,17 +181,17 @@ pub fn judge(
     }
     // Within its limit whatever the model says (a cascade deletes at most the tree), and
     // nothing protected below it: no need to run it.
-    let tree = graph.transitive_dependents(delete.uid);
-    let below = !delete.namespace_object && protected_below(graph, delete.uid, tree);
-    if !delete.namespace_object && !below {
+    let tree = below.count();
+    let reaches_protected = !delete.namespace_object && protected_below(below);
+    if !delete.namespace_object && !reaches_protected {
         match limit {
-            None => return Verdict::Pass { warnings, released },
+            None => return Judgement::Pass { warnings, released },
             Some(limit) if tree <= limit => {
                 warnings.push(format!(
                     "syncgc: this DELETE deletes at most {tree} objects, within the cascade \
                      limit of {limit}"
                 ));
-                return Verdict::Pass { warnings, released };
+                return Judgement::Pass { warnings, released };
             }
             Some(_) => {}
         }
@@ -200,7 +199,7 @@ pub fn judge(
     let modelled =
         !delete.namespace_object && !orphaning && !graph.dependents(delete.uid).is_empty();
     if modelled && tree > judging.budget {
-        return Verdict::refuse(
+        return Judgement::refuse(
             Guard::Unjudged,
             format!(
                 "syncgc cannot judge the DELETE of {} within the webhook's timeout: {tree} \
@@ -208,7 +207,7 @@ pub fn judge(
                  guard applies ({}). Delete its dependents in parts first, or remove the guard",
                 delete.described,
                 judging.budget,
-                if below {
+                if reaches_protected {
                     "a protected object is below it"
                 } else {
                     "a cascade limit"
@@ -221,14 +220,14 @@ pub fn judge(
     } else if !modelled {
         Vec::new()
     } else {
-        let (outcome, _) = cascade::on_copy(graph, delete.uid, delete.propagation);
+        let (outcome, _) = cascade::on_copy(below, delete.propagation);
         outcome.sent().collect::<Vec<_>>()
     };
     if let Some(reached) = deleted
         .iter()
         .find(|uid| graph.guards(**uid).is_some_and(|g| g.protected))
     {
-        return Verdict::refuse(
+        return Judgement::refuse(
             Guard::Protected,
             format!(
                 "the DELETE of {} would delete {}, which is protected (syncgc.io/protected: \
@@ -236,7 +235,7 @@ pub fn judge(
              annotation from the protected object first",
                 delete.described,
                 describe(graph, &kind, *reached),
-                path(graph, &kind, delete, *reached),
+                path(below, &kind, delete, *reached),
             ),
         );
     }
@@ -248,7 +247,7 @@ pub fn judge(
             .collect::<Vec<_>>()
             .join(", ");
         if deleted.len() > limit {
-            return Verdict::refuse(
+            return Judgement::refuse(
                 Guard::CascadeLimit,
                 format!(
                     "the DELETE of {} would delete {} objects ({counted}), more than its cascade \
@@ -274,7 +273,7 @@ pub fn judge(
             }
         ));
     }
-    Verdict::Pass { warnings, released }
+    Judgement::Pass { warnings, released }
 }
 
 /// The guards' verdict on a DELETE that syncgc's collector sends itself (a step of a cascade
@@ -290,13 +289,12 @@ pub fn judge_own(
     propagation: Propagation,
     bounds: &Bounds,
     now: i64,
-) -> Option<Verdict> {
+) -> Option<Judgement> {
     let node = graph.node(uid)?;
     let kind_name = node.resource.map(&kind).unwrap_or_default();
-    let described = describe(graph, &kind, uid);
     let delete = Delete {
         uid,
-        described: &described,
+        described: describe(graph, &kind, uid),
         kind: &kind_name,
         namespace: node.namespace(),
         name: &node.name,
@@ -310,7 +308,8 @@ pub fn judge_own(
         synced: true,
         budget: usize::MAX,
     };
-    Some(judge(graph, kind, needs, &delete, bounds, judging))
+    let below = Below::new(graph, uid);
+    Some(judge(&below, kind, needs, &delete, bounds, judging))
 }
 
 /// The `syncgc plan` command that lists what the DELETE of `delete` would delete.
@@ -322,17 +321,18 @@ fn plan_command(delete: &Delete) -> String {
     command
 }
 
-/// Whether a protected object is among the `tree` objects below `uid`: walked up from each
-/// protected object where they are fewer than the tree, else down the tree.
-fn protected_below(graph: &Graph, uid: Uid, tree: usize) -> bool {
+/// Whether a protected object is among the objects `below` the DELETE's: looked for up from
+/// each protected object where they are fewer than the tree, else down the tree.
+fn protected_below(below: &Below) -> bool {
+    let (graph, uid) = (below.graph(), below.root());
     if graph.protected().len() == 0 {
         return false;
     }
-    if graph.protected().len() > tree {
-        return graph
-            .tree(uid)
-            .skip(1)
-            .any(|d| graph.guards(d).is_some_and(|g| g.protected));
+    if graph.protected().len() > below.count() {
+        return below
+            .steps()
+            .iter()
+            .any(|d| graph.guards(d.uid).is_some_and(|g| g.protected));
     }
     let mut seen = std::collections::HashSet::new();
     let mut up: Vec<Uid> = graph.protected().filter(|p| *p != uid).collect();
@@ -363,7 +363,7 @@ fn protected(
     node: Option<&Node>,
     bounds: &Bounds,
     judging: Judging,
-) -> Verdict {
+) -> Judgement {
     let synced = judging.synced;
     let hold = delete
         .namespace
@@ -371,7 +371,7 @@ fn protected(
     if let Some((namespace, (_, until))) = hold
         && judging.now >= until
     {
-        return Verdict::Pass {
+        return Judgement::Pass {
             warnings: vec![format!(
                 "syncgc: {} is protected, but its namespace {namespace} is being deleted and \
                  the time a protected object holds it has passed: it goes with the namespace",
@@ -408,7 +408,7 @@ fn protected(
              garbage collector deletes it",
         );
     }
-    Verdict::Refuse {
+    Judgement::Refuse {
         message,
         drop_owners,
         guard: Guard::Protected,
@@ -538,7 +538,7 @@ pub fn describe(graph: &Graph, kind: &impl Fn(ResourceId) -> String, uid: Uid) -
 
 /// How the DELETE of `delete` reaches `reached`: the chain of owners between them.
 fn path(
-    graph: &Graph,
+    below: &Below,
     kind: &impl Fn(ResourceId) -> String,
     delete: &Delete,
     reached: Uid,
@@ -546,17 +546,11 @@ fn path(
     if delete.namespace_object {
         return format!("it is in the namespace {}", delete.name);
     }
-    let parents: HashMap<Uid, Uid> = graph.walk(delete.uid).map(|s| (s.uid, s.owner)).collect();
-    let mut chain = vec![reached];
-    while let Some(parent) = parents.get(chain.last().unwrap_or(&reached)) {
-        if *parent == delete.uid || chain.len() > 64 {
-            break;
-        }
-        chain.push(*parent);
-    }
-    chain.push(delete.uid);
-    chain.reverse();
-    let names: Vec<String> = chain.iter().map(|u| describe(graph, kind, *u)).collect();
+    let chain = below.path_to(reached);
+    let names: Vec<String> = chain
+        .iter()
+        .map(|u| describe(below.graph(), kind, *u))
+        .collect();
     format!("the path is {}", names.join(" → "))
 }
 
@@ -636,7 +630,7 @@ mod tests {
     fn delete(n: u128) -> Delete<'static> {
         Delete {
             uid: uid(n),
-            described: "ConfigMap ns/target",
+            described: "ConfigMap ns/target".to_owned(),
             kind: "ConfigMap",
             namespace: Some("ns"),
             name: "target",
@@ -647,9 +641,9 @@ mod tests {
         }
     }
 
-    fn judged(graph: &Graph, delete: &Delete, bounds: &Bounds) -> Verdict {
+    fn judged(graph: &Graph, delete: &Delete, bounds: &Bounds) -> Judgement {
         judge(
-            graph,
+            &Below::new(graph, delete.uid),
             |_| "ConfigMap".to_owned(),
             &Needs::default(),
             delete,
@@ -658,8 +652,8 @@ mod tests {
         )
     }
 
-    fn refused(verdict: &Verdict, guard: Guard, says: &[&str]) {
-        let Verdict::Refuse {
+    fn refused(verdict: &Judgement, guard: Guard, says: &[&str]) {
+        let Judgement::Refuse {
             message, guard: by, ..
         } = verdict
         else {
@@ -671,10 +665,10 @@ mod tests {
         }
     }
 
-    fn passed(verdict: &Verdict) -> &[String] {
+    fn passed(verdict: &Judgement) -> &[String] {
         match verdict {
-            Verdict::Pass { warnings, .. } => warnings,
-            Verdict::Refuse { message, .. } => panic!("refused: {message}"),
+            Judgement::Pass { warnings, .. } => warnings,
+            Judgement::Refuse { message, .. } => panic!("refused: {message}"),
         }
     }
 
@@ -699,7 +693,7 @@ mod tests {
             Guard::Protected,
             &["is protected", "remove the annotation"],
         );
-        let Verdict::Refuse { drop_owners, .. } = verdict else {
+        let Judgement::Refuse { drop_owners, .. } = verdict else {
             unreachable!()
         };
         assert_eq!(drop_owners, vec![uid(1)], "only the owner that is going");
@@ -746,7 +740,7 @@ mod tests {
         };
         let judge_with = |delete: &Delete, judging| {
             judge(
-                &g,
+                &Below::new(&g, delete.uid),
                 |_| "ConfigMap".to_owned(),
                 &Needs::default(),
                 delete,
@@ -809,11 +803,14 @@ mod tests {
             with(5, &[1], Flags::empty(), none.clone()),
             with(6, &[], Flags::empty(), none.clone()),
         ]);
-        assert!(protected_below(&g, uid(1), 4));
-        assert!(protected_below(&g, uid(3), 1));
-        assert!(!protected_below(&g, uid(5), 0));
-        assert!(!protected_below(&g, uid(6), 0));
-        assert!(!protected_below(&g, uid(4), 0), "not below itself");
+        assert!(protected_below(&Below::new(&g, uid(1))));
+        assert!(protected_below(&Below::new(&g, uid(3))));
+        assert!(!protected_below(&Below::new(&g, uid(5))));
+        assert!(!protected_below(&Below::new(&g, uid(6))));
+        assert!(
+            !protected_below(&Below::new(&g, uid(4))),
+            "not below itself"
+        );
         // More protected objects than the tree: walked down the tree.
         let g = graph([
             with(1, &[], Flags::empty(), none.clone()),
@@ -821,8 +818,8 @@ mod tests {
             with(7, &[], Flags::empty(), protected()),
             with(8, &[], Flags::empty(), protected()),
         ]);
-        assert!(protected_below(&g, uid(1), 1));
-        assert!(!protected_below(&g, uid(7), 0));
+        assert!(protected_below(&Below::new(&g, uid(1))));
+        assert!(!protected_below(&Below::new(&g, uid(7))));
     }
 
     #[test]
@@ -947,7 +944,7 @@ mod tests {
         let needs = Needs::default();
         let at = |now| {
             judge(
-                &g,
+                &Below::new(&g, uid(3)),
                 |_| "ConfigMap".to_owned(),
                 &needs,
                 &delete(3),
@@ -956,7 +953,7 @@ mod tests {
             )
         };
         refused(&at(NOW + 55), Guard::HeldForHandler, &["at most 61s"]);
-        let Verdict::Pass { warnings, released } = at(NOW + 57) else {
+        let Judgement::Pass { warnings, released } = at(NOW + 57) else {
             panic!("held past its timeout");
         };
         assert_eq!(released.as_ref().map(|r| r.0), Some(uid(1)));

@@ -88,7 +88,7 @@ const GAUGES_INTERVAL: Duration = Duration::from_secs(5);
 pub async fn run(
     collector: Arc<Collector>,
     graph: crate::graph::Writer,
-    resources: discovery::Writer,
+    resources: discovery::ResourcesWriter,
     readiness: Readiness,
     leading: signal::Receiver<bool>,
     shutdown: CancellationToken,

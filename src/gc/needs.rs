@@ -292,7 +292,7 @@ pub async fn resolve(cluster: &Cluster, workload: &Target) -> Result<Vec<Needed>
 pub async fn run(
     needs: Needs,
     graph: Reader,
-    resources: super::discovery::Reader,
+    resources: super::discovery::ResourcesReader,
     cluster: Cluster,
     metrics: crate::metrics::Metrics,
     shutdown: CancellationToken,

@@ -142,6 +142,25 @@ impl Orders {
     }
 }
 
+/// The waves of the dependents of the waiting owner `owner` still in the graph, with how many
+/// objects each holds, the one in progress (the highest) first; `None` when none of them
+/// carries an order (a valid one or not).
+pub fn wave_counts(graph: &Graph, owner: Uid) -> Option<Vec<(Wave, usize)>> {
+    let ordered = |d: Uid| graph.wave(d) != Wave::default() || graph.invalid_order(d).is_some();
+    if !graph.valid_dependents(owner).any(|(d, ..)| ordered(d)) {
+        return None;
+    }
+    let mut counts: Vec<(Wave, usize)> = Vec::new();
+    for wave in waves_of(graph, owner) {
+        match counts.iter_mut().find(|(w, _)| *w == wave) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((wave, 1)),
+        }
+    }
+    counts.sort_by_key(|(wave, _)| std::cmp::Reverse(*wave));
+    Some(counts)
+}
+
 /// The waves of the dependents of `uid` still in the graph.
 fn waves_of(graph: &Graph, uid: Uid) -> Vec<Wave> {
     graph

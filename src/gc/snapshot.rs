@@ -13,7 +13,9 @@ use super::discovery::{self, Resource, Resources, resolve};
 use super::watch;
 use crate::api::meta::Meta;
 use crate::api::{Cluster, Target};
-use crate::graph::{Coordinates, Flags, Graph, Mode, Observed, ResourceId, Uid};
+use crate::graph::{
+    Coordinates, FinalizerPlaces, Flags, Graph, Guards, Mode, Observed, ResourceId, Uid,
+};
 
 /// What was read: the graph of the scope, the facts a cascade needs, each object's resource
 /// and metadata, and what could not be listed.
@@ -182,16 +184,8 @@ impl Snapshot {
     /// Puts one object read into the graph, with its finalizers of others.
     fn take(read: &mut Self, id: ResourceId, observed: Observed, meta: Meta) {
         let uid = observed.uid;
+        read.facts.note_foreign(&observed);
         read.graph.apply(id, observed);
-        let foreign: Vec<String> = meta
-            .finalizers
-            .iter()
-            .filter(|f| Flags::foreign(f))
-            .cloned()
-            .collect();
-        if !foreign.is_empty() {
-            read.facts.foreign.insert(uid, foreign);
-        }
         read.objects.insert(uid, (id, meta));
     }
 
@@ -233,6 +227,13 @@ impl Snapshot {
             };
             match cluster.get_metadata(&target).await {
                 Ok(Some(object)) => {
+                    let flags = Flags::of_object(&object);
+                    let meta = Meta {
+                        name: reference.name.clone(),
+                        uid: Some(reference.uid.clone()),
+                        finalizers: object.finalizers.unwrap_or_default(),
+                        ..Meta::default()
+                    };
                     let observed = Observed {
                         uid: Uid::parse(&reference.uid),
                         coordinates: Coordinates::in_group(
@@ -241,14 +242,10 @@ impl Snapshot {
                             &reference.name,
                         ),
                         name: reference.name.clone(),
-                        flags: Flags::of_object(&object),
+                        flags,
+                        places: FinalizerPlaces::of(&meta),
+                        guards: Guards::of(&meta),
                         ..Observed::default()
-                    };
-                    let meta = Meta {
-                        name: reference.name.clone(),
-                        uid: Some(reference.uid.clone()),
-                        finalizers: object.finalizers.unwrap_or_default(),
-                        ..Meta::default()
                     };
                     Self::take(read, id, observed, meta);
                 }

@@ -10,7 +10,9 @@
 //! - [`guards`]: what an object says to the guards (protected, a finalizer handler, the
 //!   finalizers of others it carries).
 //! - [`shared`]: the graph shared between its one writer and its readers.
+//! - [`below`]: the objects below one, walked once for everyone who asks.
 
+mod below;
 mod flags;
 mod guards;
 mod index;
@@ -23,13 +25,15 @@ use std::num::NonZeroU16;
 use std::ops::Deref;
 use std::sync::Arc;
 
+pub use below::Below;
 pub use flags::{FinalizerPlaces, Flags};
 pub use guards::{Guards, Handles, protects};
 pub use shared::{Reader, Writer};
 pub use uid::{Uid, UidHash};
 
 /// Which deletions syncgc carries out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Beside the cluster's own garbage collector: syncgc handles its finalizer and the
     /// dependents of the owners that carry it; kube-controller-manager does the rest.
@@ -375,6 +379,12 @@ impl Node {
     }
 }
 
+/// The reference of `dependent` to `owner` (uid `uid`) when it really reaches it.
+fn reaching(owner: &Node, uid: Uid, dependent: &Node) -> Option<OwnerLink> {
+    let link = *dependent.owners.iter().find(|l| l.uid == uid)?;
+    owner.is_owner_through(dependent, &link).then_some(link)
+}
+
 /// Something a worker should look at again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Work {
@@ -532,11 +542,14 @@ impl<S: BuildHasher + Default + Clone> Graph<S> {
             .iter()
             .filter_map(move |d| {
                 let dependent = self.node(*d)?;
-                let link = *dependent.owners.iter().find(|l| l.uid == uid)?;
-                owner?
-                    .is_owner_through(dependent, &link)
-                    .then_some((*d, dependent, link))
+                Some((*d, dependent, reaching(owner?, uid, dependent)?))
             })
+    }
+
+    /// The reference of `dependent` to `owner` when it really reaches it (see
+    /// [`Graph::valid_dependents`]).
+    pub fn link(&self, owner: Uid, dependent: Uid) -> Option<OwnerLink> {
+        reaching(self.node(owner)?, owner, self.node(dependent)?)
     }
 
     /// Whether `node` waits for its dependents in this mode.

@@ -18,6 +18,7 @@ use super::review::{Metadata, Operation, Request};
 use crate::annotations::{Timeouts, annotation_problems};
 use crate::api::{Claims, Marks, Propagation};
 use crate::gc::cascade::Preview;
+use crate::gc::guard::Guard;
 use crate::names::{
     ARMED_LABEL, FOREGROUND_FINALIZER, GUARDED_LABEL, HANDLES_FINALIZERS_ANNOTATION,
     MAX_CASCADE_ANNOTATION, ORPHAN_FINALIZER, PROPAGATION_ANNOTATION, PROTECTED_ANNOTATION,
@@ -58,7 +59,8 @@ impl Policy {
     }
 }
 
-/// Which case of the decision applied; a closed set, used as a metric label and in logs.
+/// Which case of a review's decision applied, [`admit`]'s or the guards'; a closed set, used
+/// as the metric label and in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Case {
     /// Not an object syncgc looks at: a subresource, a CONNECT, or an object without metadata.
@@ -78,6 +80,12 @@ pub enum Case {
     DeleteDefaultPropagation,
     DeleteUnarmedAllowed,
     DeleteUnarmedDenied,
+    /// Through the guards: a DELETE they let through.
+    PassedGuards,
+    /// Through the guards: an eviction they let through.
+    Eviction,
+    /// Through the guards: refused by this guard.
+    Refused(Guard),
 }
 
 impl Case {
@@ -93,6 +101,9 @@ impl Case {
             Self::DeleteDefaultPropagation => "delete_default_propagation",
             Self::DeleteUnarmedAllowed => "delete_unarmed_allowed",
             Self::DeleteUnarmedDenied => "delete_unarmed_denied",
+            Self::PassedGuards => "passed_guards",
+            Self::Eviction => "eviction",
+            Self::Refused(guard) => guard.as_str(),
         }
     }
 }
@@ -573,7 +584,7 @@ fn add(path: PointerBuf, value: Value) -> PatchOperation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::review::{Object, Options};
+    use crate::webhook::review::{Options, ReviewedObject};
     use serde_json::json;
     use std::time::Duration;
 
@@ -612,7 +623,7 @@ mod tests {
     }
 
     fn request(operation: Operation, object: Option<Metadata>, old: Option<Metadata>) -> Request {
-        let wrap = |m: Option<Metadata>| m.map(|m| Object { metadata: Some(m) });
+        let wrap = |m: Option<Metadata>| m.map(|m| ReviewedObject { metadata: Some(m) });
         Request {
             uid: "r".into(),
             name: "cm".into(),
@@ -790,7 +801,7 @@ mod tests {
         let r = request(Operation::Connect, None, None);
         assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);
         let mut r = request(Operation::Create, None, None);
-        r.object = Some(Object { metadata: None });
+        r.object = Some(ReviewedObject { metadata: None });
         assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);
         let r = request(Operation::Delete, None, None);
         assert_eq!(admit(&r, &DENY, 0).reason, Case::Ignored);

@@ -1,8 +1,8 @@
-//! `POST /mutate` and `POST /guard`: reads the body within limits; on `/mutate` counts a
-//! DELETE's dependents in the graph (read-only, for the warning; a dry run's cascade is run on
-//! a copy of its part), asks [`admit`] for the decision, makes its side effect through the API
-//! before the apiserver's deadline; on `/guard` asks [`guard`] for the verdict on a DELETE or
-//! an eviction; answers. It decides nothing itself.
+//! `POST /mutate` and `POST /guard`: reads the body within limits, parses it, asks
+//! [`decision`] (under one read of the graph; on `/guard` off the runtime's threads when a
+//! guard can apply), makes the effects through the API before the apiserver's deadline (a
+//! finalizer added, a protected object's references dropped, a handler's Event, the record of
+//! causes) and answers. It decides nothing itself.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,17 +16,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::api::ApiResource;
 
-use super::admit::{self, Decision, Policy, admit};
-use super::review::Operation;
+use super::admit::{self, Case, Decision, Policy, admit};
+use super::decision::{self, Grounds, target_of};
 use super::review::{self, Answer, Review};
 use super::tls::ClientCertified;
 use crate::api::{ApiError, Claims, Cluster, Target};
-use crate::gc::cascade::{self, Preview};
-use crate::gc::causes::{Causes, Entry, Member, Pending};
+use crate::gc::causes::{Causes, Pending};
 use crate::gc::discovery;
 use crate::gc::guard;
 use crate::gc::needs::Needs;
-use crate::graph::{Flags, Graph, Reader, ResourceId, Uid};
+use crate::graph::{Graph, Reader, ResourceId, Uid};
 use crate::metrics::{Metrics, Readiness};
 use crate::names::{MAX_CASCADE_ANNOTATION, PROTECTED_ANNOTATION, Reason};
 use kube::runtime::events::EventType;
@@ -55,7 +54,7 @@ pub struct Webhook {
     /// The ownership graph, read for the dependents of an object being deleted.
     pub graph: Reader,
     /// The collector's table of resources, to name the kinds of the graph's objects.
-    pub resources: discovery::Reader,
+    pub resources: discovery::ResourcesReader,
     /// How long a client may take to send its body.
     pub body_timeout: Duration,
     /// Where the DELETEs let through are recorded, with who sent them and why (`None`: not
@@ -72,9 +71,16 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// Whether the graph holds the cluster: every watch has listed.
-    fn synced(&self) -> bool {
-        self.readiness.get()
+    /// What a decision relies on besides the request and the graph.
+    fn grounds(&self) -> Grounds<'_> {
+        Grounds {
+            policy: &self.policy,
+            needs: &self.needs,
+            causes: self.causes.as_ref(),
+            // Until every watch has listed, the graph may miss objects and owners.
+            synced: self.readiness.get(),
+            now: crate::api::clock::now().as_second(),
+        }
     }
 
     /// Runs `f` on the graph, with the kind of each of its resources (the graph's lock taken
@@ -87,7 +93,7 @@ impl Webhook {
 }
 
 /// The webhook and what it remembers between reviews.
-struct Served {
+struct Shared {
     webhook: Webhook,
     /// Room for [`MAX_IN_FLIGHT_BYTES`] of bodies, a permit per KiB.
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -126,7 +132,7 @@ pub fn router(webhook: Webhook) -> Router {
                 review(Hook::Guard, state, query, certified, request)
             }),
         )
-        .with_state(Arc::new(Served {
+        .with_state(Arc::new(Shared {
             webhook,
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_BYTES / 1024)),
             reported: parking_lot::Mutex::default(),
@@ -143,7 +149,7 @@ fn timeout_param(query: Option<&str>) -> Option<Duration> {
 
 async fn review(
     hook: Hook,
-    State(served): State<Arc<Served>>,
+    State(served): State<Arc<Shared>>,
     RawQuery(query): RawQuery,
     certified: Option<Extension<ClientCertified>>,
     request: Request,
@@ -191,11 +197,11 @@ async fn review(
             return json(review::respond_invalid(&err));
         }
     };
-    let (operation, result, answer) = match hook {
+    let (operation, case, answer) = match hook {
         Hook::Guard => guarded(&served, &review.request, deadline, started).await,
         Hook::Mutate => mutated(&served, &review.request, deadline).await,
     };
-    count(metrics, operation, result, started);
+    count(metrics, operation, case.as_str(), started);
     json(review::respond(
         review.api_version,
         &review.request.uid,
@@ -207,19 +213,20 @@ async fn review(
 /// Pod (read live: an eviction carries no object of the Pod). A refusal drops a protected
 /// object's references to the owners that are going; a DELETE let through is recorded.
 async fn guarded(
-    served: &Arc<Served>,
+    served: &Arc<Shared>,
     review: &review::Request,
     deadline: Instant,
     started: Instant,
-) -> (&'static str, &'static str, Answer) {
+) -> (&'static str, Case, Answer) {
     let webhook = &served.webhook;
     let eviction = match review.evicts() {
         true => evicted(webhook, review, deadline).await,
         false => None,
     };
     let request = eviction.as_ref().unwrap_or(review);
-    match guard(served, request, deadline).await {
-        guard::Verdict::Refuse {
+    let (verdict, pending) = guard(served, request, deadline).await;
+    match verdict {
+        guard::Judgement::Refuse {
             message,
             drop_owners,
             guard,
@@ -239,66 +246,45 @@ async fn guarded(
             );
             (
                 review.operation.as_str(),
-                guard.as_str(),
+                Case::Refused(guard),
                 Answer::Deny { message },
             )
         }
-        guard::Verdict::Pass { warnings, released } => {
+        guard::Judgement::Pass { warnings, released } => {
             if let Some((handler, note)) = released.filter(|_| !admit::dry_run(request))
                 && first_report(&served.reported, handler, started)
             {
                 handler_released(webhook, handler, note);
             }
-            record(webhook, request);
-            let result = match eviction {
-                Some(_) => "eviction",
-                None => guard::PASSED,
+            admitted(webhook, pending);
+            let case = match eviction {
+                Some(_) => Case::Eviction,
+                None => Case::PassedGuards,
             };
             let answer = Answer::Allow {
                 patch: None,
                 warnings,
             };
-            (review.operation.as_str(), result, answer)
+            (review.operation.as_str(), case, answer)
         }
     }
 }
 
-/// A review through `/mutate`: [`admit`]'s decision, its side effect, the answer.
+/// A review through `/mutate`: [`decision::mutated`], its side effect, the answer.
 async fn mutated(
-    served: &Arc<Served>,
+    served: &Arc<Shared>,
     request: &review::Request,
     deadline: Instant,
-) -> (&'static str, &'static str, Answer) {
+) -> (&'static str, Case, Answer) {
     let webhook = &served.webhook;
-    // Counted for an opted-in object's DELETE only: its warnings are the only ones to say it.
-    let dependents = match (request.operation, request.old_meta()) {
-        (Operation::Delete, Some(old)) => Some(old)
-            .filter(|m| {
-                admit::opted_in(m)
-                    || m.finalizers()
-                        .iter()
-                        .any(|f| f == crate::names::SYNCHRONOUS_FINALIZER)
-            })
-            .and_then(|m| m.uid.as_deref())
-            .map_or(0, |uid| {
-                let graph = webhook.graph.read();
-                graph.transitive_dependents(Uid::parse(uid))
-            }),
-        _ => 0,
+    let (decision, pending) = match decision::reads_graph(request) {
+        true => webhook
+            .on_graph(|graph, kind| decision::mutated(graph, kind, &webhook.grounds(), request)),
+        false => (admit(request, &webhook.policy, 0), None),
     };
-    let mut decision = admit(request, &webhook.policy, dependents);
-    if decision.deletes_armed() && admit::dry_run(request) {
-        let preview = preview(webhook, request);
-        decision.warnings.extend(admit::dry_run_warnings(
-            request,
-            &webhook.policy,
-            dependents,
-            &preview,
-        ));
-    }
     let answer = settle(webhook, request, &decision, deadline).await;
     if matches!(answer, Answer::Allow { .. }) {
-        record(webhook, request);
+        admitted(webhook, pending);
     }
     tracing::debug!(
         uid = %request.uid,
@@ -310,111 +296,57 @@ async fn mutated(
         allowed = matches!(answer, Answer::Allow { .. }),
         "admission review answered"
     );
-    (request.operation.as_str(), decision.reason.as_str(), answer)
+    (request.operation.as_str(), decision.reason, answer)
 }
 
-/// What the guards say of `request`, judged off the runtime's threads with the time left to
-/// `deadline`: a DELETE of an object is judged on the graph; anything else passes.
+/// What the guards say of `request` ([`decision::guarded`]), with what the record keeps of
+/// it: when no guard can apply, under the read of the graph that tells; else judged off the
+/// runtime's threads with the time left to `deadline`.
 async fn guard(
-    served: &Arc<Served>,
+    served: &Arc<Shared>,
     request: &review::Request,
     deadline: Instant,
-) -> guard::Verdict {
-    let pass = guard::Verdict::pass();
-    if request.operation != Operation::Delete || !judged(request) || unguarded(served, request) {
-        return pass;
+) -> (guard::Judgement, Option<Pending>) {
+    let webhook = &served.webhook;
+    let judged = decision::judged(request);
+    if !judged || !names_a_guard(webhook, request) {
+        let unguarded = webhook.on_graph(|graph, kind| {
+            // No protected object and no finalizer handler anywhere: nothing to judge.
+            let none = graph.protected().len() == 0 && graph.handlers().len() == 0;
+            (!judged || none)
+                .then(|| decision::guarded(graph, kind, &webhook.grounds(), request, None))
+        });
+        if let Some(decided) = unguarded {
+            return decided;
+        }
     }
     let served = served.clone();
     let request = request.clone();
     let judging = tokio::task::spawn_blocking(move || {
         let left = deadline.saturating_duration_since(Instant::now());
         // Three quarters of the time left: the rest is for the answer and the effects.
-        judge(
-            &served.webhook,
-            &request,
-            guard::Judging::budget_for(left * 3 / 4),
-        )
+        let budget = guard::Judging::budget_for(left * 3 / 4);
+        let webhook = &served.webhook;
+        webhook.on_graph(|graph, kind| {
+            decision::guarded(graph, kind, &webhook.grounds(), &request, Some(budget))
+        })
     });
     judging.await.unwrap_or_else(|err| {
         tracing::error!(%err, "judging a DELETE failed");
-        pass
+        (guard::Judgement::pass(), None)
     })
 }
 
-/// Whether no guard can apply to the DELETE of `request`: it is not protected itself, no limit
-/// applies, and the graph holds no protected object and no finalizer handler. Then it needs no
-/// judgement, and no thread of its own.
-fn unguarded(served: &Served, request: &review::Request) -> bool {
-    let webhook = &served.webhook;
-    let Some(meta) = request.old_meta() else {
-        return true;
-    };
-    let limited = webhook.policy.max_cascade.is_some()
-        || crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)).is_some();
-    if limited || crate::graph::protects(meta.annotation(PROTECTED_ANNOTATION)) {
-        return false;
-    }
-    let graph = webhook.graph.read();
-    graph.protected().len() == 0 && graph.handlers().len() == 0
-}
-
-/// Whether the guards judge the DELETE of `request`: a DELETE of an object being deleted
-/// already (a Pod's last, from its kubelet) was judged when its deletion was admitted — unless
-/// it names a propagation that deletes what its `orphan` finalizer would have kept.
-fn judged(request: &review::Request) -> bool {
+/// Whether the DELETE of `request` names a guard itself: its object is protected, or a
+/// cascade limit applies to it. Without one, a guard applies only when the graph holds a
+/// protected object or a finalizer handler.
+fn names_a_guard(webhook: &Webhook, request: &review::Request) -> bool {
     let Some(meta) = request.old_meta() else {
         return false;
     };
-    meta.deletion_timestamp.is_none()
-        || (meta.has_finalizer(crate::names::ORPHAN_FINALIZER)
-            && admit::names_propagation(request)
-            && admit::propagation(request) != crate::api::Propagation::Orphan)
-}
-
-/// [`guard`]'s judgement, on the caller's thread.
-fn judge(webhook: &Webhook, request: &review::Request, budget: usize) -> guard::Verdict {
-    let pass = guard::Verdict::pass();
-    let Some(meta) = request.old_meta() else {
-        return pass;
-    };
-    let Some(uid) = meta.uid.as_deref().map(Uid::parse) else {
-        return pass;
-    };
-    // A DELETE of a collection names no object: its items' names are in the objects.
-    let name = meta.name.as_deref().unwrap_or(&request.name);
-    let namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
-    // The review of a Namespace names it as its own namespace.
-    let namespace = (!namespace_object)
-        .then_some(request.namespace.as_deref())
-        .flatten()
-        .filter(|ns| !ns.is_empty());
-    let described = crate::api::described(&request.kind.kind, namespace, name);
-    let delete = guard::Delete {
-        uid,
-        described: &described,
-        kind: &request.kind.kind,
-        namespace,
-        name,
-        namespace_object,
-        protected: crate::graph::protects(meta.annotation(PROTECTED_ANNOTATION)),
-        max_cascade: crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)),
-        propagation: admit::propagation(request),
-    };
-    let judging = guard::Judging {
-        now: crate::api::clock::now().as_second(),
-        synced: webhook.synced(),
-        budget,
-    };
-    webhook.on_graph(|graph, kind| {
-        guard::judge(
-            graph,
-            kind,
-            &webhook.needs,
-            &delete,
-            &webhook.policy.bounds(),
-            judging,
-        )
-    })
+    webhook.policy.max_cascade.is_some()
+        || crate::annotations::max_cascade(meta.annotation(MAX_CASCADE_ANNOTATION)).is_some()
+        || crate::graph::protects(meta.annotation(PROTECTED_ANNOTATION))
 }
 
 /// The eviction `request` as the DELETE of its Pod, read live (an eviction carries no object
@@ -446,91 +378,11 @@ async fn evicted(
     }
 }
 
-/// Records a DELETE let through (not a dry run): who sent it, and the owner or namespace whose
-/// going made it a step of a cascade — held until the graph confirms the deletion, since a
-/// review alone proves nothing (see [`crate::gc::causes`]).
-fn record(webhook: &Webhook, request: &review::Request) {
-    let (Some(causes), Operation::Delete, false) =
-        (&webhook.causes, request.operation, admit::dry_run(request))
-    else {
-        return;
-    };
-    let Some(meta) = request.old_meta() else {
-        return;
-    };
-    let Some(uid) = meta.uid.clone() else {
-        return;
-    };
-    let object = Uid::parse(&uid);
-    // A DELETE of an object being deleted already (a Pod's last, from its kubelet) keeps the
-    // cause of the first.
-    if meta.deletion_timestamp.is_some() && causes.has(object) {
-        return;
+/// Hands a DELETE let through to the record of causes.
+fn admitted(webhook: &Webhook, pending: Option<Pending>) {
+    if let (Some(causes), Some(pending)) = (&webhook.causes, pending) {
+        causes.admitted(pending);
     }
-    let namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
-    let (cause, seen, cascade) = {
-        let graph = webhook.graph.read();
-        let cause = graph.cause_of(object);
-        let seen = graph.node(object).is_some_and(|n| !n.is(Flags::VIRTUAL));
-        let mut cascade = None;
-        if seen
-            && cause.is_none()
-            && admit::propagation(request) != crate::api::Propagation::Orphan
-            && let Some(mut root) = target_of(request, uid.clone())
-        {
-            // The root of a cascade: followed to its end, for its summary Event.
-            let resources = webhook.resources.read();
-            let member = |uid: Uid, owner: Uid| {
-                let node = graph.node(uid)?;
-                Some(Member {
-                    uid,
-                    kind: resources.get(node.resource?)?.api.kind.clone(),
-                    namespace: node.namespace().map(str::to_owned),
-                    name: node.name.to_string(),
-                    owner,
-                })
-            };
-            let members: Vec<Member> = if namespace_object {
-                root.namespace = None;
-                graph
-                    .in_namespace(&root_name(meta, request))
-                    .filter_map(|uid| member(uid, object))
-                    .take(crate::gc::causes::MAX_MEMBERS + 1)
-                    .collect()
-            } else {
-                graph
-                    .walk(object)
-                    .filter_map(|s| member(s.uid, s.owner))
-                    .take(crate::gc::causes::MAX_MEMBERS + 1)
-                    .collect()
-            };
-            cascade = Some((root, members));
-        }
-        (cause, seen, cascade)
-    };
-    causes.admitted(Pending {
-        entry: Entry {
-            uid,
-            kind: request.kind.kind.clone(),
-            namespace: request
-                .namespace
-                .clone()
-                .filter(|ns| !ns.is_empty() && !namespace_object),
-            name: root_name(meta, request),
-            action: "deleted".to_owned(),
-            by: request.user_info.username.clone(),
-            at: crate::api::clock::now().as_second(),
-            cause: cause.map(|c| c.to_string()),
-        },
-        seen,
-        cascade,
-        admitted: tokio::time::Instant::now(),
-    });
-}
-
-/// The name of the object of a DELETE: a DELETE of a collection names it in the object only.
-fn root_name(meta: &review::Metadata, request: &review::Request) -> String {
-    meta.name.clone().unwrap_or_else(|| request.name.clone())
 }
 
 /// Removes the references of `request`'s (protected) object to `owners`, which are going:
@@ -628,16 +480,6 @@ fn handler_released(webhook: &Webhook, handler: Uid, note: String) {
     });
 }
 
-/// What the DELETE of `request`'s object would do, run on a copy of its part of the graph.
-fn preview(webhook: &Webhook, request: &review::Request) -> Preview {
-    let uid = request
-        .old_meta()
-        .and_then(|m| m.uid.as_deref())
-        .map(Uid::parse)
-        .unwrap_or_default();
-    webhook.on_graph(|graph, kind| cascade::preview(graph, uid, admit::propagation(request), kind))
-}
-
 /// Makes the decision's side effect, if any, and turns the decision into the answer. A side
 /// effect that fails or misses the deadline never blocks the request: it is allowed, with a
 /// warning, so that no object is left stuck.
@@ -703,60 +545,6 @@ async fn settle(
             warnings,
         },
     }
-}
-
-/// The object of `request`, with `uid`, named as its object names it (a DELETE of a
-/// collection names its items there only); `None` when a part of it is not a path segment the
-/// apiserver gives (a review posted by someone else), so that no request goes elsewhere.
-fn target_of(request: &review::Request, uid: String) -> Option<Target> {
-    let name = request
-        .old_meta()
-        .and_then(|m| m.name.clone())
-        .unwrap_or_else(|| request.name.clone());
-    let namespace = request.namespace.clone().filter(|ns| !ns.is_empty());
-    let resource = &request.resource;
-    let segments = [
-        Some(name.as_str()),
-        namespace.as_deref(),
-        Some(resource.resource.as_str()),
-        Some(resource.version.as_str()),
-        (!resource.group.is_empty()).then_some(resource.group.as_str()),
-    ];
-    if !segments.into_iter().flatten().all(path_segment) {
-        tracing::warn!(
-            name,
-            namespace = namespace.as_deref().unwrap_or(""),
-            resource = %resource.resource,
-            "a review names an object that is no path segment: nothing done for it"
-        );
-        return None;
-    }
-    Some(Target {
-        resource: ApiResource {
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            api_version: if resource.group.is_empty() {
-                resource.version.clone()
-            } else {
-                format!("{}/{}", resource.group, resource.version)
-            },
-            kind: request.kind.kind.clone(),
-            plural: resource.resource.clone(),
-        },
-        namespace,
-        name,
-        uid,
-    })
-}
-
-/// Whether `part` can stand in a request path as one segment: not empty, `.` or `..`, no
-/// `/`, `%`, `?`, `#` or control character, and at most 1 KiB.
-fn path_segment(part: &str) -> bool {
-    !matches!(part, "" | "." | "..")
-        && part.len() <= 1024
-        && !part
-            .chars()
-            .any(|c| matches!(c, '/' | '%' | '?' | '#') || c.is_control())
 }
 
 /// Why a request was refused before it could be read as a review.
@@ -908,83 +696,13 @@ fn count(metrics: &Metrics, operation: &str, result: &str, started: Instant) {
 
 /// Runs `f` when dropped, on every path out of a scope.
 fn scopeguard(f: impl FnOnce()) -> impl Drop {
-    struct Guard<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Guard<F> {
+    struct OnDrop<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for OnDrop<F> {
         fn drop(&mut self) {
             if let Some(f) = self.0.take() {
                 f();
             }
         }
     }
-    Guard(Some(f))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::names::ORPHAN_FINALIZER;
-
-    /// A DELETE of an object whose old object is `meta`, naming `policy` (if any).
-    fn delete(meta: review::Metadata, policy: Option<&str>) -> review::Request {
-        review::Request {
-            operation: Operation::Delete,
-            old_object: Some(review::Object {
-                metadata: Some(meta),
-            }),
-            options: policy.map(|p| review::Options {
-                propagation_policy: Some(p.to_owned()),
-                ..review::Options::default()
-            }),
-            ..review::Request::default()
-        }
-    }
-
-    #[test]
-    fn a_second_delete_is_judged_when_it_frees_what_orphan_kept() {
-        let live = review::Metadata {
-            uid: Some("u".into()),
-            ..review::Metadata::default()
-        };
-        let terminating = |finalizers: &[&str]| review::Metadata {
-            deletion_timestamp: Some("2026-01-01T00:00:00Z".into()),
-            finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
-            ..live.clone()
-        };
-        assert!(judged(&delete(live.clone(), None)));
-        // A kubelet's last DELETE, or one that changes nothing: judged before.
-        assert!(!judged(&delete(terminating(&[]), Some("Background"))));
-        assert!(!judged(&delete(terminating(&[ORPHAN_FINALIZER]), None)));
-        assert!(!judged(&delete(
-            terminating(&[ORPHAN_FINALIZER]),
-            Some("Orphan")
-        )));
-        // Orphaning, then a DELETE that deletes what orphan was keeping.
-        for policy in ["Background", "Foreground"] {
-            assert!(judged(&delete(
-                terminating(&[ORPHAN_FINALIZER]),
-                Some(policy)
-            )));
-        }
-    }
-
-    #[test]
-    fn only_path_segments_name_an_object_to_write() {
-        for good in ["web", "system:controller:x", "a.b-c_d", "ns-1"] {
-            assert!(path_segment(good), "{good}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "a/b",
-            "../secrets",
-            "a%2Fb",
-            "a?b",
-            "a#b",
-            "a\nb",
-        ] {
-            assert!(!path_segment(bad), "{bad:?}");
-        }
-        assert!(!path_segment(&"a".repeat(1025)));
-    }
+    OnDrop(Some(f))
 }

@@ -50,7 +50,7 @@ pub struct Managed {
     pub ca: CaSource,
     pub cert: Arc<ReloadingCert>,
     /// The table of resources, for the rules written before 1.28.
-    pub resources: discovery::Reader,
+    pub resources: discovery::ResourcesReader,
     pub readiness: Readiness,
     pub metrics: Metrics,
     /// syncgc's own user, asked once of an apiserver from 1.28 on (see

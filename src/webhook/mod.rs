@@ -1,11 +1,15 @@
-//! The mutating admission webhook: arms opted-in objects on CREATE/UPDATE and intercepts their
-//! DELETEs.
+//! The admission webhooks: arm opted-in objects on CREATE/UPDATE and intercept their DELETEs
+//! (`/mutate`), and judge the DELETEs and evictions a guard can apply to (`/guard`, the rules
+//! in [`crate::gc::guard`]).
 //!
 //! - [`review`]: the AdmissionReview wire format, read leanly, answered in the version asked.
 //! - [`skim`]: the objects' unread parts of a review found and dropped before it is parsed.
-//! - [`admit`]: the pure decision (`request → patch | denial | side effect`).
-//! - [`handler`]: `POST /mutate`: the body, the graph's count of a DELETE's dependents, the
-//!   side effect, the answer; no decision of its own.
+//! - [`admit`]: the pure decision (`request → patch | denial | side effect`), and the closed
+//!   set of a review's cases.
+//! - [`decision`]: one review decided from the request and one read of the graph: the
+//!   guards' verdict or `admit`'s decision, and what the record of causes keeps.
+//! - [`handler`]: `POST /mutate` and `POST /guard`: body → parse → decision → effects →
+//!   answer; no decision of its own.
 //! - [`server`]: HTTPS (HTTP/1.1 and HTTP/2) with bounds and graceful shutdown.
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`registration`]: the MutatingWebhookConfiguration pointing at it.
@@ -15,6 +19,7 @@
 
 pub mod admit;
 pub mod certificate;
+pub mod decision;
 pub mod handler;
 pub mod managed;
 pub mod registration;

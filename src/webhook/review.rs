@@ -58,9 +58,9 @@ pub struct Request {
     pub namespace: Option<String>,
     pub operation: Operation,
     #[serde(default)]
-    pub object: Option<Object>,
+    pub object: Option<ReviewedObject>,
     #[serde(default)]
-    pub old_object: Option<Object>,
+    pub old_object: Option<ReviewedObject>,
     #[serde(default)]
     pub dry_run: Option<bool>,
     #[serde(default)]
@@ -104,7 +104,7 @@ impl Request {
             namespace: self.namespace.clone(),
             operation: Operation::Delete,
             object: None,
-            old_object: Some(Object {
+            old_object: Some(ReviewedObject {
                 metadata: Some(pod),
             }),
             dry_run: self.dry_run,
@@ -181,7 +181,7 @@ impl Operation {
 /// An object in a review: only its metadata is read. Anything that is not a JSON object is
 /// rejected as malformed.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Object {
+pub struct ReviewedObject {
     #[serde(default)]
     pub metadata: Option<Metadata>,
 }

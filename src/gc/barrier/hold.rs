@@ -62,7 +62,7 @@ pub enum Hold {
         namespace: Option<String>,
         name: String,
     },
-    /// An owner this replica did not see deleted from the start (see [`Owner::inherited`]):
+    /// An owner this replica did not see deleted from the start (see [`WaitingOwner::inherited`]):
     /// an object in its scope refers to an owner that is gone, which may have been a
     /// dependent deleted on its behalf before.
     Orphan {
@@ -150,7 +150,7 @@ pub struct Round {
 
 /// An owner at the barrier, as the check needs it.
 #[derive(Debug, Clone, Copy)]
-pub struct Owner<'a> {
+pub struct WaitingOwner<'a> {
     pub uid: Uid,
     pub coordinates: Coordinates,
     pub namespace: Option<&'a str>,
@@ -164,7 +164,7 @@ pub struct Owner<'a> {
 
 /// Whether `round` lets `owner`, whose tree (dependents deleted on its behalf, transitively)
 /// is `tree`, go: the first reason it does not.
-pub fn check(round: &Round, owner: Owner<'_>, tree: &HashSet<Uid>) -> Option<Hold> {
+pub fn check(round: &Round, owner: WaitingOwner<'_>, tree: &HashSet<Uid>) -> Option<Hold> {
     if let Some(unsure) = &round.unsure {
         return Some(unsure.clone());
     }

@@ -66,7 +66,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use self::hold::{
-    HANDOVER, Hold, ORPHAN_WAIT, Owner, Referrer, Round, Scope, check, recheck, serves_objects,
+    HANDOVER, Hold, ORPHAN_WAIT, Referrer, Round, Scope, WaitingOwner, check, recheck,
+    serves_objects,
 };
 pub use self::read::Reads;
 use super::context::Context;
@@ -276,7 +277,7 @@ impl Barrier {
 
     /// `owner`, which the graph shows free of what keeps it, arrives at the barrier: whether
     /// it may go (see [`Verdict`]).
-    pub fn arrive(&self, owner: Owner<'_>) -> Verdict {
+    pub fn arrive(&self, owner: WaitingOwner<'_>) -> Verdict {
         if !self.enabled {
             return Verdict::Pass;
         }
@@ -343,7 +344,7 @@ impl Barrier {
     }
 
     /// Whether an owner deleted at `deleted_at` (the apiserver's time, in seconds) is
-    /// [`Owner::inherited`]: deleted before this replica began to lead, or within
+    /// [`WaitingOwner::inherited`]: deleted before this replica began to lead, or within
     /// [`HANDOVER`] after, while the replica before may still have acted.
     pub fn inherited(&self, deleted_at: Option<i64>) -> bool {
         match (self.state().leading_since, deleted_at) {
@@ -430,7 +431,7 @@ impl Barrier {
             };
             (node.coordinates, graph.deleted_at(uid))
         };
-        let verdict = self.arrive(Owner {
+        let verdict = self.arrive(WaitingOwner {
             uid,
             coordinates,
             namespace: target.namespace.as_deref(),
@@ -543,8 +544,8 @@ mod tests {
 
     const CM: fn() -> Coordinates = || Coordinates::in_group("", "ConfigMap", "owner");
 
-    fn owner(blocking_only: bool) -> Owner<'static> {
-        Owner {
+    fn owner(blocking_only: bool) -> WaitingOwner<'static> {
+        WaitingOwner {
             uid: uid(1),
             coordinates: CM(),
             namespace: Some("ns"),
@@ -567,7 +568,7 @@ mod tests {
         let tree = HashSet::from([uid(1)]);
         // Seen deleted from the start, its tree is known: that object is none of its.
         assert_eq!(check(&found, owner(false), &tree), None);
-        let inherited = Owner {
+        let inherited = WaitingOwner {
             inherited: true,
             ..owner(false)
         };
@@ -576,7 +577,7 @@ mod tests {
             Some("orphan")
         );
         // Only blocking references hold an owner in foreground deletion.
-        let foreground = Owner {
+        let foreground = WaitingOwner {
             inherited: true,
             ..owner(true)
         };

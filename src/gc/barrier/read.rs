@@ -23,7 +23,7 @@ pub struct Reads {
     /// the largest round read so far.
     pub(super) budget: Arc<RateLimiter>,
     pub(super) graph: Reader,
-    pub(super) resources: discovery::Reader,
+    pub(super) resources: discovery::ResourcesReader,
     pub(super) rediscovery: Arc<Rediscovery>,
     pub(super) metrics: Metrics,
 }
@@ -33,7 +33,7 @@ impl Reads {
     pub fn new(
         cluster: &Cluster,
         graph: Reader,
-        resources: discovery::Reader,
+        resources: discovery::ResourcesReader,
         rediscovery: Arc<Rediscovery>,
         metrics: Metrics,
     ) -> Self {
@@ -66,7 +66,7 @@ impl Reads {
                     (referrers || source.is_some()).then(|| (r.clone(), referrers, source))
                 })
                 .collect();
-            let known = Known {
+            let known = Discovered {
                 resources: resources
                     .served()
                     .map(|(_, r)| discovery::resource_name(&r.api))
@@ -128,7 +128,7 @@ impl Reads {
         resource: Resource,
         referrers: bool,
         source: Option<Source>,
-        known: &Known,
+        known: &Discovered,
     ) -> Result<Findings, Hold> {
         let name = discovery::resource_name(&resource.api);
         let collection = Target::collection(
@@ -239,14 +239,14 @@ impl Reads {
 }
 
 /// What discovery knows, as of a round's start.
-struct Known {
+struct Discovered {
     /// Served resources, as `plural.group` (a CRD's name).
     resources: HashSet<String>,
     /// Group versions listed, as `version.group` (an APIService's name).
     group_versions: BTreeSet<String>,
 }
 
-impl Known {
+impl Discovered {
     fn knows(&self, source: Source, name: &str) -> bool {
         match source {
             Source::Crd => self.resources.contains(name),

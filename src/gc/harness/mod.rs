@@ -206,7 +206,7 @@ impl Harness {
             needs: Default::default(),
         };
         let graph = Writer::new(Graph::new(mode));
-        let resources = discovery::Writer::default();
+        let resources = discovery::ResourcesWriter::default();
         let collector = Arc::new(Collector::new(
             graph.reader(),
             resources.reader(),
@@ -333,14 +333,14 @@ fn list(objects: &[Value]) -> Value {
 
 /// One step of a scenario, as the upstream garbage collector's tests write them: events fed
 /// in, answers scripted, an item processed, the state asserted.
-enum Step {
+enum Act {
     /// The watches deliver these objects (the work they bring up is forgotten).
     Watch(Vec<Observed>),
     /// The apiserver answers `METHOD path` with these, in turn (the last one for good).
     Answer(&'static str, String, Vec<(u16, Value)>),
     /// A worker processes this item, which succeeds.
     Process(Work),
-    /// What the workers did since the last [`Step::Expect`] (or the start).
+    /// What the workers did since the last [`Act::Expect`] (or the start).
     Expect(Expected),
 }
 
@@ -356,18 +356,18 @@ struct Expected {
 impl Harness {
     /// Runs `steps` in order, as a worker would meet them; the harness, for what a scenario
     /// asserts beyond them.
-    async fn run(mode: Mode, steps: Vec<Step>) -> Self {
+    async fn run(mode: Mode, steps: Vec<Act>) -> Self {
         let h = Self::new(mode);
         let (mut sent, mut events) = (0, 0);
         for (n, step) in steps.into_iter().enumerate() {
             match step {
-                Step::Watch(objects) => h.watched(objects),
-                Step::Answer(method, path, answers) => h.script(method, &path, answers),
-                Step::Process(work) => h
+                Act::Watch(objects) => h.watched(objects),
+                Act::Answer(method, path, answers) => h.script(method, &path, answers),
+                Act::Process(work) => h
                     .step(work)
                     .await
                     .unwrap_or_else(|err| panic!("step {n}: processing {work:?} failed: {err}")),
-                Step::Expect(expected) => {
+                Act::Expect(expected) => {
                     let (all_sent, all_events) = (h.sent(), h.events());
                     let actual = Expected {
                         sent: all_sent[sent..].to_vec(),

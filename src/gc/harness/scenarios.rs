@@ -68,16 +68,16 @@ async fn at_the_deadline_an_ordered_owner_abandons_its_order_and_every_wave_is_q
     Harness::run(
         Mode::Cooperative,
         vec![
-            Step::Watch(vec![
+            Act::Watch(vec![
                 observed(1, &[], WAITING, &[Flags::ARMED]),
                 ordered(2, Some("2")),
                 ordered(3, Some("1")),
                 ordered(4, None),
             ]),
-            Step::Answer("GET", path(1), vec![(200, past)]),
-            Step::Process(Work::SyncOwner(uid(1))),
+            Act::Answer("GET", path(1), vec![(200, past)]),
+            Act::Process(Work::SyncOwner(uid(1))),
             // The stored deadline is kept; every wave goes at once, the owner behind them.
-            Step::Expect(Expected {
+            Act::Expect(Expected {
                 sent: vec![format!("GET {}", path(1))],
                 events: vec![Reason::OrderAbandoned.as_str().into()],
                 queued: BTreeSet::from([
@@ -144,21 +144,21 @@ async fn a_release_meeting_a_conflict_reads_again_and_an_owner_gone_meanwhile_is
     let h = Harness::run(
         Mode::Cooperative,
         vec![
-            Step::Watch(vec![observed(1, &[], WAITING, &[Flags::ARMED])]),
-            Step::Answer(
+            Act::Watch(vec![observed(1, &[], WAITING, &[Flags::ARMED])]),
+            Act::Answer(
                 "GET",
                 path(1),
                 vec![(200, waiting_owner(crate::api::clock::now(), None))],
             ),
-            Step::Answer(
+            Act::Answer(
                 "PATCH",
                 path(1),
                 vec![(200, json!({})), (409, json!({})), (404, json!({}))],
             ),
-            Step::Process(Work::SyncOwner(uid(1))),
+            Act::Process(Work::SyncOwner(uid(1))),
             // The deadline stored; the finalizer removed where the watch saw it: 409; read
             // where it is now: 404, gone meanwhile.
-            Step::Expect(Expected {
+            Act::Expect(Expected {
                 sent: vec![
                     format!("GET {}", path(1)),
                     format!("PATCH {}", path(1)),
@@ -301,14 +301,14 @@ async fn a_reference_to_an_owner_living_in_another_namespace_is_reported_and_not
     Harness::run(
         Mode::Standalone,
         vec![
-            Step::Watch(vec![elsewhere, observed(2, &[1], Flags::empty(), &[])]),
-            Step::Answer("GET", path(2), vec![(200, object(2, &[1], json!({})))]),
+            Act::Watch(vec![elsewhere, observed(2, &[1], Flags::empty(), &[])]),
+            Act::Answer("GET", path(2), vec![(200, object(2, &[1], json!({})))]),
             // The owner as named from the dependent's namespace: not there.
-            Step::Answer("GET", path(1), vec![(404, not_found)]),
-            Step::Answer("DELETE", path(2), vec![(200, json!({}))]),
-            Step::Process(Work::AttemptToDelete(uid(2))),
+            Act::Answer("GET", path(1), vec![(404, not_found)]),
+            Act::Answer("DELETE", path(2), vec![(200, json!({}))]),
+            Act::Process(Work::AttemptToDelete(uid(2))),
             // Looked up in the dependent's namespace, found absent: the dependent goes.
-            Step::Expect(Expected {
+            Act::Expect(Expected {
                 sent: vec![
                     format!("GET {}", path(2)),
                     format!("GET {}", path(1)),
