@@ -466,7 +466,7 @@ impl RunArgs {
                 shutdown.clone(),
             ));
         }
-        let gc = Arc::new(gc::Collector::new(
+        let gc = Arc::new(gc::Collector::new(gc::context::Context::new(
             graph.reader(),
             resources.reader(),
             gc_cluster,
@@ -482,7 +482,7 @@ impl RunArgs {
                 guards: webhook_args.guards,
                 needs: needs.clone(),
             },
-        ));
+        )));
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
             resources: resources.reader(),

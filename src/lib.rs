@@ -40,9 +40,9 @@
 //! - [`api`]: the seam every Kubernetes call goes through, a file per concept (errors, the
 //!   client, the rate limit, targets, metadata lists, guarded patches, Events, whole-object
 //!   writes), and the apiserver's clock ([`api::clock`]).
+//! - [`report`]: the words the commands print in (an object, a finalizer and who removes it).
 //! - [`metrics`]: the Prometheus registry and the plain-HTTP `/metrics`, `/healthz`,
-//!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations;
-//!   [`report`]: the words the commands print in (an object, a finalizer and who removes it).
+//!   `/readyz`; [`names`], [`duration`]: the names that are a contract; Go-style durations.
 //!
 //! Locks are `parking_lot`'s (no poisoning). Where two are held at once, the graph's is taken
 //! first, then the discovered resources', then a part's own (the barrier's state, the

@@ -382,7 +382,7 @@ impl Cascade<'_> {
             return OwnerState::Unresolvable;
         }
         if let Some(state) =
-            decide::owner_in_graph(&self.graph, link.uid, link.coordinates, from, collector)
+            decide::owner_in_graph(self.graph, link.uid, link.coordinates, from, collector)
         {
             return state;
         }

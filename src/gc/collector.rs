@@ -18,16 +18,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::absent::{self, AbsentOwners};
 use super::barrier::{Barrier, Reads};
-use super::config::GcConfig;
 use super::context::Context;
 use super::decide::{self, ActedBy, Attempt, Dependent, FastPath, OwnerState, Propagation};
-use super::discovery::{self, Rediscovery};
+use super::discovery::Rediscovery;
 use super::foreground::Foreground;
 use super::synchronous::{Deadlines, Synchronous};
 use super::waves::Waves;
-use crate::api::{ApiError, Claims, Cluster, Target};
-use crate::graph::{Flags, Mode, Reader, Uid, Work};
-use crate::metrics::{Action, Metrics};
+use crate::api::{ApiError, Claims, Target};
+use crate::graph::{Flags, Mode, Uid, Work};
+use crate::metrics::Action;
 use crate::names::{ORPHAN_FINALIZER, PROTECTED_ANNOTATION, Reason};
 
 /// How many dependents of one orphaning owner are patched at once.
@@ -51,26 +50,12 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(
-        graph: Reader,
-        resources: discovery::ResourcesReader,
-        cluster: Cluster,
-        metrics: Metrics,
-        config: GcConfig,
-    ) -> Self {
+    /// The workers over `cx`, with a release barrier reading through the same handles.
+    pub fn new(cx: Context) -> Self {
         let rediscovery = Arc::<Rediscovery>::default();
-        let barrier = Barrier::new(
-            config.barrier,
-            Reads::new(
-                &cluster,
-                graph.clone(),
-                resources.clone(),
-                rediscovery.clone(),
-                metrics.clone(),
-            ),
-        );
+        let barrier = Barrier::new(cx.config.barrier, Reads::of(&cx, rediscovery.clone()));
         Self {
-            cx: Context::new(graph, resources, cluster, metrics, config),
+            cx,
             absent: Mutex::new(AbsentOwners::new(ABSENT_OWNERS)),
             waves: Waves::default(),
             deadlines: Deadlines::default(),

@@ -26,8 +26,8 @@ const DELETED_GRACE: Duration = Duration::from_secs(30);
 
 /// What the workers share below their parts.
 pub struct Context {
-    graph: Reader,
-    resources: discovery::ResourcesReader,
+    pub(super) graph: Reader,
+    pub(super) resources: discovery::ResourcesReader,
     pub cluster: Cluster,
     pub metrics: Metrics,
     pub queue: WorkQueue<Work>,

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::hold::{Hold, Referrer, Round, Scope, serves_objects};
 use super::{BUDGET, READS_AT_ONCE, ROUNDS_A_SECOND};
 use crate::api::{Cluster, RateLimiter, Target, meta};
+use crate::gc::context::Context;
 use crate::gc::discovery::{self, Rediscovery, Resource};
 use crate::gc::watch;
 use crate::graph::{Flags, Reader, Uid};
@@ -30,21 +31,16 @@ pub struct Reads {
 
 impl Reads {
     /// Reads through the collector's client `cluster`, under a budget of their own.
-    pub fn new(
-        cluster: &Cluster,
-        graph: Reader,
-        resources: discovery::ResourcesReader,
-        rediscovery: Arc<Rediscovery>,
-        metrics: Metrics,
-    ) -> Self {
+    /// The reads of the collector over `cx`, with a budget of their own.
+    pub fn of(cx: &Context, rediscovery: Arc<Rediscovery>) -> Self {
         let budget = Arc::new(RateLimiter::new(BUDGET.0, BUDGET.1));
         Self {
-            cluster: cluster.with_limiter(budget.clone()),
+            cluster: cx.cluster.with_limiter(budget.clone()),
             budget,
-            graph,
-            resources,
+            graph: cx.graph.clone(),
+            resources: cx.resources.clone(),
             rediscovery,
-            metrics,
+            metrics: cx.metrics.clone(),
         }
     }
 

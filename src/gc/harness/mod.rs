@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use super::collector::Collector;
 use super::config::GcConfig;
+use super::context::Context;
 use super::discovery::{self, Found, Resource};
 use super::watch::GraphEvent;
 use crate::annotations::Timeouts;
@@ -207,13 +208,13 @@ impl Harness {
         };
         let graph = Writer::new(Graph::new(mode));
         let resources = discovery::ResourcesWriter::default();
-        let collector = Arc::new(Collector::new(
+        let collector = Arc::new(Collector::new(Context::new(
             graph.reader(),
             resources.reader(),
             cluster,
             metrics,
             config,
-        ));
+        )));
         resources.update(Found {
             resources: vec![Resource {
                 api: ApiResource::erase::<ConfigMap>(&()),
