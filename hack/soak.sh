@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The soak: two syncgc replicas on the local control plane for DURATION (a Go-style duration:
 # 60m, 3m), cooperative for the first half and standalone for the second, under a workload of
-# trees of ConfigMaps and faults at random (what it checks: benches/soak/main.rs). Starts the
+# trees of ConfigMaps and faults at random (what it checks: benches/soak/, observer.rs). Starts the
 # control plane when it is not running, builds in release mode, writes the results to OUT
 # (default benches/results/soak.md) and fails on any violation. --steady: standalone throughout,
 # one replica never faulted for the whole run, its memory growth per hour reported and judged.
