@@ -364,7 +364,7 @@ pub async fn explain(
         }
         Output::Json => {
             let tree = tree(&object, &view);
-            let report = json_report(&object, &gathered, &tree);
+            let report = ObjectReport::of(&object, &gathered, &tree);
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
     }
@@ -459,8 +459,10 @@ async fn follow(
             match output {
                 Output::Text => println!("{} {line}", Timestamp::now()),
                 Output::Json => {
-                    let mut report = json_report(&object, &gathered, &tree);
-                    report["time"] = serde_json::json!(Timestamp::now().to_string());
+                    let report = ObjectReport {
+                        time: Some(Timestamp::now().to_string()),
+                        ..ObjectReport::of(&object, &gathered, &tree)
+                    };
                     println!("{}", serde_json::to_string(&report)?);
                 }
             }
@@ -608,25 +610,61 @@ fn progress(
 }
 
 /// The report as JSON.
-fn json_report(object: &Explained, gathered: &Gathered, tree: &[TreeEntry]) -> serde_json::Value {
-    let meta = &object.meta;
-    serde_json::json!({
-        "object": object.title(),
-        "kind": object.kind,
-        "group": object.group,
-        "namespace": meta.namespace,
-        "name": meta.name,
-        "uid": meta.uid,
-        "deletionTimestamp": meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
-        "deadline": meta.annotations.as_ref().and_then(|a| a.get(DEADLINE_ANNOTATION)),
-        "finalizers": object.finalizers().iter().map(|f| Finalizer::of(f)).collect::<Vec<_>>(),
-        "dependents": tree,
-        "blocking": blocking(tree),
-        "blocked": object.blocked(),
-        "owners": gathered.owners,
-        "releaseBarrier": gathered.barrier,
-        "unlisted": gathered.unlisted,
-    })
+/// `syncgc explain KIND/NAME -o json`: a stable format (docs/commands.md). The fields are in
+/// the order it has always printed them in.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReport<'a> {
+    blocked: bool,
+    blocking: usize,
+    deadline: Option<&'a str>,
+    deletion_timestamp: Option<String>,
+    dependents: &'a [TreeEntry],
+    finalizers: Vec<Finalizer>,
+    group: &'a str,
+    kind: &'a str,
+    name: Option<&'a str>,
+    namespace: Option<&'a str>,
+    object: String,
+    owners: &'a [Owner],
+    release_barrier: Option<&'a str>,
+    /// With `--watch`: when the line was printed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time: Option<String>,
+    uid: Option<&'a str>,
+    unlisted: &'a [String],
+}
+
+impl<'a> ObjectReport<'a> {
+    fn of(object: &'a Explained, gathered: &'a Gathered, tree: &'a [TreeEntry]) -> Self {
+        let meta = &object.meta;
+        Self {
+            blocked: object.blocked(),
+            blocking: blocking(tree),
+            deadline: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEADLINE_ANNOTATION))
+                .map(String::as_str),
+            deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+            dependents: tree,
+            finalizers: object
+                .finalizers()
+                .iter()
+                .map(|f| Finalizer::of(f))
+                .collect(),
+            group: &object.group,
+            kind: &object.kind,
+            name: meta.name.as_deref(),
+            namespace: meta.namespace.as_deref(),
+            object: object.title(),
+            owners: &gathered.owners,
+            release_barrier: gathered.barrier.as_deref(),
+            time: None,
+            uid: meta.uid.as_deref(),
+            unlisted: &gathered.unlisted,
+        }
+    }
 }
 
 /// The note of the latest `SyncGCBarrier` Event about `object`, if any.
