@@ -3,7 +3,7 @@
 # 1.21 or later) and manifests/install-1.20.yaml (Kubernetes 1.20), with the image the
 # kustomization names (hack/release.sh pins each release's), or SYNCGC_IMAGE (such as
 # registry.example/syncgc:dev or a digest). With --check, renders into a temporary
-# directory and fails if the committed files differ (tests/manifests.rs runs it).
+# directory and fails if the committed files differ (tests/lifecycle/manifests.rs runs it).
 #
 # Each is built by the kubectl its users run: manifests/ by a current one (SYNCGC_KUBECTL,
 # default hack/tools.sh's kubectl 1.34; kustomize v4 or later), manifests/kubernetes-1.20/ by

@@ -2,7 +2,8 @@
 //! kube-controller-manager **without** its GC, and one `syncgc run --mode standalone` process.
 //! The Kubernetes GC integration suite (test/integration/garbagecollector, 1.20) ported scenario
 //! by scenario, named as in SCENARIOS.md (GC-nn), plus properties from its unit tests and known
-//! upstream bugs. GC-12 and GC-13 need syncgc started after their objects: `standalone_start.rs`.
+//! upstream bugs. GC-12 and GC-13 need syncgc started after their objects:
+//! `tests/startup/standalone_start.rs`.
 
 mod support;
 

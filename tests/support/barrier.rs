@@ -1,6 +1,8 @@
-//! The release barrier's scenarios, shared by the cooperative and the standalone binaries: an
-//! owner whose dependent the watches have not delivered yet (a kind created a second before,
-//! a dependent created an instant before the owner's DELETE, a watch that is failing) must not
+//! The release barrier's scenarios that both modes run (`tests/release_barrier.rs`,
+//! `tests/release_barrier_standalone.rs`), and the parts of them that the scenarios of a
+//! failing watch and an apiserver restart use (`tests/disruptions/release_barrier.rs`): an
+//! owner whose dependent the watches have not delivered yet (a kind created a second before, a
+//! dependent created an instant before the owner's DELETE, a kind that cannot be read) must not
 //! go while that dependent exists.
 
 use std::time::Duration;
@@ -87,7 +89,7 @@ pub async fn a_new_kind_holds_its_owner(ns: &TestNamespace, wait: Wait) {
 
 /// The owner `owner` stays for 3 s and while its dependent `name` in `api` is held (it is
 /// deleted meanwhile, by the collector acting for the owner), and goes once it is let go.
-async fn held_then_let_go<K>(ns: &TestNamespace, api: &Api<K>, name: &str, what: &str)
+pub async fn held_then_let_go<K>(ns: &TestNamespace, api: &Api<K>, name: &str, what: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -217,7 +219,8 @@ async fn tree_trial(ns: &TestNamespace, wait: Wait, i: usize) -> Option<String> 
     early.then_some(name)
 }
 
-fn held_secret(name: &str, owner: OwnerReference) -> Secret {
+/// A Secret `name` owned by `owner`, held by [`HOLD`].
+pub fn held_secret(name: &str, owner: OwnerReference) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -259,46 +262,13 @@ async fn unrelated_writes(
     writes
 }
 
-/// The owner waits while the watches fail and relist: the apiserver restarts while the owner
-/// waits for a held ConfigMap; right after it answers again, a held Secret is created and
-/// the ConfigMap let go. The owner stays while the Secret exists, and goes once it is let go.
-pub async fn an_apiserver_restart_does_not_release_the_owner(ns: &TestNamespace, wait: Wait) {
-    let owner = wait.owner(ns, "owner").await;
-    let configmaps = ns.api::<ConfigMap>();
-    create(
-        &configmaps,
-        &super::held("first", vec![owner_ref(&owner, true)]),
-    )
-    .await;
-    wait.delete(ns, "owner").await;
-    eventually("the first dependent is being deleted", WAIT, || {
-        being_deleted(&configmaps, "first")
-    })
-    .await;
-    restart_apiserver();
-    let secrets = ns.api::<Secret>();
-    create(&secrets, &held_secret("second", owner_ref(&owner, true))).await;
-    clear_finalizers(&configmaps, "first").await;
-    held_then_let_go(
-        ns,
-        &secrets,
-        "second",
-        "the Secret created as the watches recover",
-    )
-    .await;
-}
-
-/// Restarts kube-apiserver (`hack/cluster.sh restart-apiserver`): every watch ends and is
-/// established again. Test binaries run one at a time, so no other test sees it.
-pub fn restart_apiserver() {
-    super::cluster_sh(&["restart-apiserver"], &[]);
-}
-
 /// A custom resource kind `things` stored at v1 and served also at v2 (the version syncgc
 /// watches), through a conversion webhook that does not answer: once an object is stored,
 /// every list and watch at v2 of its namespace fails, as they do in a real cluster when a
 /// conversion webhook is down. The CRD goes when the guard is dropped; the resource is at v1.
-async fn unconvertible_kind(ns: &TestNamespace) -> (super::surface::ClusterObject, ApiResource) {
+pub async fn unconvertible_kind(
+    ns: &TestNamespace,
+) -> (super::surface::ClusterObject, ApiResource) {
     let group = format!("{}.test.syncgc.io", ns.name);
     let mut definition = super::surface::crd(
         &group,
@@ -383,141 +353,4 @@ pub async fn an_unreadable_kind_holds_the_owner_until_its_bound(
     })
     .await;
     delete(&api, "unrelated", &DeleteParams::background()).await;
-}
-
-/// A CRD whose every version is unserved is Established and never discovered: it serves no
-/// objects, so an armed owner without dependents elsewhere goes at once.
-pub async fn a_crd_without_a_served_version_holds_nothing(ns: &TestNamespace, wait: Wait) {
-    let group = format!("{}.test.syncgc.io", ns.name);
-    let _crd = super::surface::ClusterObject::apply(
-        &format!("crd/dormant.{group}"),
-        super::surface::crd(&group, "Dormant", "dormant", &[("v1", false, true)]),
-    );
-    super::kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            &format!("crd/dormant.{group}"),
-        ],
-        None,
-    );
-    releases_go_at_once(ns, wait, "owner", 1).await;
-}
-
-/// `n` owners named `prefix-i`, without dependents, deleted one after another: each goes
-/// within a few seconds.
-async fn releases_go_at_once(ns: &TestNamespace, wait: Wait, prefix: &str, n: usize) {
-    let configmaps = ns.api::<ConfigMap>();
-    for i in 0..n {
-        let name = format!("{prefix}-{i}");
-        wait.owner(ns, &name).await;
-        wait.delete(ns, &name).await;
-        eventually(
-            &format!("{name} goes at once"),
-            Duration::from_secs(10),
-            || gone(&configmaps, &name),
-        )
-        .await;
-    }
-}
-
-/// A CRD rewritten without pause (an annotation, as two injectors fighting over a conversion
-/// `caBundle` would) changes its resourceVersion faster than discovery runs: releases keep
-/// flowing meanwhile.
-pub async fn a_crd_rewritten_in_a_loop_holds_nothing(ns: &TestNamespace, wait: Wait) {
-    let group = format!("{}.test.syncgc.io", ns.name);
-    let name = format!("churns.{group}");
-    let _crd = super::surface::ClusterObject::apply(
-        &format!("crd/{name}"),
-        super::surface::crd(&group, "Churn", "churns", &[("v1", true, true)]),
-    );
-    let churn = super::surface::resource(&group, "v1", "Churn", "churns");
-    super::surface::served(&ns.client, &churn).await;
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(ns.client.clone());
-    let stop = tokio_util::sync::CancellationToken::new();
-    let (wrote, mut written) = tokio::sync::watch::channel(0u64);
-    let writer = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut writes = 0u64;
-            while !stop.is_cancelled() && writes < 20_000 {
-                let patch = json!({ "metadata": { "annotations": { "test.syncgc.io/churn": writes.to_string() } } });
-                crds.patch(
-                    &name,
-                    &kube::api::PatchParams::default(),
-                    &kube::api::Patch::Merge(&patch),
-                )
-                .await
-                .unwrap();
-                writes += 1;
-                wrote.send_replace(writes);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            writes
-        })
-    };
-    // The CRD is being rewritten before the owners are deleted.
-    written.wait_for(|writes| *writes >= 10).await.unwrap();
-    releases_go_at_once(ns, wait, "owner", 5).await;
-    stop.cancel();
-    assert!(
-        writer.await.unwrap() > 20,
-        "the CRD was rewritten throughout"
-    );
-}
-
-/// The owner stays while a held dependent of that kind exists (created and deleted at
-/// v1, which needs no conversion), and goes once it is let go and the watch recovers.
-pub async fn a_failing_watch_holds_the_owner(ns: &TestNamespace, wait: Wait) {
-    let (_crd, things) = unconvertible_kind(ns).await;
-    let _held = Unhold(format!("things.v1.{}", things.group), ns.name.clone());
-    let owner = wait.owner(ns, "owner").await;
-    let api = dynamic(ns, &things);
-    create_as(
-        &api,
-        &things,
-        json!({ "metadata": { "name": "t", "finalizers": [HOLD],
-            "ownerReferences": [owner_ref(&owner, true)] } }),
-    )
-    .await;
-    wait.delete(ns, "owner").await;
-    let configmaps = ns.api::<ConfigMap>();
-    stays(
-        "the owner waits while the watch of its dependent's kind fails",
-        Duration::from_secs(4),
-        || exists(&configmaps, "owner"),
-    )
-    .await;
-    // `syncgc explain` cannot read that kind either; it says the barrier holds the owner.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_syncgc"))
-        .args(["explain", "configmap/owner", "-n", &ns.name])
-        .env("KUBECONFIG", super::kubeconfig_path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(
-        text.contains("held only by syncgc's release barrier")
-            && text.contains("before releasing, waiting for"),
-        "{text}"
-    );
-    delete(&api, "t", &DeleteParams::background()).await;
-    clear_finalizers(&api, "t").await;
-    eventually("the owner goes", WAIT, || gone(&configmaps, "owner")).await;
-}
-
-/// Lets the held object `t` of resource `.0` in namespace `.1` go when dropped (also when the
-/// test fails), so that neither its namespace nor its CRD stays behind.
-struct Unhold(String, String);
-
-impl Drop for Unhold {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kubectl")
-            .args(["patch", &self.0, "t", "-n", &self.1, "--type", "merge"])
-            .args(["-p", r#"{"metadata":{"finalizers":null}}"#])
-            .env("KUBECONFIG", super::kubeconfig_path())
-            .output();
-    }
 }

@@ -6,9 +6,9 @@
 //! orphan, background and foreground; a custom resource of a kind created a moment before the
 //! plan; a reference from another namespace; a foreground owner's dependents in a deletion
 //! order; a cluster-scoped dependent of a namespaced owner; a reference at an apiVersion that
-//! is not served. They run with Kubernetes' collector beside syncgc (tests/plan.rs) and with
-//! syncgc alone (tests/standalone_gc.rs): the plan reads the mode from the tests' syncgc's
-//! leader Lease, and where the two collectors differ each shape says what each does.
+//! is not served. They run with Kubernetes' collector beside syncgc (tests/cooperative/plan.rs)
+//! and with syncgc alone (tests/standalone_gc.rs): the plan reads the mode from the tests'
+//! syncgc's leader Lease, and where the two collectors differ each shape says what each does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -77,7 +77,7 @@ pub fn names(plan: &Value, list: &str) -> BTreeSet<String> {
 }
 
 /// The wave of each object the plan deletes.
-fn waves(plan: &Value) -> BTreeMap<String, u64> {
+pub fn waves(plan: &Value) -> BTreeMap<String, u64> {
     plan["delete"]
         .as_array()
         .unwrap()
@@ -184,7 +184,7 @@ impl Drop for Going {
 /// The fates of the ConfigMaps `all` after the delete has run its course: the plan's
 /// `delete` are gone, its `wait` are being deleted (and left as they are), everything else
 /// exists, the `orphan` without a reference to `owner`.
-async fn settled(api: &Api<ConfigMap>, plan: &Value, all: &[&str]) {
+pub async fn settled(api: &Api<ConfigMap>, plan: &Value, all: &[&str]) {
     let deleted = names(plan, "delete");
     let waiting = names(plan, "wait");
     for name in all {
@@ -206,7 +206,7 @@ async fn settled(api: &Api<ConfigMap>, plan: &Value, all: &[&str]) {
 }
 
 /// The owners `name` has, by name.
-async fn owners(api: &Api<ConfigMap>, name: &str) -> BTreeSet<String> {
+pub async fn owners(api: &Api<ConfigMap>, name: &str) -> BTreeSet<String> {
     let object = api.get(name).await.unwrap();
     object
         .owner_references()
@@ -361,31 +361,6 @@ pub async fn a_tree(ns: &TestNamespace, armed: bool) {
     super::delete_crd(&ns.client, &widgets).await;
 }
 
-/// Deletion order: an armed owner whose dependents carry `syncgc.io/deletion-order` 2, 1 and
-/// none. The plan puts them in waves 1, 2, 3, and the collector deletes them in that order.
-pub async fn waves_of_the_deletion_order(ns: &TestNamespace) {
-    let api = ns.api::<ConfigMap>();
-    let owner = create(&api, &opted_in("owner", vec![], &[])).await;
-    let reference = || vec![owner_ref(&owner, true)];
-    create(&api, &in_wave(config_map("first", reference()), "2")).await;
-    create(&api, &in_wave(config_map("second", reference()), "1")).await;
-    create(&api, &config_map("last", reference())).await;
-    let plan = plan(ns, "configmap/owner", &[]);
-    assert_eq!(
-        waves(&plan),
-        [("first", 1), ("second", 2), ("last", 3)]
-            .map(|(n, w)| (n.to_owned(), w))
-            .into(),
-        "{plan:#}"
-    );
-    assert_eq!(plan["goes"], true, "{plan:#}");
-    let going = Going::record(&api).await;
-    super::delete(&api, "owner", &DeleteParams::default()).await;
-    settled(&api, &plan, &["first", "second", "last"]).await;
-    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
-    going.follows(&plan, &[("first", "second"), ("second", "last")]);
-}
-
 /// Unarmed owners deleted with foreground and with orphan propagation (`--cascade`, as
 /// kubectl's flag): foreground deletes the tree, dependents before dependents of them;
 /// orphan leaves the dependents without their reference, and what hangs off them with theirs.
@@ -427,32 +402,6 @@ pub async fn foreground_and_orphan(ns: &TestNamespace) {
     })
     .await;
     assert_eq!(owners(&api, "d1").await, set(&["d"]));
-}
-
-/// An object's own `syncgc.io/propagation` is the propagation of its DELETE, as the webhook
-/// gives it: the plan says so, and follows it.
-pub async fn the_propagation_annotation(ns: &TestNamespace) {
-    let api = ns.api::<ConfigMap>();
-    let owner = create(
-        &api,
-        &opted_in(
-            "owner",
-            vec![],
-            &[(syncgc::names::PROPAGATION_ANNOTATION, "Orphan")],
-        ),
-    )
-    .await;
-    create(&api, &config_map("d", vec![owner_ref(&owner, true)])).await;
-    let plan = plan(ns, "configmap/owner", &[]);
-    assert_eq!(plan["propagation"], "orphan", "{plan:#}");
-    assert_eq!(plan["propagationFrom"], "annotation", "{plan:#}");
-    assert_eq!(names(&plan, "orphan"), set(&["d"]), "{plan:#}");
-    super::delete(&api, "owner", &DeleteParams::default()).await;
-    eventually("the owner goes", WAIT, || gone(&api, "owner")).await;
-    eventually("d loses its reference", WAIT, || async {
-        owners(&api, "d").await.is_empty().then_some(())
-    })
-    .await;
 }
 
 /// A reference from another namespace to the owner's uid is no dependency (a namespaced owner
@@ -640,7 +589,8 @@ pub async fn a_reference_at_a_version_not_served(ns: &TestNamespace) {
     }
 }
 
-fn set(names: &[&str]) -> BTreeSet<String> {
+/// The names `names`, as a plan lists them.
+pub fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|n| (*n).to_owned()).collect()
 }
 
@@ -660,7 +610,8 @@ impl Drop for ClusterRoleGone {
 }
 
 /// The plan tests every mode runs, each given a namespace by the including file's
-/// `namespace(test)`: tests/plan.rs (beside Kubernetes' collector) and tests/standalone_gc.rs.
+/// `namespace(test)`: tests/cooperative/plan.rs (beside Kubernetes' collector) and
+/// tests/standalone_gc.rs.
 #[macro_export]
 macro_rules! plans_in_this_mode {
     () => {

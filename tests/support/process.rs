@@ -36,14 +36,21 @@ pub struct Syncgc {
     _certs: tempfile::TempDir,
 }
 
-/// Held by each test of a binary that must not run beside another syncgc of that binary:
-/// every syncgc acts in every namespace, so an owner left waiting while its test's syncgc is
-/// stopped (killed and restarted, or deleted before it starts) would be collected by another
-/// test's.
+/// Held for its whole run by each test of a binary whose tests run one at a time: every
+/// syncgc acts in every namespace, so an owner left waiting while its test's syncgc is stopped
+/// (killed and restarted, or deleted before it starts) would be collected by another test's,
+/// and such tests start syncgc processes of their own, or restart, install or skew what every
+/// other test would see.
 pub async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
-    static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     ALONE.lock().await
 }
+
+/// [`alone`], for a test that is not async.
+pub fn alone_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    ALONE.blocking_lock()
+}
+
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 pub fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
