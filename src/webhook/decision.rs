@@ -4,10 +4,10 @@
 //! preview; on both, what the record of causes keeps of a DELETE let through ([`Pending`]).
 //! Nothing here writes: the handler parses, asks here, makes the effects and answers.
 
-use super::admit::{self, Decision, Policy, admit};
-use super::review::{Operation, Request};
 use kube::api::ApiResource;
 
+use super::admit::{self, Decision, Policy, admit};
+use super::review::{Operation, Request};
 use crate::api::{Propagation, Target};
 use crate::gc::causes::{Causes, Done, Entry, Pending};
 use crate::gc::needs::Needs;
