@@ -124,11 +124,10 @@ struct Known {
 }
 
 impl Known {
-    fn scope<'a>(&'a self, aliases: &'a Aliases) -> InScope<'a> {
+    fn scope(&self) -> InScope<'_> {
         InScope {
             graph: &self.graph,
             objects: &self.objects,
-            aliases,
         }
     }
 }
@@ -352,7 +351,7 @@ pub async fn explain(
     let mut gathered = scope.gathered(uid, &known, &owners, &unlisted);
     let object = gathered.object.clone().expect("read");
     gathered.barrier = barrier_note(&scope.cluster, &object).await;
-    let view = known.scope(scope.aliases());
+    let view = known.scope();
     match output {
         Output::Text => {
             let (text, _) = report(&object, &view, gathered.barrier.as_deref());
@@ -444,7 +443,7 @@ async fn follow(
         let Some(object) = gathered.object.clone() else {
             return gone(scope, &uid.to_string(), waited, output).await;
         };
-        let view = known.scope(scope.aliases());
+        let view = known.scope();
         let tree = tree(&object, &view);
         let deleting = object.meta.deletion_timestamp.is_some();
         waited = deleting && tree.iter().any(|e| e.dependency);
@@ -744,7 +743,7 @@ mod tests {
             known.objects.insert(observed.uid, (id, object.clone()));
             known.graph.apply(id, observed);
         }
-        report(owner, &known.scope(aliases), barrier)
+        report(owner, &known.scope(), barrier)
     }
 
     #[test]
@@ -841,7 +840,7 @@ mod tests {
 
     #[test]
     fn a_reference_with_the_owner_s_uid_naming_another_object_blocks_nothing() {
-        // The collector does not wait for it (see `OwnerLink::reaches`); neither does the report.
+        // The collector does not wait for it (see `Node::is_named_by`); neither does the report.
         let mut owner = object("owner", "1", None, &[SYNCHRONOUS_FINALIZER]);
         owner.meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         let renamed = object("renamed", "2", Some(("1", "another", true)), &[]);

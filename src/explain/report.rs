@@ -7,7 +7,6 @@ use std::fmt::Write as _;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::gc::discovery::Aliases;
 use crate::gc::order;
 use crate::graph::{Flags, Graph, Order, OwnerLink, ResourceId, Uid, Wave};
 use crate::names::{
@@ -53,7 +52,6 @@ impl Explained {
 pub struct InScope<'a> {
     pub graph: &'a Graph,
     pub objects: &'a HashMap<Uid, (ResourceId, Explained)>,
-    pub aliases: &'a Aliases,
 }
 
 impl InScope<'_> {

@@ -67,10 +67,9 @@ pub fn owner_in_graph(
     from: Option<&str>,
     by: ActedBy,
 ) -> Option<OwnerState> {
-    let owner = graph.node(uid).filter(|owner| owner.seen())?;
-    if owner.coordinates != coordinates || !owner.in_reach_of(from) {
-        return None;
-    }
+    let owner = graph
+        .node(uid)
+        .filter(|owner| owner.seen() && owner.is_named_by(coordinates, from))?;
     Some(match by {
         ActedBy::Syncgc => OwnerState::of(owner.flags),
         ActedBy::Kubernetes => OwnerState::of(owner.flags.with(Flags::ARMED, false)),

@@ -62,20 +62,6 @@ pub struct OwnerLink {
 }
 
 impl OwnerLink {
-    /// Whether this reference, from a dependent in the namespace `from`, really refers to the
-    /// owner with its uid, seen as `owner` (group, kind, name) in `owner_namespace`: it names
-    /// that object, and a namespaced owner is in the dependent's namespace. The rule of the
-    /// graph's [`Node::is_owner_through`] and of `syncgc explain`; the workers' live reads and
-    /// the release barrier check the same two conditions apart, to say which one failed.
-    pub fn reaches(
-        &self,
-        owner: Coordinates,
-        owner_namespace: Option<&str>,
-        from: Option<&str>,
-    ) -> bool {
-        self.coordinates == owner && (owner_namespace.is_none() || owner_namespace == from)
-    }
-
     /// Whether the dependent holding this reference keeps an owner from losing `finalizer`
     /// ([`Flags::ARMED`]: every dependent; [`Flags::FOREGROUND`]: those with
     /// `blockOwnerDeletion`).
@@ -323,14 +309,19 @@ impl Node {
         self.namespace.is_none() || self.namespace() == namespace
     }
 
-    /// Whether `dependent`, through `link`, really refers to this node: the reference names
-    /// this object (group, kind, name) and may reach it from the dependent's namespace.
+    /// Whether a reference naming `coordinates` (group, kind, name), from a dependent in the
+    /// namespace `from`, really refers to this node: it names this object, and a namespaced
+    /// owner is in the dependent's namespace. The rule of [`Node::is_owner_through`] and of
+    /// `decide::owner_in_graph`; the workers' live reads and the release barrier check the
+    /// same two conditions apart, to say which one failed.
+    pub fn is_named_by(&self, coordinates: Coordinates, from: Option<&str>) -> bool {
+        self.coordinates == coordinates && self.in_reach_of(from)
+    }
+
+    /// Whether `dependent`, through `link`, really refers to this node ([`Node::is_named_by`]).
     /// References to owners never seen are taken as they are.
     pub fn is_owner_through(&self, dependent: &Node, link: &OwnerLink) -> bool {
-        if !self.seen() {
-            return true;
-        }
-        link.reaches(self.coordinates, self.namespace(), dependent.namespace())
+        !self.seen() || self.is_named_by(link.coordinates, dependent.namespace())
     }
 }
 
