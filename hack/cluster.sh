@@ -225,6 +225,19 @@ gen_webhook_client_cert() {
   gen_cert webhook-client "/CN=kube-apiserver-webhook-client" webhook-client-ca "$PKI/client.ext"
 }
 
+# The aggregation layer's front proxy: its own CA (the requestheader client CA, published in
+# kube-system/extension-apiserver-authentication) and the client certificate the apiserver
+# presents to aggregated APIs, with the user it vouches for in X-Remote-* headers.
+gen_front_proxy_cert() {
+  [ -f "$PKI/front-proxy-client.crt" ] && return 0
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
+    -subj "/CN=syncgc-local-front-proxy-ca" -keyout "$PKI/front-proxy-ca.key" \
+    -out "$PKI/front-proxy-ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  chmod 600 "$PKI/front-proxy-ca.key"
+  gen_cert front-proxy-client "/CN=front-proxy-client" front-proxy-ca "$PKI/client.ext"
+}
+
 # kube-apiserver's admission configuration: the client certificate it presents to every webhook.
 write_admission_config() {
   cat >"$DIR/webhook-client.kubeconfig" <<EOF
@@ -369,6 +382,7 @@ rules:
   - level: None
 POLICY
   gen_webhook_client_cert
+  gen_front_proxy_cert
   write_admission_config
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -384,6 +398,13 @@ POLICY
     --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
     --kubelet-preferred-address-types InternalIP \
     --enable-aggregator-routing=true \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file "$PKI/front-proxy-client.key" \
     --service-cluster-ip-range 10.0.0.0/24 \
     --allow-privileged \
     --max-requests-inflight "${SYNCGC_APISERVER_INFLIGHT:-2000}" \

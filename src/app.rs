@@ -10,6 +10,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::aggregated;
 use crate::api::{self, Cluster, RateLimiter};
 use crate::duration::Backoff;
 use crate::gc::watch::InitialList;
@@ -410,7 +411,7 @@ impl RunArgs {
             (api::client(config.clone())?, api::streams(config)?)
         };
         let timeouts = collector_args.timeouts();
-        let gc::config::CollectorArgs { qps, burst, .. } = collector_args;
+        let gc::config::CollectorArgs { qps, burst, .. } = collector_args.clone();
         let limiter = Arc::new(RateLimiter::new(qps, burst));
         let gc_cluster = Cluster::new(gc_client, Some(limiter), API_TIMEOUT, metrics.clone())
             .with_streams(gc_streams);
@@ -483,6 +484,8 @@ impl RunArgs {
                 needs: needs.clone(),
             },
         )));
+        // How the aggregation layer's front proxy vouches for users, read from the cluster.
+        let front_proxy = Arc::new(parking_lot::RwLock::new(None));
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
             resources: resources.reader(),
@@ -504,12 +507,23 @@ impl RunArgs {
         // install lets the apiserver reach: `syncgc check` reads them there through the
         // apiserver's proxy, wherever the apiserver runs.
         .merge(metrics::router(metrics.clone(), readiness.clone()))
-        // `syncgc explain --why-deleted` reads the causes there too, through the apiserver's
-        // proxy (which RBAC guards: pods/proxy).
-        .merge(match &causes {
-            Some(causes) => gc::debug::deleted_router(causes.clone(), graph.reader()),
-            None => axum::Router::new(),
-        });
+        // syncgc.io/v1alpha1, to the aggregation layer's front proxy only.
+        .merge(aggregated::router(Arc::new(aggregated::Aggregated {
+            front_proxy: front_proxy.clone(),
+            access: aggregated::access::Access::new(webhook_cluster.clone()),
+            graph: graph.reader(),
+            resources: resources.reader(),
+            causes: causes.clone(),
+            cluster: webhook_cluster.clone(),
+            collector: collector_args,
+            readiness: readiness.clone(),
+        })));
+        tokio::spawn(aggregated::follow_front_proxy(
+            front_proxy,
+            cert.clone(),
+            webhook_cluster.clone(),
+            shutdown.clone(),
+        ));
         if let Some(causes) = &causes {
             tokio::spawn(gc::causes::summarize(
                 causes.clone(),
@@ -544,10 +558,6 @@ impl RunArgs {
             .await
             .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
         let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
-        if let Some(causes) = causes.as_ref().filter(|_| debug_graph) {
-            metrics_router =
-                metrics_router.merge(gc::debug::deleted_router(causes.clone(), graph.reader()));
-        }
         if debug_graph {
             metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));
         }

@@ -81,16 +81,10 @@ pub struct ExplainArgs {
     #[arg(long, short = 'w', conflicts_with = "why_deleted")]
     pub watch: bool,
     /// Why the object, now gone, went: its DELETE, who sent it, and the causes up to the root
-    /// of the cascade, from the running syncgc's record (the last deletions of the past hour).
+    /// of the cascade, from the running syncgc's record (the last deletions of the past hour),
+    /// read through its API (`deletioncauses.syncgc.io`).
     #[arg(long)]
     pub why_deleted: bool,
-    /// With --why-deleted: the namespace of syncgc's pods, asked through the apiserver's proxy.
-    #[arg(long, default_value = crate::leader::DEFAULT_NAMESPACE)]
-    pub syncgc_namespace: String,
-    /// With --why-deleted: ask the syncgc whose metrics address this is (such as
-    /// http://127.0.0.1:8080) instead of its pods.
-    #[arg(long, value_name = "URL")]
-    pub syncgc_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -163,25 +157,15 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
             access,
             output,
             why_deleted: true,
-            syncgc_namespace,
-            syncgc_url,
             ..
         }) => {
-            let sources = match syncgc_url {
-                Some(url) => crate::explain::why::Sources::Url(url),
-                None => crate::explain::why::Sources::Pods(syncgc_namespace),
-            };
             let answer = async {
                 let cluster = access
                     .cluster(None, std::time::Duration::from_secs(30))
                     .await?;
-                let why = crate::explain::why::why_deleted(
-                    &cluster,
-                    &sources,
-                    &object,
-                    namespace.as_deref(),
-                )
-                .await?;
+                let why =
+                    crate::explain::why::why_deleted(&cluster, &object, namespace.as_deref())
+                        .await?;
                 match output {
                     Output::Text => print!("{}", why.text()),
                     Output::Json => println!("{}", serde_json::to_string_pretty(&why)?),

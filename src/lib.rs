@@ -24,7 +24,8 @@
 //! - [`app`]: `syncgc run`: its flags ([`app::RunArgs`]) next to what runs them, wiring every
 //!   part together.
 //! - [`check`]: `syncgc check`, whether syncgc works on a cluster (it asks what the parts
-//!   below know).
+//!   below know); [`aggregated`]: what syncgc knows (deletion plans, deletion causes) served
+//!   as the Kubernetes API `syncgc.io/v1alpha1` through the aggregation layer.
 //! - [`webhook`]: the mutating admission webhook (HTTPS server, the pure `admit` decision);
 //!   [`plan`]: `syncgc plan`, what a DELETE would take down (the collector's rules run on a
 //!   copy of the graph, [`gc::cascade`]); [`explain`]: `syncgc explain`, what keeps an object
@@ -49,6 +50,7 @@
 //! deadlines, the waves).
 #![forbid(unsafe_code)]
 
+pub mod aggregated;
 pub mod annotations;
 pub mod api;
 pub mod app;

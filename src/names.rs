@@ -42,6 +42,11 @@ pub const HANDLES_FINALIZERS_SCOPE_ANNOTATION: &str = "syncgc.io/handles-finaliz
 /// On the leader Lease: the mode of the syncgc that holds it (`cooperative`, `standalone`),
 /// for `syncgc plan` to predict the collector that acts.
 pub const MODE_ANNOTATION: &str = "syncgc.io/mode";
+/// The API group syncgc serves through the aggregation layer, and its version.
+pub const API_GROUP: &str = "syncgc.io";
+pub const API_VERSION: &str = "v1alpha1";
+/// `syncgc.io/v1alpha1`.
+pub const API_GROUP_VERSION: &str = "syncgc.io/v1alpha1";
 /// The apiserver's finalizer for foreground cascading deletion.
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 /// The apiserver's finalizer for orphaning dependents.

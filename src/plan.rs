@@ -11,13 +11,13 @@
 //! could not be listed (the plan is then incomplete), the timeout syncgc would fix, and how
 //! long the requests would take at the collector's rate.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::api::Propagation;
 use crate::api::meta::Meta;
@@ -91,7 +91,7 @@ pub enum Format {
 /// and the worker's look (measured: tens of milliseconds on a local control plane).
 const WAVE_LATENCY: Duration = Duration::from_millis(100);
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Deleted {
     #[serde(flatten)]
@@ -103,7 +103,7 @@ pub struct Deleted {
     pub deleted_by: DeletedBy,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Kept {
     #[serde(flatten)]
@@ -112,25 +112,25 @@ pub struct Kept {
     pub kept_by: Vec<Object>,
     /// Its owner deletes its dependents in order, and this wave of that order (a
     /// `syncgc.io/deletion-order` value) never ends, so its own never comes.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_by_wave: Option<i32>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Waiting {
     #[serde(flatten)]
     pub object: Object,
     /// Its DELETE's wave and propagation; none when it was being deleted before.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation: Option<Propagation>,
     pub finalizers: Vec<Finalizer>,
 }
 
 /// The collector (or controller) that sends a DELETE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DeletedBy {
     #[serde(rename = "syncgc")]
     Syncgc,
@@ -161,7 +161,7 @@ impl From<ActedBy> for DeletedBy {
 
 /// Where the propagation comes from: `--cascade`, the object's `syncgc.io/propagation`, or
 /// `kubectl delete`'s default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PropagationFrom {
     #[serde(rename = "--cascade")]
     Flag,
@@ -169,12 +169,16 @@ pub enum PropagationFrom {
     Annotation,
     #[serde(rename = "default")]
     Default,
+    /// The `propagationPolicy` of a `DeletionPlan`'s spec.
+    #[serde(rename = "spec")]
+    Spec,
 }
 
 impl PropagationFrom {
     fn says(self) -> &'static str {
         match self {
             Self::Flag => "--cascade",
+            Self::Spec => "the plan's propagationPolicy",
             Self::Annotation => "its syncgc.io/propagation",
             Self::Default => "kubectl delete's default",
         }
@@ -182,7 +186,7 @@ impl PropagationFrom {
 }
 
 /// Where the mode comes from: `--mode`, the running syncgc's Lease, or the default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ModeFrom {
     #[serde(rename = "--mode")]
     Flag,
@@ -190,6 +194,9 @@ pub enum ModeFrom {
     Lease,
     #[serde(rename = "default")]
     Default,
+    /// The syncgc that answered the plan through its API.
+    #[serde(rename = "server")]
+    Server,
 }
 
 impl ModeFrom {
@@ -197,13 +204,14 @@ impl ModeFrom {
         match self {
             Self::Flag => "--mode",
             Self::Lease => "the running syncgc's mode",
+            Self::Server => "the mode of the syncgc that made the plan",
             Self::Default => "no running syncgc found: cooperative",
         }
     }
 }
 
 /// A finalizer nothing would remove, and the objects that carry it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Unhandled {
     pub finalizer: String,
@@ -212,7 +220,7 @@ pub struct Unhandled {
 
 /// A finalizer handler's hold on a namespace's deletion: what syncgc keeps while objects
 /// carrying its finalizers are being deleted, and for how long at most.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HandlerHold {
     pub handler: Object,
@@ -228,7 +236,7 @@ pub struct HandlerHold {
 }
 
 /// The plan, as `-o json` prints it (a stable format: see docs/commands.md).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub object: Object,
@@ -243,10 +251,10 @@ pub struct Plan {
     /// The object is gone at the end (not held by a finalizer of another controller).
     pub goes: bool,
     /// What holds the object when it stays.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_by: Vec<Finalizer>,
     /// The timeout syncgc would fix, armed only (seconds).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<f64>,
     pub waves: usize,
     /// DELETEs and patches the garbage collector sends.
@@ -259,21 +267,71 @@ pub struct Plan {
     /// Objects of the tree with an owner of a kind that could not be listed (or of an API
     /// group whose discovery failed): the plan keeps them, not knowing whether that owner
     /// lives.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unjudged: Vec<Object>,
     /// For a Namespace: the finalizers of objects in it that nothing would remove — neither
     /// Kubernetes' own controllers nor a workload that says it handles them
     /// (`syncgc.io/handles-finalizers`, in the namespace or cluster-wide).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhandled_finalizers: Vec<Unhandled>,
     /// For a Namespace: the finalizer handlers whose teardown syncgc holds, and what it keeps.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holds: Vec<HandlerHold>,
     pub delete: Vec<Deleted>,
     pub orphan: Vec<Object>,
     pub keep: Vec<Kept>,
     pub wait: Vec<Waiting>,
     pub unlisted: Vec<Unlisted>,
+    /// Objects of kinds or namespaces the reader may not read (a plan made by syncgc's API):
+    /// counted, not named.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub withheld: usize,
+    /// Entries left out of `delete`, `orphan`, `keep` and `wait` beyond what one answer of
+    /// syncgc's API holds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// `syncgc.io/v1alpha1` `DeletionPlan` (of a namespaced object, in its namespace) and
+/// `ClusterDeletionPlan` (of a cluster-scoped one): a review, answered when it is created and
+/// stored nowhere, of what a DELETE of `spec.target` would do, made by syncgc on its graph
+/// ([`crate::aggregated`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionPlan {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    pub spec: PlanSpec,
+    /// What the DELETE would do, when syncgc answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Plan>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanSpec {
+    pub target: PlanTarget,
+    /// `Background`, `Foreground` or `Orphan`, as a DELETE's options name it; by default the
+    /// object's `syncgc.io/propagation`, else `Background`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation_policy: Option<String>,
+}
+
+/// The object a plan is of: its namespace is the plan's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanTarget {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
 }
 
 impl PlanArgs {
@@ -285,6 +343,14 @@ impl PlanArgs {
         let named = Named::find(&cluster, &self.object, self.namespace.as_deref()).await?;
         if let Some(namespace) = named.scope() {
             not_being_deleted(&cluster, namespace).await?;
+        }
+        // syncgc's API makes the plan on its graph, unless the plan is of a mode it does not
+        // run or of a Namespace (which reads every object in it).
+        let namespace = named.resource.api.group.is_empty() && named.resource.api.kind == "Namespace";
+        if self.mode.is_none() && !namespace {
+            if let Some(plan) = self.served(&cluster, &named).await? {
+                return Ok(plan);
+            }
         }
         let (mode, mode_from) = match self.mode {
             Some(mode) => (mode, ModeFrom::Flag),
@@ -324,8 +390,11 @@ impl PlanArgs {
         });
         let outcome = cascade::run(&mut read.graph, &read.facts, mode, uid, propagation);
         let mut plan = plan(
-            resources,
-            &read,
+            &|uid| entry(resources, &read, uid),
+            Scope {
+                unlisted: read.unlisted.clone(),
+                unjudged: &read.unjudged,
+            },
             uid,
             (propagation, from),
             (mode, mode_from),
@@ -359,6 +428,60 @@ impl PlanArgs {
         Ok(plan)
     }
 
+    /// The plan syncgc's API makes of `named` ([`crate::aggregated`]); `None` where it is not
+    /// served to this user (no APIService, none available, no right to create plans): the
+    /// plan is then made here.
+    async fn served(
+        &self,
+        cluster: &crate::api::Cluster,
+        named: &Named,
+    ) -> anyhow::Result<Option<Plan>> {
+        let api = &named.resource.api;
+        let review = DeletionPlan {
+            api_version: crate::names::API_GROUP_VERSION.to_owned(),
+            kind: if named.scope().is_some() { "DeletionPlan" } else { "ClusterDeletionPlan" }
+                .to_owned(),
+            metadata: Default::default(),
+            spec: PlanSpec {
+                target: PlanTarget {
+                    api_version: api.api_version.clone(),
+                    kind: api.kind.clone(),
+                    name: named.name.clone(),
+                },
+                propagation_policy: self
+                    .cascade
+                    .map(|c| Propagation::from(c).policy().to_owned()),
+            },
+            status: None,
+        };
+        let base = format!("/apis/{}", crate::names::API_GROUP_VERSION);
+        let path = match named.scope() {
+            Some(ns) => format!("{base}/namespaces/{ns}/deletionplans"),
+            None => format!("{base}/clusterdeletionplans"),
+        };
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&review)?)?;
+        match cluster.streams().request::<DeletionPlan>(request).await {
+            Ok(DeletionPlan {
+                status: Some(mut plan),
+                ..
+            }) => {
+                if self.cascade.is_some() {
+                    plan.propagation_from = PropagationFrom::Flag;
+                }
+                Ok(Some(plan))
+            }
+            Ok(_) => anyhow::bail!("syncgc's API answered a plan without its status"),
+            Err(kube::Error::Api(status)) if served_elsewhere(&status) => {
+                tracing::debug!(%status.message, "syncgc's API makes no plan here; making it as a client");
+                Ok(None)
+            }
+            Err(kube::Error::Api(status)) => anyhow::bail!("{}", status.message),
+            Err(err) => Err(anyhow::Error::new(err).context("asking syncgc's API for the plan")),
+        }
+    }
+
     /// The mode of the running syncgc, from its leader Lease.
     async fn running_mode(&self, cluster: &crate::api::Cluster) -> Option<Mode> {
         let leases = cluster.namespaced::<Lease>(&self.syncgc_namespace);
@@ -368,6 +491,18 @@ impl PlanArgs {
             .ok()??;
         let mode = lease.metadata.annotations?.remove(MODE_ANNOTATION)?;
         ValueEnum::from_str(&mode, false).ok()
+    }
+}
+
+/// Whether the apiserver's refusal says syncgc's API does not make this plan (rather than
+/// what syncgc said of the object): not served, unavailable, not granted to the user, or a
+/// tree too big to model there.
+fn served_elsewhere(status: &kube::core::Status) -> bool {
+    match status.code {
+        404 => status.message.contains("could not find the requested resource"),
+        403 => status.message.contains("cannot create resource"),
+        413 | 503 => true,
+        _ => false,
     }
 }
 
@@ -384,10 +519,18 @@ async fn not_being_deleted(cluster: &crate::api::Cluster, namespace: &str) -> an
     }
 }
 
+/// What the plan knows of the scope it was made in: what could not be listed, and the objects
+/// whose owners could not be judged.
+pub struct Scope<'a> {
+    pub unlisted: Vec<Unlisted>,
+    pub unjudged: &'a HashSet<Uid>,
+}
+
+/// The report of `outcome`, the DELETE of `target`, naming each object with `name`.
 #[expect(clippy::too_many_arguments, reason = "the parts of one report")]
-fn plan(
-    resources: &Resources,
-    read: &Snapshot,
+pub fn plan(
+    name: &dyn Fn(Uid) -> Object,
+    scope: Scope<'_>,
     target: Uid,
     (propagation, from): (Propagation, PropagationFrom),
     (mode, mode_from): (Mode, ModeFrom),
@@ -395,7 +538,7 @@ fn plan(
     outcome: &Outcome,
     collector: &CollectorArgs,
 ) -> Plan {
-    let entry = |uid: &Uid| entry(resources, read, *uid);
+    let entry = |uid: &Uid| name(*uid);
     let finalizers = |held: &[FinalizerHold]| -> Vec<Finalizer> {
         held.iter()
             .map(|hold| Finalizer {
@@ -418,11 +561,11 @@ fn plan(
         waves: outcome.waves,
         requests: outcome.requests,
         estimate_seconds: estimate(outcome, collector).as_secs_f64(),
-        complete: read.unlisted.is_empty(),
+        complete: scope.unlisted.is_empty(),
         unjudged: outcome
             .fates
             .keys()
-            .filter(|uid| read.unjudged.contains(uid))
+            .filter(|uid| scope.unjudged.contains(uid))
             .map(entry)
             .collect(),
         unhandled_finalizers: Vec::new(),
@@ -431,7 +574,9 @@ fn plan(
         orphan: Vec::new(),
         keep: Vec::new(),
         wait: Vec::new(),
-        unlisted: read.unlisted.clone(),
+        unlisted: scope.unlisted,
+        withheld: 0,
+        omitted: 0,
     };
     for (uid, fate) in &outcome.fates {
         match fate {
@@ -622,6 +767,86 @@ pub fn estimate(outcome: &Outcome, collector: &CollectorArgs) -> Duration {
 }
 
 impl Plan {
+    /// Every object the plan names.
+    pub fn objects(&self) -> impl Iterator<Item = &Object> {
+        fn finalizers(held: &[Finalizer]) -> impl Iterator<Item = &Object> {
+            held.iter().flat_map(|f| &f.waits_for)
+        }
+        std::iter::once(&self.object)
+            .chain(finalizers(&self.held_by))
+            .chain(&self.unjudged)
+            .chain(self.unhandled_finalizers.iter().flat_map(|u| &u.objects))
+            .chain(self.holds.iter().map(|h| &h.handler))
+            .chain(self.delete.iter().map(|d| &d.object))
+            .chain(self.orphan.iter())
+            .chain(
+                self.keep
+                    .iter()
+                    .flat_map(|k| std::iter::once(&k.object).chain(&k.kept_by)),
+            )
+            .chain(
+                self.wait
+                    .iter()
+                    .flat_map(|w| std::iter::once(&w.object).chain(finalizers(&w.finalizers))),
+            )
+    }
+
+    /// Leaves out every object `readable` refuses, wherever it is named; returns how many
+    /// objects were left out.
+    pub fn withhold(&mut self, readable: impl Fn(&Object) -> bool) -> usize {
+        let withheld: HashSet<String> = self
+            .objects()
+            .filter(|o| !readable(o))
+            .map(|o| o.uid.clone())
+            .collect();
+        let shown = |o: &Object| !withheld.contains(&o.uid);
+        let finalizers = |held: &mut Vec<Finalizer>| {
+            for finalizer in held {
+                finalizer.waits_for.retain(shown);
+            }
+        };
+        finalizers(&mut self.held_by);
+        self.unjudged.retain(shown);
+        for unhandled in &mut self.unhandled_finalizers {
+            unhandled.objects.retain(shown);
+        }
+        self.unhandled_finalizers.retain(|u| !u.objects.is_empty());
+        self.holds.retain(|h| shown(&h.handler));
+        self.delete.retain(|d| shown(&d.object));
+        self.orphan.retain(shown);
+        self.keep.retain(|k| shown(&k.object));
+        for kept in &mut self.keep {
+            kept.kept_by.retain(shown);
+        }
+        self.wait.retain(|w| shown(&w.object));
+        for waiting in &mut self.wait {
+            finalizers(&mut waiting.finalizers);
+        }
+        withheld.len()
+    }
+
+    /// Keeps at most `max` entries of `delete`, `orphan`, `keep` and `wait` together, in that
+    /// order; returns how many were left out.
+    pub fn bounded(&mut self, max: usize) -> usize {
+        let mut room = max;
+        let mut omitted = 0;
+        let mut cut = |len: usize| {
+            let kept = len.min(room);
+            room -= kept;
+            omitted += len - kept;
+            kept
+        };
+        let keep = cut(self.delete.len());
+        self.delete.truncate(keep);
+        let keep = cut(self.orphan.len());
+        self.orphan.truncate(keep);
+        let keep = cut(self.keep.len());
+        self.keep.truncate(keep);
+        let keep = cut(self.wait.len());
+        self.wait.truncate(keep);
+        omitted
+    }
+
     /// The plan for people: a tree read at a glance.
     pub fn text(&self) -> String {
         use std::fmt::Write as _;
@@ -746,6 +971,20 @@ impl Plan {
                 out,
                 "incomplete: {} could not be listed ({}); its objects are not in the plan",
                 unlisted.resource, unlisted.error
+            );
+        }
+        if self.withheld > 0 {
+            let _ = writeln!(
+                out,
+                "{} object(s) of kinds or namespaces you may not read are left out",
+                self.withheld
+            );
+        }
+        if self.omitted > 0 {
+            let _ = writeln!(
+                out,
+                "{} more entries are left out of this answer",
+                self.omitted
             );
         }
         for hold in &self.holds {

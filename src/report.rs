@@ -3,17 +3,17 @@
 //! typed struct whose `-o json` form is a stable format (docs/commands.md): the serde names
 //! here are a contract.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::names::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER};
 
 /// One object, as a report names it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Object {
     pub api_version: String,
     pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
     pub uid: String,
@@ -33,14 +33,14 @@ impl Ord for Object {
 }
 
 /// A finalizer, who removes it, and (a collector's, a handler's) what it waits for.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Finalizer {
     pub name: String,
     pub removed_by: Remover,
     /// The dependents it waits for (a collector's finalizer), which stay, or the workload
     /// that handles it.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits_for: Vec<Object>,
 }
 
@@ -78,6 +78,21 @@ pub enum Remover {
 }
 
 impl Remover {
+    const ALL: [Self; 12] = [
+        Self::Syncgc,
+        Self::ForegroundCollector,
+        Self::OrphanCollector,
+        Self::NamespaceController,
+        Self::PvcProtection,
+        Self::PvProtection,
+        Self::JobController,
+        Self::ServiceController,
+        Self::ApiExtensions,
+        Self::Handler,
+        Self::Nothing,
+        Self::Other,
+    ];
+
     /// Who removes `finalizer`, from its name alone.
     pub fn of(finalizer: &str) -> Self {
         match finalizer {
@@ -142,6 +157,18 @@ impl std::fmt::Display for Remover {
 impl Serialize for Remover {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
+    }
+}
+
+/// A phrase of [`Remover::as_str`]; one it does not know (from another version) is another
+/// controller's.
+impl<'de> Deserialize<'de> for Remover {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let phrase = String::deserialize(deserializer)?;
+        Ok(Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == phrase)
+            .unwrap_or(Self::Other))
     }
 }
 

@@ -97,16 +97,25 @@ fn is_armed(cm: &ConfigMap) -> bool {
         && cm.labels().contains_key(ARMED_LABEL)
 }
 
-/// The chain of causes syncgc's record holds for `uid` (empty: nothing recorded).
-fn recorded(syncgc: &Syncgc, uid: &str) -> Vec<Value> {
-    let (status, body) = syncgc
-        .get(&format!("/debug/deleted?uid={uid}"))
-        .expect("/debug/deleted");
-    assert_eq!(status, 200, "{body}");
-    let answers: Vec<Value> = serde_json::from_str(&body).unwrap();
-    answers
+/// The entries syncgc's record holds of the object `uid` of `namespace` and its causes (empty:
+/// nothing recorded), read through syncgc's API as the administrator.
+async fn recorded(syncgc: &Syncgc, namespace: &str, uid: &str) -> Vec<Value> {
+    static REGISTERED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    REGISTERED
+        .get_or_init(|| support::served_api::register(syncgc))
+        .await;
+    let path = format!("/apis/syncgc.io/v1alpha1/namespaces/{namespace}/deletioncauses");
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    let list: Value = support::client().await.request(request).await.unwrap();
+    list["items"]
+        .as_array()
         .into_iter()
-        .flat_map(|a| a["chain"].as_array().cloned().unwrap_or_default())
+        .flatten()
+        .filter(|item| item["object"]["uid"] == uid)
+        .flat_map(|item| {
+            std::iter::once(item["object"].clone())
+                .chain(item["causes"].as_array().cloned().unwrap_or_default())
+        })
         .collect()
 }
 
@@ -210,14 +219,14 @@ async fn a_forged_review_changes_nothing_and_records_nothing() {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        recorded(syncgc, &recorded_uid).is_empty(),
+        recorded(syncgc, &ns.name, &recorded_uid).await.is_empty(),
         "a forged cause recorded"
     );
     api.delete("recorded", &DeleteParams::default())
         .await
         .unwrap();
     let chain = eventually("the real DELETE recorded", WAIT, || async {
-        let chain = recorded(syncgc, &recorded_uid);
+        let chain = recorded(syncgc, &ns.name, &recorded_uid).await;
         (!chain.is_empty()).then_some(chain)
     })
     .await;

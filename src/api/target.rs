@@ -5,7 +5,7 @@ use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
 
 /// A DELETE's propagation policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Propagation {
     Background,
@@ -22,6 +22,15 @@ impl Propagation {
             Self::Foreground
         } else {
             Self::Background
+        }
+    }
+
+    /// As a DELETE's `propagationPolicy` (and `syncgc.io/propagation`) spells it.
+    pub fn policy(self) -> &'static str {
+        match self {
+            Self::Foreground => "Foreground",
+            Self::Background => "Background",
+            Self::Orphan => "Orphan",
         }
     }
 

@@ -1,28 +1,15 @@
-//! `syncgc explain --why-deleted KIND/NAME`: why an object that is gone went. Asks the
-//! running syncgc's record of causes ([`crate::gc::causes`], `GET /debug/deleted`) — every
-//! replica, through the apiserver's proxy to its pod, or the replica at `--syncgc-url` — and
-//! follows the causes up to the root of the cascade: the DELETE someone sent.
+//! `syncgc explain --why-deleted KIND/NAME`: why an object that is gone went. Asks syncgc's
+//! API for the object's `DeletionCause` ([`crate::aggregated`], through the apiserver, which
+//! checks who may read it), whose causes go up to the root of the cascade: the DELETE someone
+//! sent.
 
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::api::Cluster;
-use crate::gc::causes::{Chain, Done, Entry};
-
-/// The label every syncgc pod carries.
-const POD_SELECTOR: &str = "app.kubernetes.io/name=syncgc";
-
-/// Where the record is read.
-#[derive(Debug, Clone)]
-pub enum Sources {
-    /// A replica's metrics address, such as `http://127.0.0.1:8080`.
-    Url(String),
-    /// Every syncgc pod of this namespace, through the apiserver's proxy to its webhook port.
-    Pods(String),
-}
+use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry};
+use crate::names::API_GROUP_VERSION;
 
 /// Why an object went: its entry first, then each cause up to the root.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -30,13 +17,19 @@ pub struct Why {
     pub chain: Vec<Entry>,
     /// The record ends before the root (its older entries are gone, or another replica's).
     pub incomplete: bool,
+    /// Causes of kinds or namespaces the user may not read: counted, not named.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub withheld: usize,
 }
 
-/// Reads the record for the object `kind_name` (`KIND/NAME`, as `syncgc explain` takes it) in
-/// `namespace` (or the kubeconfig's) and follows its causes.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Reads the causes of the object `kind_name` (`KIND/NAME`, as `syncgc explain` takes it) in
+/// `namespace` (or the kubeconfig's) from syncgc's API.
 pub async fn why_deleted(
     cluster: &Cluster,
-    sources: &Sources,
     kind_name: &str,
     namespace: Option<&str>,
 ) -> anyhow::Result<Why> {
@@ -46,102 +39,64 @@ pub async fn why_deleted(
         named.scope(),
         named.name.as_str(),
     );
-    let urls = urls(cluster, sources).await?;
-    let mut query = format!("kind={kind}&name={name}");
-    if let Some(ns) = namespace {
-        let _ = write!(query, "&namespace={ns}");
-    }
-    let mut chain: Vec<Entry> = latest(cluster, &urls, &query).await?.unwrap_or_default();
-    if chain.is_empty() {
-        let what = crate::api::described(kind, namespace, name);
+    let what = crate::api::described(kind, namespace, name);
+    let cause_name = DeletionCause::name_of(kind, name);
+    let base = format!("/apis/{API_GROUP_VERSION}");
+    let found = match namespace {
+        Some(ns) => {
+            let path = format!("{base}/namespaces/{ns}/deletioncauses/{cause_name}");
+            read::<DeletionCause>(cluster, &path, &what).await?
+        }
+        // Cluster-scoped objects' causes are in the list of every namespace.
+        None => read::<DeletionCauseList>(cluster, &format!("{base}/deletioncauses"), &what)
+            .await?
+            .and_then(|list| {
+                list.items.into_iter().find(|c| {
+                    c.metadata.namespace.is_none()
+                        && c.metadata.name.as_deref() == Some(&cause_name)
+                })
+            }),
+    };
+    let Some(cause) = found else {
         anyhow::bail!(
-            "no syncgc replica recorded the deletion of {what}: the record keeps the last {} \
-             deletions for {} minutes, each replica those its webhook saw, and a restart loses \
-             it",
+            "syncgc recorded no deletion of {what}: the record keeps the last {} deletions for \
+             {} minutes, and a restart loses it",
             crate::gc::causes::CAPACITY,
             crate::gc::causes::KEEP / 60
         );
-    }
-    // Another replica may hold the rest of the chain.
-    while let Some(cause) = chain.last().and_then(|e| e.cause.clone()) {
-        if chain.len() > 64 {
-            break;
-        }
-        match latest(cluster, &urls, &format!("uid={cause}")).await? {
-            Some(rest) if !rest.is_empty() && !chain.iter().any(|e| e.uid == rest[0].uid) => {
-                chain.extend(rest);
-            }
-            _ => break,
-        }
-    }
-    let incomplete = chain.last().is_some_and(|e| e.cause.is_some());
-    Ok(Why { chain, incomplete })
-}
-
-/// The URLs of `/debug/deleted` to ask.
-async fn urls(cluster: &Cluster, sources: &Sources) -> anyhow::Result<Vec<String>> {
-    Ok(match sources {
-        Sources::Url(url) => vec![format!("{}/debug/deleted", url.trim_end_matches('/'))],
-        Sources::Pods(namespace) => {
-            let pods = cluster
-                .namespaced::<Pod>(namespace)
-                .list_metadata(&ListParams::default().labels(POD_SELECTOR))
-                .await?;
-            anyhow::ensure!(
-                !pods.items.is_empty(),
-                "no syncgc pod in the namespace {namespace} (give --syncgc-namespace, or \
-                 --syncgc-url for a syncgc outside the cluster)"
-            );
-            pods.items
-                .iter()
-                .filter_map(|p| p.metadata.name.as_deref())
-                .map(|pod| {
-                    format!(
-                        "/api/v1/namespaces/{namespace}/pods/https:{pod}:8443/proxy/debug/deleted"
-                    )
-                })
-                .collect()
-        }
+    };
+    let mut chain = vec![cause.object];
+    chain.extend(cause.causes);
+    Ok(Why {
+        chain,
+        incomplete: cause.incomplete,
+        withheld: cause.withheld,
     })
 }
 
-/// The latest chain any source answers for `query`.
-async fn latest(
+/// What syncgc's API answers a GET of `path` with; `None` when it has no such cause.
+async fn read<T: serde::de::DeserializeOwned>(
     cluster: &Cluster,
-    urls: &[String],
-    query: &str,
-) -> anyhow::Result<Option<Vec<Entry>>> {
-    let mut best: Option<Vec<Entry>> = None;
-    let mut errors = Vec::new();
-    for url in urls {
-        let url = format!("{url}?{query}");
-        let text = if url.starts_with("http") {
-            crate::api::get_text(&url).await
-        } else {
-            cluster.get_text_at(&url).await
-        };
-        let answers: Vec<Chain> = match text.and_then(|t| Ok(serde_json::from_str(&t)?)) {
-            Ok(answers) => answers,
-            Err(err) => {
-                errors.push(format!("{url}: {err:#}"));
-                continue;
-            }
-        };
-        for answer in answers {
-            let newer = match (&best, answer.chain.first()) {
-                (_, None) => false,
-                (None, Some(_)) => true,
-                (Some(best), Some(first)) => best.first().is_none_or(|b| first.at > b.at),
-            };
-            if newer {
-                best = Some(answer.chain);
-            }
+    path: &str,
+    what: &str,
+) -> anyhow::Result<Option<T>> {
+    let request = http::Request::get(path).body(Vec::new())?;
+    match cluster.streams().request::<T>(request).await {
+        Ok(answer) => Ok(Some(answer)),
+        // syncgc's own 404 says what it keeps; the apiserver's means the API is not served.
+        Err(kube::Error::Api(status)) if status.code == 404 && status.message.starts_with("no deletion cause") => {
+            Ok(None)
         }
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 503 => anyhow::bail!(
+            "syncgc's API ({API_GROUP_VERSION}) does not answer ({}): is its APIService \
+             registered and available? (kubectl get apiservice v1alpha1.syncgc.io)",
+            status.message
+        ),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            anyhow::bail!("you may not read why {what} went: {}", status.message)
+        }
+        Err(err) => Err(anyhow::Error::new(err).context(format!("asking syncgc's API for {what}"))),
     }
-    if best.is_none() && errors.len() == urls.len() {
-        anyhow::bail!("no syncgc replica answered: {}", errors.join("; "));
-    }
-    Ok(best)
 }
 
 impl Why {

@@ -1,7 +1,6 @@
 //! `/debug/graph?uid=…` on the metrics port: the part of the ownership graph around one object
 //! (its owners and, transitively, its dependents) as JSON, or as Graphviz DOT with
-//! `&format=dot`. Read-only, for people asking what blocks a deletion. And `/debug/deleted`:
-//! why an object went, from the record of causes ([`super::causes`]).
+//! `&format=dot`. Read-only, for people asking what blocks a deletion.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -14,10 +13,8 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::Collector;
-use super::causes::{Causes, Chain};
 use super::discovery::Resources;
-use crate::graph::{Graph, Reader, Uid};
-use tokio::time::Instant;
+use crate::graph::{Graph, Uid};
 
 #[derive(Debug, Deserialize)]
 struct GraphParams {
@@ -165,55 +162,4 @@ pub fn dot(view: &GraphView) -> String {
     }
     out.push_str("}\n");
     out
-}
-
-#[derive(Debug, Deserialize)]
-struct DeletedParams {
-    uid: Option<String>,
-    kind: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-}
-
-/// `GET /debug/deleted?uid=…`, or `?kind=…&namespace=…&name=…`: the entries of the object (the
-/// latest first), each with its chain of causes, as JSON.
-pub fn deleted_router(causes: Causes, graph: Reader) -> Router {
-    Router::new()
-        .route("/debug/deleted", get(deleted))
-        .with_state((causes, graph))
-}
-
-async fn deleted(
-    State((causes, graph)): State<(Causes, Reader)>,
-    Query(params): Query<DeletedParams>,
-) -> Response {
-    // What the graph has confirmed since the last tick is answered too.
-    causes.confirm(&graph.read(), Instant::now());
-    let uids: Vec<Uid> = match (&params.uid, &params.kind, &params.name) {
-        (Some(uid), ..) => vec![Uid::parse(uid)],
-        (None, Some(kind), Some(name)) => causes
-            .find(
-                kind,
-                params.namespace.as_deref().filter(|n| !n.is_empty()),
-                name,
-            )
-            .iter()
-            .map(|e| Uid::parse(&e.uid))
-            .collect(),
-        _ => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "give uid, or kind, namespace and name\n",
-            )
-                .into_response();
-        }
-    };
-    let answers: Vec<Chain> = uids
-        .into_iter()
-        .map(|uid| Chain {
-            chain: causes.chain(uid),
-        })
-        .filter(|a| !a.chain.is_empty())
-        .collect();
-    axum::Json(answers).into_response()
 }

@@ -30,7 +30,7 @@ pub struct Snapshot {
 }
 
 /// A resource (or an API group) that could not be listed, with why.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Unlisted {
     pub resource: String,

@@ -7,7 +7,8 @@
 //! then it writes the configuration if what it should say (the rules and fields for the
 //! oldest version the apiservers answered lately, see [`super::served`], the CA bundle)
 //! differs from what it says. Replicas that agree write nothing; a
-//! configuration edited by hand is put back at the next pass.
+//! configuration edited by hand is put back at the next pass. The `APIService` of syncgc's API,
+//! where it is installed, gets the same CA bundle.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, RuleWithOperations,
 };
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +37,9 @@ pub enum CaSource {
     /// A file someone else keeps (`--webhook-ca-file`, for example cert-manager's `ca.crt`).
     File(PathBuf),
 }
+
+/// The `APIService` of syncgc's API, whose CA bundle the passes keep.
+pub const API_SERVICE: &str = "v1alpha1.syncgc.io";
 
 /// How often a pass runs when nothing asks sooner.
 pub const ROUND_INTERVAL: Duration = Duration::from_secs(10);
@@ -242,6 +247,7 @@ impl Managed {
                 source,
             })?,
         };
+        self.publish_api_ca(&ca_bundle).await;
         let scope = if server.match_conditions() {
             Coverage::Every
         } else if *self.resources.discoveries().borrow() == 0 {
@@ -305,6 +311,37 @@ impl Managed {
         tracing::info!(configuration = %name, %server, %answered, what, "webhook configuration written");
         self.count("mutatingwebhookconfiguration", what);
         Ok(written)
+    }
+
+    /// Gives the `APIService` of syncgc's API (installed beside the configuration, see
+    /// [`crate::aggregated`]) the same CA bundle, when it differs and the service checks it.
+    /// The webhook does not wait on it: a failure is logged, and the next pass tries again.
+    async fn publish_api_ca(&self, ca_bundle: &[u8]) {
+        let api: Api<APIService> = self.cluster.all();
+        let existing = match self.cluster.get_whole(&api, API_SERVICE).await {
+            Ok(Some(existing)) => existing,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(%err, apiservice = API_SERVICE, "reading the APIService");
+                return;
+            }
+        };
+        let Some(spec) = existing.spec else {
+            return;
+        };
+        let published = spec.ca_bundle.as_ref().map(|b| b.0.as_slice());
+        if spec.insecure_skip_tls_verify == Some(true) || published == Some(ca_bundle) {
+            return;
+        }
+        let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_bundle);
+        let patch = serde_json::json!({"spec": {"caBundle": encoded}});
+        match self.cluster.merge_whole(&api, API_SERVICE, &patch).await {
+            Ok(_) => {
+                tracing::info!(apiservice = API_SERVICE, "CA bundle published");
+                self.count("apiservice", "updated");
+            }
+            Err(err) => tracing::warn!(%err, apiservice = API_SERVICE, "publishing the CA bundle"),
+        }
     }
 
     fn write(

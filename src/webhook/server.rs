@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::tls::{ClientCertified, ReloadingCert};
+use super::tls::ReloadingCert;
 
 /// How long the apiserver keeps an idle connection to a webhook (Go's `http.Transport`, as
 /// client-go sets it up: 90 s); it closes it itself after that.
@@ -101,6 +101,7 @@ pub async fn serve(
         let router = router.clone();
         let watcher = graceful.watcher();
         let connections = connections.clone();
+        let cert = cert.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let tls =
@@ -118,16 +119,13 @@ pub async fn serve(
                         return;
                     }
                 };
-            let certified = ClientCertified(
-                tls.get_ref()
-                    .1
-                    .peer_certificates()
-                    .is_some_and(|chain| !chain.is_empty()),
-            );
+            let (certified, front_proxy) =
+                cert.client_of(tls.get_ref().1.peer_certificates().unwrap_or_default());
             let service = TowerToHyperService::new(tower::ServiceExt::map_request(
                 router,
                 move |mut request: http::Request<hyper::body::Incoming>| {
                     request.extensions_mut().insert(certified);
+                    request.extensions_mut().insert(front_proxy.clone());
                     request
                 },
             ));

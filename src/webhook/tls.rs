@@ -1,6 +1,8 @@
 //! The webhook's serving certificate, swapped while the listener runs: reloaded when its files
 //! change (cert-manager rotates them), or set from the Secret syncgc keeps (`--tls-secret`). A
-//! new pair that does not load is logged and counted, and the old one kept.
+//! new pair that does not load is logged and counted, and the old one kept. And the client
+//! certificates the port checks: the apiserver's for admission (`--webhook-client-ca`), and
+//! the aggregation layer's front proxy's (its CA set while the listener runs).
 
 use parking_lot::{Mutex, RwLock};
 use std::fmt;
@@ -9,8 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +45,141 @@ pub enum TlsError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientCertified(pub bool);
 
+/// The common name of the certificate the client of a connection presented, when the front
+/// proxy's CA ([`ReloadingCert::set_front_proxy_ca`]) signed it: in each request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontProxy(pub Option<String>);
+
+type Verifier = Arc<dyn ClientCertVerifier>;
+
+/// The CAs client certificates are checked against. The handshake takes any certificate
+/// whose key the client proves it holds (or none), so that a client presenting one of
+/// another CA — the apiserver's admission client certificate, to a syncgc not told its CA —
+/// is served like one that presents none; what the certificate proves is checked for the
+/// connection against each CA ([`ReloadingCert::client_of`]), and each request that needs it
+/// asks [`ClientCertified`] or [`FrontProxy`].
+#[derive(Default)]
+struct Clients {
+    admission: Option<Verifier>,
+    front_proxy: RwLock<Option<Verifier>>,
+}
+
+impl fmt::Debug for Clients {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Clients")
+            .field("admission", &self.admission.is_some())
+            .field("front_proxy", &self.front_proxy.read().is_some())
+            .finish()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
+}
+
+/// A verifier of client certificates signed by the CA certificates in `pem` (from `origin`).
+fn verifier(pem: &[u8], origin: &str) -> Result<Verifier, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|error| TlsError::Pem {
+            origin: origin.to_owned(),
+            error,
+        })?;
+        roots.add(cert)?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoCertificate(origin.to_owned()));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|err| TlsError::ClientCa(origin.to_owned(), err.to_string()))
+}
+
+fn verifies(verifier: &Verifier, chain: &[CertificateDer<'_>]) -> bool {
+    let Some((leaf, intermediates)) = chain.split_first() else {
+        return false;
+    };
+    verifier
+        .verify_client_cert(leaf, intermediates, UnixTime::now())
+        .is_ok()
+}
+
+impl Clients {
+    fn front_proxy(&self) -> Option<Verifier> {
+        self.front_proxy.read().clone()
+    }
+}
+
+impl ClientCertVerifier for Clients {
+    fn offer_client_auth(&self) -> bool {
+        self.admission.is_some() || self.front_proxy.read().is_some()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    /// No hints: a client picks its certificate without them (the apiserver's transports give
+    /// theirs whatever the server names).
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    /// Any certificate: what it proves is checked per connection, against each CA.
+    fn verify_client_cert(
+        &self,
+        _leaf: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &provider().signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The common name of `leaf`, a DER certificate.
+fn common_name(leaf: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
+    let name = cert.subject().iter_common_name().next()?;
+    name.as_str().ok().map(str::to_owned)
+}
+
 /// The bytes of a certificate and key pair, as read from disk.
 #[derive(Clone, PartialEq, Eq)]
 struct Pair {
@@ -53,8 +193,8 @@ pub struct ReloadingCert {
     /// The files it reloads from, if any.
     files: Option<(PathBuf, PathBuf)>,
     /// Checks the certificates clients present (optional for them: a request that needs one
-    /// asks [`ClientCertified`]).
-    clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    /// asks [`ClientCertified`] or [`FrontProxy`]).
+    clients: Arc<Clients>,
     current: RwLock<Option<Arc<CertifiedKey>>>,
     loaded: Mutex<Option<Pair>>,
 }
@@ -89,7 +229,7 @@ impl ReloadingCert {
     pub fn empty() -> Self {
         Self {
             files: None,
-            clients: None,
+            clients: Arc::default(),
             current: RwLock::new(None),
             loaded: Mutex::new(None),
         }
@@ -102,27 +242,32 @@ impl ReloadingCert {
             path: ca_path.to_owned(),
             error,
         })?;
-        let origin = ca_path.display().to_string();
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|error| TlsError::Pem {
-                origin: origin.clone(),
-                error,
-            })?;
-            roots.add(cert)?;
-        }
-        if roots.is_empty() {
-            return Err(TlsError::NoCertificate(origin));
-        }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            Arc::new(rustls::crypto::ring::default_provider()),
-        )
-        .allow_unauthenticated()
-        .build()
-        .map_err(|err| TlsError::ClientCa(origin, err.to_string()))?;
-        self.clients = Some(verifier);
+        let admission = verifier(&pem, &ca_path.display().to_string())?;
+        self.clients = Arc::new(Clients {
+            admission: Some(admission),
+            front_proxy: RwLock::default(),
+        });
         Ok(self)
+    }
+
+    /// Checks client certificates against the front proxy's CA certificates `pem` too (from
+    /// `origin`), in place of those set before; `None` stops.
+    pub fn set_front_proxy_ca(&self, pem: Option<&[u8]>, origin: &str) -> Result<(), TlsError> {
+        let verifier = pem.map(|pem| verifier(pem, origin)).transpose()?;
+        *self.clients.front_proxy.write() = verifier;
+        Ok(())
+    }
+
+    /// What a connection's client certificate chain (as presented, leaf first) proves.
+    pub fn client_of(&self, chain: &[CertificateDer<'_>]) -> (ClientCertified, FrontProxy) {
+        let admission = self.clients.admission.as_ref();
+        let certified = ClientCertified(admission.is_some_and(|v| verifies(v, chain)));
+        let front_proxy = self
+            .clients
+            .front_proxy()
+            .filter(|v| verifies(v, chain))
+            .and_then(|_| common_name(chain.first()?));
+        (certified, FrontProxy(front_proxy))
     }
 
     /// Whether it has a pair to serve.
@@ -176,12 +321,9 @@ impl ReloadingCert {
     /// A rustls server configuration that serves the current pair, offering HTTP/2 and
     /// HTTP/1.1.
     pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
-        let builder = rustls::ServerConfig::builder();
-        let builder = match &self.clients {
-            Some(clients) => builder.with_client_cert_verifier(clients.clone()),
-            None => builder.with_no_client_auth(),
-        };
-        let mut config = builder.with_cert_resolver(self.clone());
+        let mut config = rustls::ServerConfig::builder()
+            .with_client_cert_verifier(self.clients.clone())
+            .with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         config
     }
@@ -243,10 +385,7 @@ fn certified_key(
         origin: key_origin.to_owned(),
         error,
     })?;
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    Ok(CertifiedKey::from_der(chain, key, &provider)?)
+    Ok(CertifiedKey::from_der(chain, key, &provider())?)
 }
 
 #[cfg(test)]
@@ -292,6 +431,54 @@ mod tests {
         std::fs::remove_file(&crt).unwrap();
         assert!(matches!(cert.reload(), Err(TlsError::Read { .. })));
         assert_eq!(serving(&cert), second);
+    }
+
+    /// A CA (its PEM) and a client certificate (DER) it signed, named `name`.
+    fn client_of_ca(name: &str) -> (String, CertificateDer<'static>) {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair,
+        };
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "a CA");
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+        client.distinguished_name.push(DnType::CommonName, name);
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = client
+            .signed_by(&KeyPair::generate().unwrap(), &issuer)
+            .unwrap();
+        (ca_pem, cert.der().clone())
+    }
+
+    #[test]
+    fn a_client_certificate_proves_what_its_ca_vouches_for() {
+        let (front_ca, proxy) = client_of_ca("front-proxy-client");
+        let (_, stranger) = client_of_ca("front-proxy-client");
+        let cert = ReloadingCert::empty();
+        assert_eq!(
+            cert.client_of(std::slice::from_ref(&proxy)),
+            (ClientCertified(false), FrontProxy(None)),
+            "no front proxy CA yet"
+        );
+        cert.set_front_proxy_ca(Some(front_ca.as_bytes()), "test")
+            .unwrap();
+        assert!(cert.clients.offer_client_auth());
+        assert_eq!(
+            cert.client_of(std::slice::from_ref(&proxy)),
+            (
+                ClientCertified(false),
+                FrontProxy(Some("front-proxy-client".into()))
+            )
+        );
+        // The same name from another CA proves nothing, and neither does no certificate.
+        assert_eq!(cert.client_of(&[stranger]).1, FrontProxy(None));
+        assert_eq!(cert.client_of(&[]).1, FrontProxy(None));
+        cert.set_front_proxy_ca(None, "test").unwrap();
+        assert_eq!(cert.client_of(&[proxy]).1, FrontProxy(None));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The cause of every collected object: the real apiserver calls the webhook for the DELETE of
 //! an armed owner, kube-controller-manager's collector and syncgc (as the user
 //! `syncgc-controller`, whose writes kube-apiserver's audit log records with their User-Agent)
-//! collect its tree, which syncgc follows, and `syncgc explain --why-deleted` follows any of its
-//! objects back to the DELETE someone sent.
+//! collect its tree, which syncgc follows, and `syncgc explain --why-deleted` (through syncgc's API,
+//! which the aggregation layer serves) follows any of its objects back to the DELETE someone sent.
 
 use crate::support;
 
@@ -18,21 +18,10 @@ use support::{TestNamespace, config_map, create, eventually, gone, opted_in, own
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// `syncgc explain --why-deleted OBJECT -n NS -o json`, asking `syncgc`: the report, or the exit
-/// code and standard error.
-fn why_deleted(syncgc: &Syncgc, ns: &str, object: &str) -> Result<Value, (i32, String)> {
-    let url = format!("http://{}", syncgc.metrics);
-    support::syncgc_json(&[
-        "explain",
-        "--why-deleted",
-        object,
-        "-n",
-        ns,
-        "-o",
-        "json",
-        "--syncgc-url",
-        &url,
-    ])
+/// `syncgc explain --why-deleted OBJECT -n NS -o json`, which asks syncgc's API through the
+/// apiserver: the report, or the exit code and standard error.
+fn why_deleted(ns: &str, object: &str) -> Result<Value, (i32, String)> {
+    support::syncgc_json(&["explain", "--why-deleted", object, "-n", ns, "-o", "json"])
 }
 
 /// kube-apiserver's audit log of syncgc-controller's writes (`hack/cluster.sh`).
@@ -58,6 +47,7 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
     })
     .await
     .unwrap();
+    support::served_api::register(&syncgc).await;
     let client = support::client().await;
     let ns = TestNamespace::with_labels(&client, "causes", &[(WEBHOOK_LABEL, &syncgc.name)]).await;
     let api: Api<ConfigMap> = ns.api();
@@ -92,7 +82,7 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
     // The leaf: deleted (by a collector) because d0 went, because owner went, which the
     // test's user deleted.
     let why =
-        why_deleted(&syncgc, &ns.name, "configmap/leaf").expect("the leaf's deletion is recorded");
+        why_deleted(&ns.name, "configmap/leaf").expect("the leaf's deletion is recorded");
     let chain = why["chain"].as_array().unwrap();
     let names: Vec<&str> = chain.iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["leaf", "d0", "owner"], "{why:#}");
@@ -157,10 +147,10 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
 
     // An object never deleted is answered with why nothing is known.
     create(&api, &config_map("alive", vec![])).await;
-    let (code, err) = why_deleted(&syncgc, &ns.name, "configmap/alive").unwrap_err();
+    let (code, err) = why_deleted(&ns.name, "configmap/alive").unwrap_err();
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("no syncgc replica recorded the deletion"),
+        err.contains("syncgc recorded no deletion"),
         "{err}"
     );
 }

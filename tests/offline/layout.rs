@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["annotations"],
     &["gc"],
     &["webhook", "explain", "disarm", "plan"],
-    &["check"],
+    &["check", "aggregated"],
     &["app"],
     &["cli"],
 ];

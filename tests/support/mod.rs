@@ -10,6 +10,7 @@ pub mod guards;
 pub mod operator;
 pub mod plan;
 pub mod process;
+pub mod served_api;
 pub mod surface;
 pub mod webhook;
 pub mod workload;

@@ -172,18 +172,22 @@ impl Syncgc {
         let status = Command::new(env!("CARGO_BIN_EXE_syncgc"))
             .args(["certs", "--out"])
             .arg(dir)
-            .args(["--dns", "localhost", "--ip", "127.0.0.1"])
+            // The Services of syncgc's API in its namespace ([`super::served_api`]).
+            .args(["--dns", "localhost", "--dns", "*.syncgc-system.svc"])
+            .args(["--ip", "127.0.0.1"])
             .status()
             .unwrap();
         assert!(status.success());
         // The arguments may fix the webhook's address, and name the configuration it manages.
         let value_of = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
         let metrics = free_port();
+        // On every address, for the apiserver's front proxy, which calls syncgc's API at the
+        // node's address ([`super::served_api`]); the webhook is called on loopback.
         let (webhook, webhook_addr) = match value_of("--webhook-addr") {
             Some(addr) => (addr.parse().expect("--webhook-addr"), String::new()),
             None => {
                 let addr = free_port();
-                (addr, format!("--webhook-addr {addr}"))
+                (addr, format!("--webhook-addr 0.0.0.0:{}", addr.port()))
             }
         };
         let configuration = value_of("--webhook-config-name").unwrap_or(name).to_owned();
@@ -259,9 +263,12 @@ impl Syncgc {
             "{syncgc} & child=$!; echo $child; \
              while kill -0 {test} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done; \
              kill -TERM $child 2>/dev/null; wait $child; \
-             KUBECONFIG={kubeconfig} kubectl delete mutatingwebhookconfiguration {configuration} --ignore-not-found >/dev/null",
+             export KUBECONFIG={kubeconfig}; \
+             kubectl delete mutatingwebhookconfiguration {configuration} --ignore-not-found >/dev/null; \
+             {unregister_api}",
             test = std::process::id(),
             kubeconfig = kubeconfig_path(),
+            unregister_api = super::served_api::unregister_script(name),
         );
         let mut child = Command::new("sh")
             .args(["-c", &script])
@@ -288,6 +295,11 @@ impl Syncgc {
             child,
             _certs: certs,
         }
+    }
+
+    /// The CA certificate that signed its serving certificate.
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self._certs.path().join("ca.crt")
     }
 
     /// Its process id.

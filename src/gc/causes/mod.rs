@@ -278,6 +278,21 @@ impl Causes {
         found
     }
 
+    /// The entries of the objects of `namespace` (of every namespace, and cluster-scoped
+    /// objects, when `None`): the latest first.
+    pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Entry> {
+        let mut found: Vec<Entry> = self
+            .0
+            .lock()
+            .entries
+            .values()
+            .filter(|e| namespace.is_none() || e.namespace.as_deref() == namespace)
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| (b.at, &a.uid).cmp(&(a.at, &b.uid)));
+        found
+    }
+
     /// The chain of causes from `uid` up: its entry, its cause's, … to the root of its
     /// cascade, as far as the record holds them.
     pub fn chain(&self, uid: Uid) -> Vec<Entry> {
@@ -354,10 +369,48 @@ fn path(kind: &str, namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-/// One object's entry and its causes up to the root.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Chain {
-    pub chain: Vec<Entry>,
+/// `syncgc.io/v1alpha1` `DeletionCause`: why an object of a namespace went, as the record
+/// holds it, served by syncgc's API ([`crate::aggregated`]). Its name is
+/// [`DeletionCause::name_of`] its object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionCause {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    /// What was done to the object, by whom, when.
+    pub object: Entry,
+    /// Its causes, from the owner (or namespace) whose going caused it up to the root of
+    /// the cascade, as far as the record holds them and the reader may read them.
+    #[serde(default)]
+    pub causes: Vec<Entry>,
+    /// Causes of kinds or namespaces the reader may not read: counted, not named.
+    #[serde(default)]
+    pub withheld: usize,
+    /// The record ends before the root (its older entries are gone, or another replica's).
+    #[serde(default)]
+    pub incomplete: bool,
+}
+
+/// A list of [`DeletionCause`]s.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionCauseList {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
+    pub items: Vec<DeletionCause>,
+    /// Causes of kinds the reader may not read: counted, not named.
+    #[serde(default)]
+    pub withheld: usize,
+}
+
+impl DeletionCause {
+    /// The name of the causes of the object `name` of `kind`: `kind.name`, the kind in lower
+    /// case (`deployment.web`).
+    pub fn name_of(kind: &str, name: &str) -> String {
+        format!("{}.{name}", kind.to_ascii_lowercase())
+    }
 }
 
 #[cfg(test)]
