@@ -163,9 +163,8 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
                 let cluster = access
                     .cluster(None, std::time::Duration::from_secs(30))
                     .await?;
-                let why =
-                    crate::explain::why::why_deleted(&cluster, &object, namespace.as_deref())
-                        .await?;
+                let why = crate::explain::why::why_deleted(&cluster, &object, namespace.as_deref())
+                    .await?;
                 match output {
                     Output::Text => print!("{}", why.text()),
                     Output::Json => println!("{}", serde_json::to_string_pretty(&why)?),

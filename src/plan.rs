@@ -346,11 +346,13 @@ impl PlanArgs {
         }
         // syncgc's API makes the plan on its graph, unless the plan is of a mode it does not
         // run or of a Namespace (which reads every object in it).
-        let namespace = named.resource.api.group.is_empty() && named.resource.api.kind == "Namespace";
-        if self.mode.is_none() && !namespace {
-            if let Some(plan) = self.served(&cluster, &named).await? {
-                return Ok(plan);
-            }
+        let namespace =
+            named.resource.api.group.is_empty() && named.resource.api.kind == "Namespace";
+        if self.mode.is_none()
+            && !namespace
+            && let Some(plan) = self.served(&cluster, &named).await?
+        {
+            return Ok(plan);
         }
         let (mode, mode_from) = match self.mode {
             Some(mode) => (mode, ModeFrom::Flag),
@@ -439,8 +441,12 @@ impl PlanArgs {
         let api = &named.resource.api;
         let review = DeletionPlan {
             api_version: crate::names::API_GROUP_VERSION.to_owned(),
-            kind: if named.scope().is_some() { "DeletionPlan" } else { "ClusterDeletionPlan" }
-                .to_owned(),
+            kind: if named.scope().is_some() {
+                "DeletionPlan"
+            } else {
+                "ClusterDeletionPlan"
+            }
+            .to_owned(),
             metadata: Default::default(),
             spec: PlanSpec {
                 target: PlanTarget {
@@ -499,7 +505,9 @@ impl PlanArgs {
 /// tree too big to model there.
 fn served_elsewhere(status: &kube::core::Status) -> bool {
     match status.code {
-        404 => status.message.contains("could not find the requested resource"),
+        404 => status
+            .message
+            .contains("could not find the requested resource"),
         403 => status.message.contains("cannot create resource"),
         413 | 503 => true,
         _ => false,

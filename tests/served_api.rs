@@ -13,14 +13,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::DeleteParams;
 use kube::Api;
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
-use support::{
-    TestNamespace, config_map, create, eventually, gone, kubectl, opted_in, owner_ref,
-};
+use support::{TestNamespace, config_map, create, eventually, gone, kubectl, opted_in, owner_ref};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -91,7 +89,11 @@ async fn plan_as(kubeconfig: &str, review: &str) -> Result<Value, String> {
     loop {
         let (kubeconfig, review) = (kubeconfig.to_owned(), review.to_owned());
         let answer = tokio::task::spawn_blocking(move || {
-            kubectl_as(&kubeconfig, &["create", "-o", "json", "-f", "-"], Some(&review))
+            kubectl_as(
+                &kubeconfig,
+                &["create", "-o", "json", "-f", "-"],
+                Some(&review),
+            )
         })
         .await
         .unwrap();
@@ -101,7 +103,8 @@ async fn plan_as(kubeconfig: &str, review: &str) -> Result<Value, String> {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             answer => {
-                return answer.map(|out| serde_json::from_str::<Value>(&out).unwrap()["status"].clone());
+                return answer
+                    .map(|out| serde_json::from_str::<Value>(&out).unwrap()["status"].clone());
             }
         }
     }
@@ -123,7 +126,10 @@ fn named(list: &Value, kind: &str) -> Vec<String> {
 #[tokio::test]
 async fn the_group_is_discovered_with_its_resources_and_schemas() {
     syncgc().await;
-    let names = kubectl(&["api-resources", "--api-group", "syncgc.io", "-o", "name"], None);
+    let names = kubectl(
+        &["api-resources", "--api-group", "syncgc.io", "-o", "name"],
+        None,
+    );
     for resource in [
         "deletionplans.syncgc.io",
         "clusterdeletionplans.syncgc.io",
@@ -132,12 +138,18 @@ async fn the_group_is_discovered_with_its_resources_and_schemas() {
         assert!(names.lines().any(|l| l == resource), "{names}");
     }
     // The aggregator merges syncgc's OpenAPI into the apiserver's.
-    eventually("the OpenAPI has syncgc's kinds", Duration::from_secs(120), || async {
-        let spec = tokio::task::spawn_blocking(|| kubectl(&["get", "--raw", "/openapi/v2"], None))
-            .await
-            .unwrap();
-        spec.contains("io.syncgc.v1alpha1.DeletionPlan").then_some(())
-    })
+    eventually(
+        "the OpenAPI has syncgc's kinds",
+        Duration::from_secs(120),
+        || async {
+            let spec =
+                tokio::task::spawn_blocking(|| kubectl(&["get", "--raw", "/openapi/v2"], None))
+                    .await
+                    .unwrap();
+            spec.contains("io.syncgc.v1alpha1.DeletionPlan")
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -152,7 +164,10 @@ async fn the_plan_served_is_the_plan_the_client_makes() {
     let other = create(&api, &config_map("other", vec![])).await;
     create(
         &api,
-        &config_map("kept", vec![owner_ref(&root, true), owner_ref(&other, true)]),
+        &config_map(
+            "kept",
+            vec![owner_ref(&root, true), owner_ref(&other, true)],
+        ),
     )
     .await;
 
@@ -161,19 +176,42 @@ async fn the_plan_served_is_the_plan_the_client_makes() {
         .await
         .unwrap();
     assert_eq!(served["modeFrom"], "server", "{served}");
-    assert_eq!(named(&served["delete"], "ConfigMap"), ["a", "b", "c"], "{served}");
+    assert_eq!(
+        named(&served["delete"], "ConfigMap"),
+        ["a", "b", "c"],
+        "{served}"
+    );
     assert_eq!(named(&served["keep"], "ConfigMap"), ["kept"], "{served}");
     // The client's plan of the same DELETE, listed by the client (--mode makes it one).
     let client = support::syncgc_json(&[
-        "plan", "configmap/root", "-n", &ns.name, "--mode", "cooperative", "-o", "json",
+        "plan",
+        "configmap/root",
+        "-n",
+        &ns.name,
+        "--mode",
+        "cooperative",
+        "-o",
+        "json",
     ])
     .unwrap();
-    for field in ["delete", "keep", "orphan", "wait", "goes", "waves", "requests", "synchronous"] {
-        assert_eq!(served[field], client[field], "{field}: {served} vs {client}");
+    for field in [
+        "delete",
+        "keep",
+        "orphan",
+        "wait",
+        "goes",
+        "waves",
+        "requests",
+        "synchronous",
+    ] {
+        assert_eq!(
+            served[field], client[field],
+            "{field}: {served} vs {client}"
+        );
     }
     // And `syncgc plan` asks the API where it is served.
-    let asked = support::syncgc_json(&["plan", "configmap/root", "-n", &ns.name, "-o", "json"])
-        .unwrap();
+    let asked =
+        support::syncgc_json(&["plan", "configmap/root", "-n", &ns.name, "-o", "json"]).unwrap();
     assert_eq!(asked["modeFrom"], "server", "{asked}");
     assert_eq!(asked["delete"], served["delete"]);
 }
@@ -195,7 +233,15 @@ async fn a_tenant_is_told_only_what_the_tenant_may_read() {
     let dir = tempfile::tempdir().unwrap();
     let tenant = support::served_api::user_kubeconfig("tenant", &["tenants"], dir.path());
     kubectl(
-        &["-n", &ns.name, "create", "rolebinding", "tenant-view", "--clusterrole=view", "--user=tenant"],
+        &[
+            "-n",
+            &ns.name,
+            "create",
+            "rolebinding",
+            "tenant-view",
+            "--clusterrole=view",
+            "--user=tenant",
+        ],
         None,
     );
 
@@ -216,14 +262,25 @@ async fn a_tenant_is_told_only_what_the_tenant_may_read() {
         plan_as(&tenant, &review).await.ok()
     })
     .await;
-    assert_eq!(named(&restricted["delete"], "ConfigMap"), ["child"], "{restricted}");
-    assert_eq!(named(&restricted["delete"], "Secret"), Vec::<String>::new(), "{restricted}");
+    assert_eq!(
+        named(&restricted["delete"], "ConfigMap"),
+        ["child"],
+        "{restricted}"
+    );
+    assert_eq!(
+        named(&restricted["delete"], "Secret"),
+        Vec::<String>::new(),
+        "{restricted}"
+    );
     assert_eq!(restricted["withheld"], 1, "{restricted}");
     // Not the plan of an object the tenant may not get, nor of another namespace.
     let refused = plan_as(&tenant, &plan_of(&ns.name, "v1", "Secret", "token"))
         .await
         .unwrap_err();
-    assert!(refused.contains("Forbidden") && refused.contains("may not get"), "{refused}");
+    assert!(
+        refused.contains("Forbidden") && refused.contains("may not get"),
+        "{refused}"
+    );
     let refused = plan_as(&tenant, &plan_of(&elsewhere.name, "v1", "ConfigMap", "x"))
         .await
         .unwrap_err();
@@ -277,7 +334,10 @@ async fn a_tenant_is_told_only_what_the_tenant_may_read() {
     })
     .await;
     let objects = named_causes(&restricted);
-    assert!(!objects.iter().any(|o| o.starts_with("Secret/")), "{restricted}");
+    assert!(
+        !objects.iter().any(|o| o.starts_with("Secret/")),
+        "{restricted}"
+    );
     let child = restricted["items"]
         .as_array()
         .unwrap()
@@ -287,7 +347,10 @@ async fn a_tenant_is_told_only_what_the_tenant_may_read() {
     assert_eq!(child["causes"][0]["name"], "root", "{child}");
     // kubectl prints them as a table.
     let table = kubectl_as(&tenant, &["-n", &ns.name, "get", "deletioncauses"], None).unwrap();
-    assert!(table.starts_with("NAME") && table.contains("configmap.child"), "{table}");
+    assert!(
+        table.starts_with("NAME") && table.contains("configmap.child"),
+        "{table}"
+    );
     widen(true);
     eventually("the wider causes", WAIT, || async {
         let list = causes(tenant.clone()).await.ok()?;
@@ -304,7 +367,13 @@ fn named_causes(list: &Value) -> Vec<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|i| format!("{}/{}", i["object"]["kind"].as_str().unwrap(), i["object"]["name"].as_str().unwrap()))
+        .map(|i| {
+            format!(
+                "{}/{}",
+                i["object"]["kind"].as_str().unwrap(),
+                i["object"]["name"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -317,15 +386,31 @@ async fn bad_input_gets_a_status_with_its_code() {
         async move { plan_as(&admin, &review).await.unwrap_err() }
     };
     let missing = refused(plan_of(&ns.name, "v1", "ConfigMap", "missing")).await;
-    assert!(missing.contains("NotFound") && missing.contains("does not exist"), "{missing}");
+    assert!(
+        missing.contains("NotFound") && missing.contains("does not exist"),
+        "{missing}"
+    );
     let unknown = refused(plan_of(&ns.name, "example.com/v1", "Widget", "w")).await;
     assert!(unknown.contains("BadRequest"), "{unknown}");
     let scope = refused(plan_of(&ns.name, "v1", "Namespace", &ns.name)).await;
-    assert!(scope.contains("BadRequest") && scope.contains("cluster-scoped"), "{scope}");
-    let path = format!("/apis/syncgc.io/v1alpha1/namespaces/{}/deletionplans", ns.name);
-    let malformed = kubectl_as(&admin, &["create", "--raw", &path, "-f", "-"], Some("{\"spec\":"))
-        .unwrap_err();
-    assert!(malformed.contains("BadRequest") && malformed.contains("does not parse"), "{malformed}");
+    assert!(
+        scope.contains("BadRequest") && scope.contains("cluster-scoped"),
+        "{scope}"
+    );
+    let path = format!(
+        "/apis/syncgc.io/v1alpha1/namespaces/{}/deletionplans",
+        ns.name
+    );
+    let malformed = kubectl_as(
+        &admin,
+        &["create", "--raw", &path, "-f", "-"],
+        Some("{\"spec\":"),
+    )
+    .unwrap_err();
+    assert!(
+        malformed.contains("BadRequest") && malformed.contains("does not parse"),
+        "{malformed}"
+    );
     let unknown_field = kubectl_as(
         &admin,
         &["create", "--raw", &path, "-f", "-"],
@@ -333,8 +418,12 @@ async fn bad_input_gets_a_status_with_its_code() {
     )
     .unwrap_err();
     assert!(unknown_field.contains("BadRequest"), "{unknown_field}");
-    let cause = kubectl_as(&admin, &["-n", &ns.name, "get", "deletioncauses", "configmap.never"], None)
-        .unwrap_err();
+    let cause = kubectl_as(
+        &admin,
+        &["-n", &ns.name, "get", "deletioncauses", "configmap.never"],
+        None,
+    )
+    .unwrap_err();
     assert!(cause.contains("NotFound"), "{cause}");
 }
 
@@ -352,7 +441,10 @@ fn curl(syncgc: &Syncgc, args: &[&str]) -> (u16, Value) {
         .expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.parse().unwrap_or(0), serde_json::from_str(body).unwrap_or(Value::Null))
+    (
+        code.parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test]
@@ -360,9 +452,17 @@ async fn a_call_that_did_not_come_through_the_apiserver_is_refused() {
     let syncgc = syncgc().await;
     let pki = std::path::Path::new(&support::kubeconfig_path()).with_file_name("pki");
     let file = |name: &str| pki.join(name).display().to_string();
-    let (proxy_crt, proxy_key) = (file("front-proxy-client.crt"), file("front-proxy-client.key"));
+    let (proxy_crt, proxy_key) = (
+        file("front-proxy-client.crt"),
+        file("front-proxy-client.key"),
+    );
     let (admin_crt, admin_key) = (file("admin.crt"), file("admin.key"));
-    let forged = ["-H", "X-Remote-User: system:admin", "-H", "X-Remote-Group: system:masters"];
+    let forged = [
+        "-H",
+        "X-Remote-User: system:admin",
+        "-H",
+        "X-Remote-Group: system:masters",
+    ];
     let refused = [
         ("no certificate", vec![]),
         ("forged headers", forged.to_vec()),
@@ -370,7 +470,10 @@ async fn a_call_that_did_not_come_through_the_apiserver_is_refused() {
             "the cluster CA's certificate, not the front proxy's",
             [&["--cert", &admin_crt, "--key", &admin_key][..], &forged].concat(),
         ),
-        ("the front proxy naming no user", vec!["--cert", &proxy_crt, "--key", &proxy_key]),
+        (
+            "the front proxy naming no user",
+            vec!["--cert", &proxy_crt, "--key", &proxy_key],
+        ),
     ];
     for (what, args) in refused {
         let (code, status) = curl(syncgc, &args);

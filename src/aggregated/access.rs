@@ -78,8 +78,11 @@ impl Question {
 #[derive(Clone)]
 pub struct Access {
     cluster: Cluster,
-    kept: Arc<Mutex<HashMap<(User, Question), (bool, Instant)>>>,
+    kept: Arc<Mutex<HashMap<(User, Question), Answer>>>,
 }
+
+/// Whether the user may, and when the authorizer said so.
+type Answer = (bool, Instant);
 
 impl Access {
     pub fn new(cluster: Cluster) -> Self {

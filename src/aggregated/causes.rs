@@ -222,9 +222,7 @@ fn table(list: &DeletionCauseList) -> Value {
             })
         })
         .collect();
-    let column = |name: &str, description: &str| {
-        json!({"name": name, "type": "string", "format": if name == "Name" { "name" } else { "" }, "description": description, "priority": 0})
-    };
+    let column = |name: &str, description: &str| json!({"name": name, "type": "string", "format": if name == "Name" { "name" } else { "" }, "description": description, "priority": 0});
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

@@ -100,7 +100,9 @@ pub fn router(api: Arc<Aggregated>) -> Router {
 }
 
 async fn unknown(_: Vouched) -> Refusal {
-    Refusal::not_found("syncgc.io/v1alpha1 serves deletionplans, clusterdeletionplans and deletioncauses")
+    Refusal::not_found(
+        "syncgc.io/v1alpha1 serves deletionplans, clusterdeletionplans and deletioncauses",
+    )
 }
 
 /// A request the front proxy vouched for: its certificate is the front proxy's, whoever the
@@ -113,10 +115,7 @@ pub struct Caller(pub User);
 impl FromRequestParts<Arc<Aggregated>> for Vouched {
     type Rejection = Refusal;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        api: &Arc<Aggregated>,
-    ) -> Result<Self, Refusal> {
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Aggregated>) -> Result<Self, Refusal> {
         let settings = settings(api)?;
         match common_name(parts) {
             Some(name) if settings.allows(&name) => Ok(Self),
@@ -131,10 +130,7 @@ impl FromRequestParts<Arc<Aggregated>> for Vouched {
 impl FromRequestParts<Arc<Aggregated>> for Caller {
     type Rejection = Refusal;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        api: &Arc<Aggregated>,
-    ) -> Result<Self, Refusal> {
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Aggregated>) -> Result<Self, Refusal> {
         let settings = settings(api)?;
         settings
             .user(common_name(parts).as_deref(), &parts.headers)
@@ -181,9 +177,8 @@ pub async fn follow_front_proxy(
             .get_whole(&config_maps, front_proxy::CONFIG_MAP_NAME)
             .await;
         let found = match read {
-            Ok(found) => found.and_then(|cm| {
-                RequestHeader::from_data(&cm.data.unwrap_or_else(BTreeMap::new))
-            }),
+            Ok(found) => found
+                .and_then(|cm| RequestHeader::from_data(&cm.data.unwrap_or_else(BTreeMap::new))),
             Err(err) => {
                 let message = err.to_string();
                 if said.as_ref() != Some(&message) {

@@ -23,8 +23,8 @@ use crate::gc::config::CollectorArgs;
 use crate::gc::discovery::{Resource, Resources};
 use crate::gc::snapshot::Unlisted;
 use crate::graph::{Below, Flags, Graph, Uid};
-use crate::names::{API_GROUP_VERSION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION};
 use crate::names::PROPAGATION_ANNOTATION;
+use crate::names::{API_GROUP_VERSION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION};
 use crate::plan::{self, DeletionPlan, ModeFrom, Plan, PropagationFrom, Scope};
 use crate::report::Object;
 
@@ -137,8 +137,12 @@ async fn create(
             "a Namespace's plan reads every object in it: `syncgc plan namespace/NAME` makes it",
         ));
     }
-    let may_get = Question::read(&resource.api.group, &resource.api.plural, namespace.as_deref())
-        .named(&target.name);
+    let may_get = Question::read(
+        &resource.api.group,
+        &resource.api.plural,
+        namespace.as_deref(),
+    )
+    .named(&target.name);
     if !api.access.allows(user, &may_get).await? {
         return Err(Refusal::forbidden(format!(
             "{} may not get {described}: a plan is answered only to who may read its object",
@@ -166,11 +170,12 @@ async fn create(
     let mut plan = {
         let graph = api.graph.read();
         let resources = api.resources.read();
-        made(&graph, &resources, uid, &meta, propagation, &api.collector)
-            .map_err(|refusal| Refusal {
+        made(&graph, &resources, uid, &meta, propagation, &api.collector).map_err(|refusal| {
+            Refusal {
                 message: format!("{described}: {}", refusal.message),
                 ..refusal
-            })?
+            }
+        })?
     };
     plan.withheld = withhold(api, user, &mut plan).await?;
     plan.omitted = plan.bounded(MAX_ENTRIES);
@@ -310,7 +315,10 @@ async fn withhold(api: &Aggregated, user: &User, plan: &mut Plan) -> Result<usiz
             .take(MAX_QUESTIONS)
             .collect()
     };
-    let answers = api.access.answers(user, questions.values().cloned()).await?;
+    let answers = api
+        .access
+        .answers(user, questions.values().cloned())
+        .await?;
     Ok(plan.withhold(|o| {
         o.uid == target
             || questions
@@ -327,17 +335,30 @@ mod tests {
     fn a_review_that_does_not_parse_is_a_bad_request_that_says_where() {
         let refused = parse(br#"{"spec": {"target": {"kind": 3}}}"#, Some("ns")).unwrap_err();
         assert_eq!(refused.code, StatusCode::BAD_REQUEST);
-        assert!(refused.message.contains("spec.target"), "{}", refused.message);
+        assert!(
+            refused.message.contains("spec.target"),
+            "{}",
+            refused.message
+        );
         let refused = parse(b"not json", None).unwrap_err();
         assert_eq!(refused.code, StatusCode::BAD_REQUEST);
         let wrong_kind = br#"{"kind": "DeletionPlan", "spec": {"target": {"apiVersion": "v1", "kind": "Namespace", "name": "x"}}}"#;
-        assert_eq!(parse(wrong_kind, None).unwrap_err().code, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            parse(wrong_kind, None).unwrap_err().code,
+            StatusCode::BAD_REQUEST
+        );
         let unknown_field = br#"{"spec": {"target": {"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}, "dryRun": true}}"#;
-        assert_eq!(parse(unknown_field, Some("ns")).unwrap_err().code, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            parse(unknown_field, Some("ns")).unwrap_err().code,
+            StatusCode::BAD_REQUEST
+        );
         let good = br#"{"apiVersion": "syncgc.io/v1alpha1", "kind": "DeletionPlan", "spec": {"target": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "propagationPolicy": "Foreground"}}"#;
         let review = parse(good, Some("ns")).unwrap();
         assert_eq!(review.spec.target.kind, "Deployment");
         assert_eq!(policy("Foreground").unwrap(), Propagation::Foreground);
-        assert_eq!(policy("foreground").unwrap_err().code, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            policy("foreground").unwrap_err().code,
+            StatusCode::BAD_REQUEST
+        );
     }
 }

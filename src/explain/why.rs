@@ -84,7 +84,9 @@ async fn read<T: serde::de::DeserializeOwned>(
     match cluster.streams().request::<T>(request).await {
         Ok(answer) => Ok(Some(answer)),
         // syncgc's own 404 says what it keeps; the apiserver's means the API is not served.
-        Err(kube::Error::Api(status)) if status.code == 404 && status.message.starts_with("no deletion cause") => {
+        Err(kube::Error::Api(status))
+            if status.code == 404 && status.message.starts_with("no deletion cause") =>
+        {
             Ok(None)
         }
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 503 => anyhow::bail!(

@@ -37,7 +37,17 @@ pub use shared::{Reader, Writer};
 pub use uid::{Uid, UidHash};
 
 /// Which deletions syncgc carries out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Beside the cluster's own garbage collector: syncgc handles its finalizer and the

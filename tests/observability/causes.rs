@@ -81,8 +81,7 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
 
     // The leaf: deleted (by a collector) because d0 went, because owner went, which the
     // test's user deleted.
-    let why =
-        why_deleted(&ns.name, "configmap/leaf").expect("the leaf's deletion is recorded");
+    let why = why_deleted(&ns.name, "configmap/leaf").expect("the leaf's deletion is recorded");
     let chain = why["chain"].as_array().unwrap();
     let names: Vec<&str> = chain.iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["leaf", "d0", "owner"], "{why:#}");
@@ -149,8 +148,5 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
     create(&api, &config_map("alive", vec![])).await;
     let (code, err) = why_deleted(&ns.name, "configmap/alive").unwrap_err();
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("syncgc recorded no deletion"),
-        "{err}"
-    );
+    assert!(err.contains("syncgc recorded no deletion"), "{err}");
 }

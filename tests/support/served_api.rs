@@ -121,13 +121,34 @@ pub fn user_kubeconfig(user: &str, groups: &[&str], dir: &std::path::Path) -> St
     };
     let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
     openssl(&[
-        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", &path(&key), "-subj",
-        &subject, "-out", &path(&csr),
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &path(&key),
+        "-subj",
+        &subject,
+        "-out",
+        &path(&csr),
     ]);
     openssl(&[
-        "x509", "-req", "-in", &path(&csr), "-CA", &path(&pki.join("ca.crt")), "-CAkey",
-        &path(&pki.join("ca.key")), "-CAcreateserial", "-CAserial", &path(&dir.join("ca.srl")),
-        "-days", "1", "-out", &path(&crt),
+        "x509",
+        "-req",
+        "-in",
+        &path(&csr),
+        "-CA",
+        &path(&pki.join("ca.crt")),
+        "-CAkey",
+        &path(&pki.join("ca.key")),
+        "-CAcreateserial",
+        "-CAserial",
+        &path(&dir.join("ca.srl")),
+        "-days",
+        "1",
+        "-out",
+        &path(&crt),
     ]);
     let admin = kube::config::Kubeconfig::read_from(super::kubeconfig_path()).unwrap();
     let cluster = admin.clusters[0].cluster.clone().unwrap();
