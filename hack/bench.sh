@@ -3,7 +3,7 @@
 # of this machine, in one run on the local control plane, as ratios (what each phase measures:
 # benches/cluster/main.rs). Starts the control plane when it is not running, builds in release
 # mode, prints the tables and writes them with a plot to benches/results/cluster.{md,svg}.
-#   hack/bench.sh [PHASE]...     graph cascade sync order barrier platform plan guards webhook writes memory scale
+#   hack/bench.sh [PHASE]...     graph cascade sync order barrier platform plan api guards webhook writes memory scale
 #                              workloads teardown
 #                              (default: all)
 # Environment (defaults in brackets): SYNCGC_BENCH_SIZES [1000,5000] N of the unthrottled cascades,
@@ -17,7 +17,8 @@
 # SYNCGC_BENCH_WRITES [4000] ConfigMaps per round of the writes phase, SYNCGC_BENCH_WRITERS [32]
 # requests in flight, SYNCGC_BENCH_WRITES_ROUNDS [3] rounds of each kind, SYNCGC_BENCH_SCALE_N
 # [1000000] objects the scale phase grows to (measured at a tenth, three tenths and all),
-# SYNCGC_BENCH_SCALE_CASCADE [100000] dependents of its cascade, SYNCGC_BENCH_WORKLOAD_REPEATS [5]
+# SYNCGC_BENCH_SCALE_CASCADE [100000] dependents of its cascade, SYNCGC_BENCH_API_N [1000000]
+# objects among which the api phase plans, SYNCGC_BENCH_WORKLOAD_REPEATS [5]
 # runs of each workload of the workloads phase, SYNCGC_BENCH_GRAPH_HASHING [100000,1000000] objects
 # of the graph phase's keyed-hashing comparison, SYNCGC_BENCH_GRAPH_ROUNDS [7] rounds of each of
 # its cases, SYNCGC_BENCH_OUT [benches/results].

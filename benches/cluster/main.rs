@@ -14,7 +14,8 @@
 //!    dependents in four waves against the same without an order ([`order`]); what it costs
 //!    as the number of kinds served grows, before and after adding 300 CRDs ([`platform`]);
 //!    `syncgc plan` of an owner with 10,000 dependents there, and what `explain --watch` asks
-//!    of the apiserver while it follows a deletion ([`plan`]);
+//!    of the apiserver while it follows a deletion ([`plan`]); the same plan through syncgc's
+//!    API among 1,000,000 objects, and the deletion causes of a namespace ([`served`]);
 //!    the guards' price: the webhook's added latency for a DELETE judged by the cascade limit,
 //!    and the collector's throughput with causes recorded ÷ without ([`guards`]);
 //! 5. the webhook over TLS under load, against a bare axum + rustls server ([`bare`]);
@@ -29,7 +30,7 @@
 //!
 //! Run with `hack/bench.sh`, which starts the control plane and writes the results to
 //! `benches/results/`; `hack/bench.sh graph webhook` runs some phases only (`graph`, `cascade`,
-//! `sync`, `order`, `barrier`, `platform`, `plan`, `guards`, `webhook`, `writes`, `memory`, `scale`,
+//! `sync`, `order`, `barrier`, `platform`, `plan`, `api`, `guards`, `webhook`, `writes`, `memory`, `scale`,
 //! `workloads`, `teardown`).
 
 mod bare;
@@ -44,6 +45,7 @@ mod plane;
 mod platform;
 mod report;
 mod scale;
+mod served;
 mod teardown;
 mod tree;
 mod workloads;
@@ -76,7 +78,7 @@ use tree::{OWNER, Shape, Tree};
 #[global_allocator]
 static ALLOCATOR: graph::Counting = graph::Counting;
 
-const PHASES: [&str; 14] = [
+const PHASES: [&str; 15] = [
     "graph",
     "cascade",
     "sync",
@@ -84,6 +86,7 @@ const PHASES: [&str; 14] = [
     "barrier",
     "platform",
     "plan",
+    "api",
     "guards",
     "webhook",
     "writes",
@@ -268,6 +271,9 @@ async fn cluster_phases(settings: &Settings, plane: &mut Plane, report: &mut Rep
     }
     if settings.runs("plan") {
         plan::phase(settings, plane, report).await?;
+    }
+    if settings.runs("api") {
+        served::phase(settings, plane, report).await?;
     }
     if settings.runs("guards") {
         guards::phase(settings, plane, report).await?;

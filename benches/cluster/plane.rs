@@ -98,7 +98,13 @@ impl Plane {
         let status = Command::new(syncgc_binary())
             .args(["certs", "--out"])
             .arg(&certs)
-            .args(["--dns", "localhost", "--ip", "127.0.0.1"])
+            .args([
+                "--dns",
+                "localhost",
+                "--dns",
+                "syncgc-api.syncgc-system.svc",
+            ])
+            .args(["--ip", "127.0.0.1"])
             .stderr(Stdio::null())
             .status()?;
         anyhow::ensure!(status.success(), "syncgc certs failed");
@@ -230,7 +236,8 @@ impl Plane {
             .arg("run")
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--webhook-addr", &webhook.to_string()])
+            // Every address: the aggregation layer calls syncgc's API at the node's.
+            .args(["--webhook-addr", &format!("0.0.0.0:{}", webhook.port())])
             .args(["--metrics-addr", &metrics.to_string()])
             .arg("--tls-cert")
             .arg(self.certs.join("tls.crt"))
