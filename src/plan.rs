@@ -315,6 +315,25 @@ pub struct DeletionPlan {
     pub status: Option<Plan>,
 }
 
+impl DeletionPlan {
+    /// The kind of a plan of an object of `namespace` (`None`: a cluster-scoped object).
+    pub fn kind_in(namespace: Option<&str>) -> &'static str {
+        match namespace {
+            Some(_) => "DeletionPlan",
+            None => "ClusterDeletionPlan",
+        }
+    }
+
+    /// Where plans of objects of `namespace` are created.
+    pub fn path_in(namespace: Option<&str>) -> String {
+        let base = format!("/apis/{}", crate::names::API_GROUP_VERSION);
+        match namespace {
+            Some(ns) => format!("{base}/namespaces/{ns}/deletionplans"),
+            None => format!("{base}/clusterdeletionplans"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanSpec {
@@ -363,11 +382,7 @@ impl PlanArgs {
         };
         let resources = &named.table;
         let mut read = Snapshot::read(&cluster, resources, named.scope()).await;
-        read.unlisted
-            .extend(resources.failed_groups().iter().map(|group| Unlisted {
-                resource: format!("the API group {group:?}"),
-                error: "its discovery failed".to_owned(),
-            }));
+        read.unlisted.extend(unlisted_groups(resources));
         let uid = read.uid_of(&named)?;
         let meta = read.objects[&uid].1.clone();
         read.read_owners(&cluster, resources, uid).await;
@@ -441,12 +456,7 @@ impl PlanArgs {
         let api = &named.resource.api;
         let review = DeletionPlan {
             api_version: crate::names::API_GROUP_VERSION.to_owned(),
-            kind: if named.scope().is_some() {
-                "DeletionPlan"
-            } else {
-                "ClusterDeletionPlan"
-            }
-            .to_owned(),
+            kind: DeletionPlan::kind_in(named.scope()).to_owned(),
             metadata: Default::default(),
             spec: PlanSpec {
                 target: PlanTarget {
@@ -460,12 +470,7 @@ impl PlanArgs {
             },
             status: None,
         };
-        let base = format!("/apis/{}", crate::names::API_GROUP_VERSION);
-        let path = match named.scope() {
-            Some(ns) => format!("{base}/namespaces/{ns}/deletionplans"),
-            None => format!("{base}/clusterdeletionplans"),
-        };
-        let request = http::Request::post(path)
+        let request = http::Request::post(DeletionPlan::path_in(named.scope()))
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(serde_json::to_vec(&review)?)?;
         match cluster.streams().request::<DeletionPlan>(request).await {
@@ -498,6 +503,20 @@ impl PlanArgs {
         let mode = lease.metadata.annotations?.remove(MODE_ANNOTATION)?;
         ValueEnum::from_str(&mode, false).ok()
     }
+}
+
+/// The API groups whose discovery failed, which a plan cannot see into; but syncgc's own
+/// (unavailable while no replica is ready), which serves nothing that can be deleted.
+pub fn unlisted_groups(resources: &Resources) -> Vec<Unlisted> {
+    resources
+        .failed_groups()
+        .iter()
+        .filter(|group| *group != crate::names::API_GROUP)
+        .map(|group| Unlisted {
+            resource: format!("the API group {group:?}"),
+            error: "its discovery failed".to_owned(),
+        })
+        .collect()
 }
 
 /// Whether the apiserver's refusal says syncgc's API does not make this plan (rather than
@@ -1028,5 +1047,123 @@ impl Plan {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(kind: &str, namespace: &str, name: &str) -> Object {
+        Object {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+            uid: format!("{kind}-{namespace}-{name}"),
+        }
+    }
+
+    fn deleted(object: Object) -> Deleted {
+        Deleted {
+            object,
+            wave: 1,
+            propagation: Propagation::Background,
+            deleted_by: DeletedBy::Syncgc,
+        }
+    }
+
+    fn plan_of(root: Object) -> Plan {
+        Plan {
+            object: root,
+            propagation: Propagation::Background,
+            propagation_from: PropagationFrom::Default,
+            mode: Mode::Cooperative,
+            mode_from: ModeFrom::Server,
+            synchronous: false,
+            goes: true,
+            held_by: Vec::new(),
+            timeout_seconds: None,
+            waves: 1,
+            requests: 0,
+            estimate_seconds: 0.0,
+            complete: true,
+            unjudged: Vec::new(),
+            unhandled_finalizers: Vec::new(),
+            holds: Vec::new(),
+            delete: Vec::new(),
+            orphan: Vec::new(),
+            keep: Vec::new(),
+            wait: Vec::new(),
+            unlisted: Vec::new(),
+            withheld: 0,
+            omitted: 0,
+        }
+    }
+
+    #[test]
+    fn what_a_reader_may_not_read_is_counted_wherever_it_is_named() {
+        let root = object("ConfigMap", "a", "root");
+        let secret = object("Secret", "a", "token");
+        let mut plan = plan_of(root.clone());
+        plan.delete = vec![
+            deleted(object("ConfigMap", "a", "child")),
+            deleted(secret.clone()),
+        ];
+        plan.keep = vec![Kept {
+            object: object("ConfigMap", "a", "kept"),
+            kept_by: vec![
+                root.clone(),
+                secret.clone(),
+                object("ConfigMap", "b", "other"),
+            ],
+            blocked_by_wave: None,
+        }];
+        plan.wait = vec![Waiting {
+            object: object("ConfigMap", "a", "waiting"),
+            wave: Some(1),
+            propagation: None,
+            finalizers: vec![Finalizer {
+                waits_for: vec![secret.clone()],
+                ..Finalizer::of("example.com/hold")
+            }],
+        }];
+        let readable = |o: &Object| o.kind != "Secret" && o.namespace.as_deref() == Some("a");
+        // The Secret (named three times) and the ConfigMap of namespace b.
+        assert_eq!(plan.withhold(readable), 2);
+        assert_eq!(plan.delete.len(), 1);
+        assert_eq!(plan.keep[0].kept_by, [root]);
+        assert!(plan.wait[0].finalizers[0].waits_for.is_empty());
+        assert!(plan.objects().all(readable));
+    }
+
+    #[test]
+    fn an_answer_holds_at_most_so_many_entries_and_counts_the_rest() {
+        let mut plan = plan_of(object("ConfigMap", "a", "root"));
+        plan.delete = (0..5)
+            .map(|n| deleted(object("ConfigMap", "a", &format!("d{n}"))))
+            .collect();
+        plan.orphan = (0..3)
+            .map(|n| object("ConfigMap", "a", &format!("o{n}")))
+            .collect();
+        assert_eq!(plan.bounded(6), 2);
+        assert_eq!((plan.delete.len(), plan.orphan.len()), (5, 1));
+        assert_eq!(plan.bounded(100), 0);
+    }
+
+    #[test]
+    fn syncgc_s_own_group_failing_discovery_leaves_a_plan_complete() {
+        let mut resources = Resources::default();
+        resources.update(crate::gc::discovery::Found {
+            failed: [
+                crate::names::API_GROUP.to_owned(),
+                "metrics.k8s.io".to_owned(),
+            ]
+            .into(),
+            ..Default::default()
+        });
+        let unlisted = unlisted_groups(&resources);
+        assert_eq!(unlisted.len(), 1, "{unlisted:?}");
+        assert!(unlisted[0].resource.contains("metrics.k8s.io"));
     }
 }

@@ -20,6 +20,9 @@ use crate::api::Cluster;
 pub const KEEP: Duration = Duration::from_secs(10);
 /// The most answers kept.
 pub const MAX_KEPT: usize = 10_000;
+/// The most questions (kinds and namespaces) asked for one answer; what any others would
+/// cover is withheld.
+pub const MAX_QUESTIONS: usize = 512;
 
 /// One question: may the user `verb` the objects of `resource` (of `group`) in `namespace`
 /// (every namespace, or cluster-scoped, when `None`), named `name` (any when `None`)?

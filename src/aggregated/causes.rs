@@ -14,17 +14,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Time}
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::access::Question;
+use super::access::{MAX_QUESTIONS, Question};
 use super::front_proxy::User;
 use super::status::Refusal;
 use super::{Aggregated, Caller, answer, wants_table};
 use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry};
 use crate::graph::Uid;
 use crate::names::API_GROUP_VERSION;
-
-/// The most kinds and namespaces asked of the authorizer for one answer; causes of any others
-/// are withheld.
-pub const MAX_QUESTIONS: usize = 512;
 
 pub async fn list_namespaced(
     State(api): State<Arc<Aggregated>>,

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::access::Question;
+use super::access::{MAX_QUESTIONS, Question};
 use super::front_proxy::User;
 use super::status::Refusal;
 use super::{Aggregated, Caller, answer};
@@ -21,7 +21,6 @@ use crate::api::{Propagation, Target};
 use crate::gc::cascade;
 use crate::gc::config::CollectorArgs;
 use crate::gc::discovery::{Resource, Resources};
-use crate::gc::snapshot::Unlisted;
 use crate::graph::{Below, Flags, Graph, Uid};
 use crate::names::PROPAGATION_ANNOTATION;
 use crate::names::{API_GROUP_VERSION, SYNCHRONOUS_FINALIZER, TIMEOUT_ANNOTATION};
@@ -34,10 +33,6 @@ pub const MAX_ENTRIES: usize = 10_000;
 /// The most objects below the target the cascade model runs on: a bigger tree is refused (413)
 /// rather than answered after the apiserver stopped waiting.
 pub const MAX_MODELLED: usize = 250_000;
-/// The most kinds and namespaces asked of the authorizer for one answer; objects of any
-/// others are withheld.
-pub const MAX_QUESTIONS: usize = 256;
-
 pub async fn create_namespaced(
     State(api): State<Arc<Aggregated>>,
     Path(namespace): Path<String>,
@@ -59,18 +54,9 @@ pub async fn create_cluster(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The kind of a plan of an object in `namespace` (`None`: cluster-scoped).
-fn kind_of(namespace: Option<&str>) -> &'static str {
-    if namespace.is_some() {
-        "DeletionPlan"
-    } else {
-        "ClusterDeletionPlan"
-    }
-}
-
 /// The review in `body`, checked.
 pub fn parse(body: &[u8], namespace: Option<&str>) -> Result<DeletionPlan, Refusal> {
-    let kind = kind_of(namespace);
+    let kind = DeletionPlan::kind_in(namespace);
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let review: DeletionPlan = serde_path_to_error::deserialize(&mut deserializer)
         .map_err(|err| Refusal::bad_request(format!("a {kind} that does not parse: {err}")))?;
@@ -180,7 +166,7 @@ async fn create(
     plan.withheld = withhold(api, user, &mut plan).await?;
     plan.omitted = plan.bounded(MAX_ENTRIES);
     review.api_version = API_GROUP_VERSION.to_owned();
-    review.kind = kind_of(namespace.as_deref()).to_owned();
+    review.kind = DeletionPlan::kind_in(namespace.as_deref()).to_owned();
     review.metadata = ObjectMeta {
         namespace,
         creation_timestamp: Some(Time(jiff::Timestamp::now())),
@@ -251,18 +237,10 @@ fn made(
         )
     });
     let (outcome, _) = cascade::on_copy(&below, propagation);
-    let unlisted = resources
-        .failed_groups()
-        .iter()
-        .map(|group| Unlisted {
-            resource: format!("the API group {group:?}"),
-            error: "its discovery failed".to_owned(),
-        })
-        .collect();
     Ok(plan::plan(
         &|uid| object_in(graph, resources, uid),
         Scope {
-            unlisted,
+            unlisted: plan::unlisted_groups(resources),
             unjudged: &HashSet::new(),
         },
         uid,

@@ -1,7 +1,8 @@
 //! syncgc as users run it: its image (built from this checkout by `hack/image.sh`, with no
 //! registry) on the local cluster's real node, installed by its chart and by its manifests.
 //! The apiserver reaches the webhook through the Service (at the Pods' endpoints), `syncgc
-//! check` passes every line from outside and, as `helm test`, from inside the cluster; a
+//! check` passes every line from outside and, as `helm test`, from inside the cluster; the
+//! aggregation layer reaches syncgc's API at the Pods (the manifests'); a
 //! rolling upgrade with an owner waiting neither releases it early nor strands it; and each
 //! uninstall runs its Job's Pod, which leaves no object armed and nothing of syncgc behind.
 //!
@@ -18,6 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -26,7 +28,7 @@ use syncgc::names::SYNCHRONOUS_FINALIZER;
 use support::chart::{CHART, hack, helm};
 use support::{
     TestNamespace, being_deleted, clear_finalizers, create, delete, eventually, exists, gone,
-    kubeconfig_path, kubectl, opted_in, owner_and_held,
+    kubeconfig_path, kubectl, opted_in, owner_and_held, syncgc_json,
 };
 
 const NAMESPACE: &str = "syncgc-system";
@@ -169,8 +171,38 @@ fn came_back_armed(object: &ConfigMap) {
     );
 }
 
+/// syncgc's API, through the aggregation layer to the Pods (once syncgc has published its CA
+/// bundle in the APIService): `syncgc plan` of the ConfigMap `name` of `namespace` is made by
+/// the running syncgc.
+async fn served_by_the_pods(namespace: &str, name: &str) {
+    let object = format!("configmap/{name}");
+    let plan = eventually("syncgc's API answers", ROLLOUT, || {
+        let (namespace, object) = (namespace.to_owned(), object.clone());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                syncgc_json(&["plan", &object, "-n", &namespace, "-o", "json"]).ok()
+            })
+            .await
+            .unwrap()
+            .filter(|plan| plan["modeFrom"] == "server")
+        }
+    })
+    .await;
+    assert_eq!(plan["object"]["name"], name, "{plan}");
+    assert_eq!(plan["synchronous"], true, "{plan}");
+}
+
 /// What the installs leave of syncgc once uninstalled: nothing.
 async fn nothing_left(client: &Client) {
+    let api_services = Api::<APIService>::all(client.clone());
+    assert!(
+        api_services
+            .get_opt("v1alpha1.syncgc.io")
+            .await
+            .unwrap()
+            .is_none(),
+        "syncgc's APIService is left"
+    );
     let configurations = Api::<MutatingWebhookConfiguration>::all(client.clone());
     assert!(
         configurations.get_opt("syncgc").await.unwrap().is_none(),
@@ -345,6 +377,7 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
     checks_pass();
     let api = ns.api::<ConfigMap>();
     came_back_armed(&create(&api, &opted_in("stays", vec![], &[])).await);
+    served_by_the_pods(&ns.name, "stays").await;
 
     // The uninstall Job of manifests/uninstall, with this image, on the node.
     let mut job: Value = serde_yaml::from_str(&std::fs::read_to_string(UNINSTALL_JOB).unwrap())
