@@ -167,6 +167,13 @@ cmd_install() {
 
 # --- PKI ---------------------------------------------------------------------
 
+gen_ca() { # name subject: a self-signed CA, $PKI/name.{crt,key}
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
+    -subj "$2" -keyout "$PKI/$1.key" -out "$PKI/$1.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  chmod 600 "$PKI/$1.key"
+}
+
 gen_cert() { # name subject ca-name ext-file
   local name=$1 subj=$2 ca=$3 ext=$4
   openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$name.key" -subj "$subj" \
@@ -182,10 +189,7 @@ gen_pki() {
   log "generating the control plane's PKI in $PKI"
   rm -rf "$PKI"
   mkdir -p "$PKI"
-  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
-    -subj "/CN=syncgc-local-ca" -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-  chmod 600 "$PKI/ca.key"
+  gen_ca ca "/CN=syncgc-local-ca"
   cat >"$PKI/server.ext" <<'EOF'
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
@@ -217,11 +221,7 @@ gen_controller_cert() {
 # (syncgc run --webhook-client-ca) answers the apiserver and nobody else.
 gen_webhook_client_cert() {
   [ -f "$PKI/webhook-client.crt" ] && return 0
-  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
-    -subj "/CN=syncgc-local-webhook-client-ca" -keyout "$PKI/webhook-client-ca.key" \
-    -out "$PKI/webhook-client-ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-  chmod 600 "$PKI/webhook-client-ca.key"
+  gen_ca webhook-client-ca "/CN=syncgc-local-webhook-client-ca"
   gen_cert webhook-client "/CN=kube-apiserver-webhook-client" webhook-client-ca "$PKI/client.ext"
 }
 
@@ -230,11 +230,7 @@ gen_webhook_client_cert() {
 # presents to aggregated APIs, with the user it vouches for in X-Remote-* headers.
 gen_front_proxy_cert() {
   [ -f "$PKI/front-proxy-client.crt" ] && return 0
-  openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
-    -subj "/CN=syncgc-local-front-proxy-ca" -keyout "$PKI/front-proxy-ca.key" \
-    -out "$PKI/front-proxy-ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-  chmod 600 "$PKI/front-proxy-ca.key"
+  gen_ca front-proxy-ca "/CN=syncgc-local-front-proxy-ca"
   gen_cert front-proxy-client "/CN=front-proxy-client" front-proxy-ca "$PKI/client.ext"
 }
 
