@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -18,7 +18,9 @@ use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
 use support::process::{Syncgc, TEST_TIMEOUTS, WEBHOOK_LABEL};
-use support::{TestNamespace, config_map, create, eventually, gone, kubectl, opted_in, owner_ref};
+use support::{
+    TestNamespace, config_map, create, eventually, gone, kubectl, kubectl_as, opted_in, owner_ref,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -46,29 +48,6 @@ async fn namespace(test: &str) -> TestNamespace {
     let syncgc = syncgc().await;
     let client = support::client().await;
     TestNamespace::with_labels(&client, test, &[(WEBHOOK_LABEL, &syncgc.name)]).await
-}
-
-/// kubectl with `kubeconfig` and `input` on its standard input: what it printed, or what it
-/// said on failure.
-fn kubectl_as(kubeconfig: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    if let Some(input) = input {
-        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8(out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }
 
 /// A DeletionPlan of `kind/name` (of `api_version`) in `namespace`, as YAML for kubectl.
@@ -231,7 +210,7 @@ async fn a_tenant_is_told_only_what_the_tenant_may_read() {
     .to_owned();
     kubectl(&["apply", "-f", "-"], Some(&syncgc_view));
     let dir = tempfile::tempdir().unwrap();
-    let tenant = support::served_api::user_kubeconfig("tenant", &["tenants"], dir.path());
+    let tenant = support::served_api::certificate_kubeconfig("tenant", &["tenants"], dir.path());
     kubectl(
         &[
             "-n",

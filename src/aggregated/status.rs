@@ -30,10 +30,6 @@ impl Refusal {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
-    pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, message)
-    }
-
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
     }
@@ -52,7 +48,6 @@ impl Refusal {
             StatusCode::UNAUTHORIZED => "Unauthorized",
             StatusCode::FORBIDDEN => "Forbidden",
             StatusCode::NOT_FOUND => "NotFound",
-            StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
             StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
             StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
             _ => "InternalError",

@@ -109,9 +109,16 @@ where
 /// Runs kubectl on the control plane with `input` on its standard input, checks that it
 /// succeeds, and returns what it printed.
 pub fn kubectl(args: &[&str], input: Option<&str>) -> String {
+    kubectl_as(&kubeconfig_path(), args, input)
+        .unwrap_or_else(|said| panic!("kubectl {args:?}: {said}"))
+}
+
+/// kubectl with `kubeconfig` and `input` on its standard input: what it printed, or what it
+/// said on failure.
+pub fn kubectl_as(kubeconfig: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
     let mut child = Command::new("kubectl")
         .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
+        .env("KUBECONFIG", kubeconfig)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -122,12 +129,11 @@ pub fn kubectl(args: &[&str], input: Option<&str>) -> String {
     }
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// Creates syncgc's own namespace (where its leader Lease lives) unless it exists.
@@ -606,6 +612,13 @@ pub async fn service_account_kubeconfig(
         .data
         .unwrap()["token"]
         .clone();
+    let token = String::from_utf8(token.0).unwrap();
+    user_kubeconfig(name, serde_json::json!({ "token": token }), dir)
+}
+
+/// A kubeconfig (written into `dir`) for the user `name` with the credentials `user` (a
+/// kubeconfig's `user` entry), on the local control plane.
+pub fn user_kubeconfig(name: &str, user: serde_json::Value, dir: &std::path::Path) -> String {
     let admin = kube::config::Kubeconfig::read_from(kubeconfig_path()).unwrap();
     let cluster = admin.clusters[0].cluster.clone().unwrap();
     let config = serde_json::json!({
@@ -614,7 +627,7 @@ pub async fn service_account_kubeconfig(
             "server": cluster.server,
             "certificate-authority-data": cluster.certificate_authority_data,
         }}],
-        "users": [{ "name": name, "user": { "token": String::from_utf8(token.0).unwrap() } }],
+        "users": [{ "name": name, "user": user }],
         "contexts": [{ "name": name, "context": { "cluster": "local", "user": name } }],
     });
     let path = dir.join(format!("{name}.kubeconfig"));

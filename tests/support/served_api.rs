@@ -98,7 +98,7 @@ pub async fn register(syncgc: &Syncgc) {
 
 /// A kubeconfig (written into `dir`) for the user `user`, of the groups `groups`: a client
 /// certificate the cluster's CA signs, as an administrator hands one to a tenant.
-pub fn user_kubeconfig(user: &str, groups: &[&str], dir: &std::path::Path) -> String {
+pub fn certificate_kubeconfig(user: &str, groups: &[&str], dir: &std::path::Path) -> String {
     let pki = std::path::Path::new(&super::kubeconfig_path()).with_file_name("pki");
     let (key, csr, crt) = (
         dir.join(format!("{user}.key")),
@@ -150,20 +150,9 @@ pub fn user_kubeconfig(user: &str, groups: &[&str], dir: &std::path::Path) -> St
         "-out",
         &path(&crt),
     ]);
-    let admin = kube::config::Kubeconfig::read_from(super::kubeconfig_path()).unwrap();
-    let cluster = admin.clusters[0].cluster.clone().unwrap();
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": user,
-        "clusters": [{ "name": "local", "cluster": {
-            "server": cluster.server,
-            "certificate-authority-data": cluster.certificate_authority_data,
-        }}],
-        "users": [{ "name": user, "user": {
-            "client-certificate": path(&crt), "client-key": path(&key),
-        }}],
-        "contexts": [{ "name": user, "context": { "cluster": "local", "user": user } }],
-    });
-    let file = dir.join(format!("{user}.kubeconfig"));
-    std::fs::write(&file, config.to_string()).unwrap();
-    path(&file)
+    super::user_kubeconfig(
+        user,
+        json!({ "client-certificate": path(&crt), "client-key": path(&key) }),
+        dir,
+    )
 }
