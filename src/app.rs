@@ -79,7 +79,7 @@ pub struct RunArgs {
     pub unarmed_delete: UnarmedDelete,
     /// Record why each object goes (the DELETEs the webhook lets through, and the references
     /// the collector removes), name the root of a cascade in the User-Agent of the
-    /// collector's requests, and answer `GET /debug/deleted` (`syncgc explain --why-deleted`).
+    /// collector's requests, and serve them as `deletioncauses` (`syncgc explain --why-deleted`).
     #[arg(long, env = "SYNCGC_RECORD_CAUSES", default_value_t = true, action = clap::ArgAction::Set,
           value_name = "BOOL")]
     pub record_causes: bool,
@@ -484,8 +484,11 @@ impl RunArgs {
                 needs: needs.clone(),
             },
         )));
-        // How the aggregation layer's front proxy vouches for users, read from the cluster.
+        // How the aggregation layer's front proxy vouches for users, read from the cluster; what
+        // the users of syncgc's API and of the debug endpoints may read, asked of it.
         let front_proxy = Arc::new(parking_lot::RwLock::new(None));
+        let access = aggregated::access::Access::new(webhook_cluster.clone());
+        let delegated = aggregated::bearer::Delegated::new(webhook_cluster.clone(), access.clone());
         let webhook = handler::router(Webhook {
             graph: graph.reader(),
             resources: resources.reader(),
@@ -510,13 +513,14 @@ impl RunArgs {
         // syncgc.io/v1alpha1, to the aggregation layer's front proxy only.
         .merge(aggregated::router(Arc::new(aggregated::Aggregated {
             front_proxy: front_proxy.clone(),
-            access: aggregated::access::Access::new(webhook_cluster.clone()),
+            access: access.clone(),
             graph: graph.reader(),
             resources: resources.reader(),
             causes: causes.clone(),
             cluster: webhook_cluster.clone(),
             collector: collector_args,
             readiness: readiness.clone(),
+            peers: aggregated::peers::Peers::new(&cert, webhook_cluster.clone()),
         })));
         tokio::spawn(aggregated::follow_front_proxy(
             front_proxy,
@@ -559,7 +563,9 @@ impl RunArgs {
             .with_context(|| format!("binding the metrics address {metrics_addr}"))?;
         let mut metrics_router = metrics::router(metrics.clone(), readiness.clone());
         if debug_graph {
-            metrics_router = metrics_router.merge(gc::debug::router(gc.clone()));
+            metrics_router = metrics_router.merge(gc::debug::router(gc.clone()).layer(
+                axum::middleware::from_fn_with_state(delegated, aggregated::bearer::authorized),
+            ));
         }
         tracing::info!(
             addr = %metrics_listener.local_addr()?,

@@ -524,9 +524,7 @@ pub fn unlisted_groups(resources: &Resources) -> Vec<Unlisted> {
 /// tree too big to model there.
 fn served_elsewhere(status: &kube::core::Status) -> bool {
     match status.code {
-        404 => status
-            .message
-            .contains("could not find the requested resource"),
+        404 => !crate::aggregated::status::names_missing_object(status),
         403 => status.message.contains("cannot create resource"),
         413 | 503 => true,
         _ => false,

@@ -24,6 +24,10 @@ use support::{
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// Held by each test while the APIService stays as [`syncgc`] registered it; one that changes
+/// its replicas holds it alone.
+static REGISTRATION: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// The syncgc of this binary, its API registered once (and removed when it stops).
 async fn syncgc() -> &'static Syncgc {
     static SHARED: OnceLock<Syncgc> = OnceLock::new();
@@ -104,6 +108,7 @@ fn named(list: &Value, kind: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_group_is_discovered_with_its_resources_and_schemas() {
+    let _registered = REGISTRATION.read().await;
     syncgc().await;
     let names = kubectl(
         &["api-resources", "--api-group", "syncgc.io", "-o", "name"],
@@ -134,6 +139,7 @@ async fn the_group_is_discovered_with_its_resources_and_schemas() {
 
 #[tokio::test]
 async fn the_plan_served_is_the_plan_the_client_makes() {
+    let _registered = REGISTRATION.read().await;
     let ns = namespace("api-plan").await;
     let api = ns.api::<ConfigMap>();
     let root = create(&api, &config_map("root", vec![])).await;
@@ -197,6 +203,7 @@ async fn the_plan_served_is_the_plan_the_client_makes() {
 
 #[tokio::test]
 async fn a_tenant_is_told_only_what_the_tenant_may_read() {
+    let _registered = REGISTRATION.read().await;
     let ns = namespace("api-tenant").await;
     let elsewhere = namespace("api-elsewhere").await;
     let syncgc_view: String = std::fs::read_to_string(concat!(
@@ -358,6 +365,7 @@ fn named_causes(list: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn bad_input_gets_a_status_with_its_code() {
+    let _registered = REGISTRATION.read().await;
     let ns = namespace("api-bad-input").await;
     let admin = support::kubeconfig_path();
     let refused = |review: String| {
@@ -404,15 +412,18 @@ async fn bad_input_gets_a_status_with_its_code() {
     )
     .unwrap_err();
     assert!(cause.contains("NotFound"), "{cause}");
+    // A plan is created, not read.
+    let read = kubectl_as(&admin, &["get", "--raw", &path], None).unwrap_err();
+    assert!(
+        read.contains("MethodNotAllowed") || read.contains("405"),
+        "{read}"
+    );
 }
 
-/// `curl` of syncgc's API at its own address, with `args` (certificates, headers): the status
+/// `curl` of `path` at syncgc's own address, with `args` (certificates, headers): the status
 /// code and the body.
-fn curl(syncgc: &Syncgc, args: &[&str]) -> (u16, Value) {
-    let url = format!(
-        "https://127.0.0.1:{}/apis/syncgc.io/v1alpha1/namespaces/default/deletioncauses",
-        syncgc.webhook.port()
-    );
+fn curl(syncgc: &Syncgc, path: &str, args: &[&str]) -> (u16, Value) {
+    let url = format!("https://127.0.0.1:{}{path}", syncgc.webhook.port());
     let out = Command::new("curl")
         .args(["-sk", "-o", "-", "-w", "\n%{http_code}", &url])
         .args(args)
@@ -428,6 +439,7 @@ fn curl(syncgc: &Syncgc, args: &[&str]) -> (u16, Value) {
 
 #[tokio::test]
 async fn a_call_that_did_not_come_through_the_apiserver_is_refused() {
+    let _registered = REGISTRATION.read().await;
     let syncgc = syncgc().await;
     let pki = std::path::Path::new(&support::kubeconfig_path()).with_file_name("pki");
     let file = |name: &str| pki.join(name).display().to_string();
@@ -454,8 +466,9 @@ async fn a_call_that_did_not_come_through_the_apiserver_is_refused() {
             vec!["--cert", &proxy_crt, "--key", &proxy_key],
         ),
     ];
-    for (what, args) in refused {
-        let (code, status) = curl(syncgc, &args);
+    let causes = "/apis/syncgc.io/v1alpha1/namespaces/default/deletioncauses";
+    for (what, args) in &refused {
+        let (code, status) = curl(syncgc, causes, args);
         assert_eq!(code, 401, "{what}: {status}");
         assert_eq!(status["kind"], "Status", "{what}: {status}");
         assert_eq!(status["reason"], "Unauthorized", "{what}: {status}");
@@ -463,8 +476,89 @@ async fn a_call_that_did_not_come_through_the_apiserver_is_refused() {
     // The control: the front proxy's certificate, naming an administrator.
     let (code, list) = curl(
         syncgc,
+        causes,
         &[&["--cert", &proxy_crt, "--key", &proxy_key][..], &forged].concat(),
     );
     assert_eq!(code, 200, "{list}");
     assert_eq!(list["kind"], "DeletionCauseList", "{list}");
+
+    // What one replica asks another: only with the serving certificate they share.
+    let ask = ["-X", "POST", "-d", r#"{"scope":"every"}"#];
+    let front_proxy = [&["--cert", &proxy_crt, "--key", &proxy_key][..], &forged].concat();
+    for (what, args) in refused.iter().chain([&("the front proxy's", front_proxy)]) {
+        let (code, status) = curl(syncgc, "/replicas/causes", &[&ask[..], args].concat());
+        assert_eq!(code, 401, "a replica's question, {what}: {status}");
+        assert_eq!(status["reason"], "Unauthorized", "{what}: {status}");
+    }
+    let (crt, key) = syncgc.pair();
+    let (crt, key) = (crt.display().to_string(), key.display().to_string());
+    let (code, entries) = curl(
+        syncgc,
+        "/replicas/causes",
+        &[&ask[..], &["--cert", &crt, "--key", &key]].concat(),
+    );
+    assert_eq!(code, 200, "{entries}");
+    assert!(entries.is_array(), "{entries}");
+}
+
+/// Each replica keeps the causes its own webhook saw, and the apiserver sends a DELETE to any
+/// of them: the replica the aggregation layer calls answers with what another saw. Here the
+/// one that saw the DELETE is an endpoint not ready, which the aggregation layer does not
+/// call, and the one it calls saw nothing of the namespace (its webhook serves another).
+#[tokio::test]
+async fn every_replica_answers_the_causes_another_replica_saw() {
+    let _alone = REGISTRATION.write().await;
+    let saw = syncgc().await;
+    let ns = namespace("api-replicas").await;
+    let api = ns.api::<ConfigMap>();
+    // Armed, so that its DELETE reaches syncgc's webhook.
+    create(&api, &opted_in("gone", vec![], &[])).await;
+    api.delete("gone", &DeleteParams::default()).await.unwrap();
+    let path = format!(
+        "/apis/syncgc.io/v1alpha1/namespaces/{}/deletioncauses",
+        ns.name
+    );
+    let listed = || {
+        let path = path.clone();
+        async move {
+            let out = tokio::task::spawn_blocking(move || kubectl(&["get", "--raw", &path], None))
+                .await
+                .unwrap();
+            serde_json::from_str::<Value>(&out).unwrap()
+        }
+    };
+    eventually(
+        "the replica whose webhook saw it records it",
+        WAIT,
+        || async {
+            named_causes(&listed().await)
+                .contains(&"ConfigMap/gone".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
+
+    let name = format!("syncgc-api-other-{}", std::process::id());
+    let other =
+        tokio::task::spawn_blocking(move || Syncgc::start_replica(saw, &name, &TEST_TIMEOUTS))
+            .await
+            .unwrap();
+    support::served_api::register_replicas(saw, &[&other], &[saw]).await;
+    let list = eventually(
+        "the other replica answers, with what the first saw",
+        WAIT,
+        || async {
+            let list = listed().await;
+            let log = std::fs::read_to_string(other.log()).unwrap_or_default();
+            let answered = log
+                .lines()
+                .filter(|l| l.contains("answered the deletion causes") && l.contains(&ns.name))
+                .any(|l| l.contains("causes=1"));
+            answered.then_some(list)
+        },
+    )
+    .await;
+    assert_eq!(named_causes(&list), ["ConfigMap/gone"], "{list}");
+    assert!(list.get("unanswered").is_none(), "{list}");
+    support::served_api::register(saw).await;
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -25,7 +25,8 @@ pub const MAX_KEPT: usize = 10_000;
 pub const MAX_QUESTIONS: usize = 512;
 
 /// One question: may the user `verb` the objects of `resource` (of `group`) in `namespace`
-/// (every namespace, or cluster-scoped, when `None`), named `name` (any when `None`)?
+/// (every namespace, or cluster-scoped, when `None`), named `name` (any when `None`)? Or, with
+/// a `path`, that non-resource path?
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Question {
     pub verb: &'static str,
@@ -33,6 +34,7 @@ pub struct Question {
     pub resource: String,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    pub path: Option<String>,
 }
 
 impl Question {
@@ -44,6 +46,15 @@ impl Question {
             resource: resource.to_owned(),
             namespace: namespace.map(str::to_owned),
             name: None,
+            path: None,
+        }
+    }
+
+    /// May the user get the non-resource `path` (`/debug/graph`)?
+    pub fn path(path: &str) -> Self {
+        Self {
+            path: Some(path.to_owned()),
+            ..Self::read("", "", None)
         }
     }
 
@@ -61,13 +72,17 @@ impl Question {
                 user: Some(user.name.clone()),
                 groups: Some(user.groups.clone()),
                 extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-                resource_attributes: Some(ResourceAttributes {
+                resource_attributes: self.path.is_none().then(|| ResourceAttributes {
                     verb: Some(self.verb.to_owned()),
                     group: Some(self.group.clone()),
                     resource: Some(self.resource.clone()),
                     namespace: self.namespace.clone(),
                     name: self.name.clone(),
                     ..ResourceAttributes::default()
+                }),
+                non_resource_attributes: self.path.as_ref().map(|path| NonResourceAttributes {
+                    verb: Some(self.verb.to_owned()),
+                    path: Some(path.clone()),
                 }),
                 ..SubjectAccessReviewSpec::default()
             },
@@ -81,27 +96,58 @@ impl Question {
 #[derive(Clone)]
 pub struct Access {
     cluster: Cluster,
-    kept: Arc<Mutex<HashMap<(User, Question), Answer>>>,
+    kept: Kept<(User, Question), bool>,
 }
 
-/// Whether the user may, and when the authorizer said so.
-type Answer = (bool, Instant);
+/// What the apiserver answered lately: each answer for [`KEEP`], at most [`MAX_KEPT`].
+pub struct Kept<K, V>(Arc<Mutex<HashMap<K, (V, Instant)>>>);
+
+impl<K, V> Clone for Kept<K, V> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<K, V> Default for Kept<K, V> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V: Clone> Kept<K, V> {
+    /// The answer to `key`, unless it is older than [`KEEP`].
+    pub fn get(&self, key: &K) -> Option<V> {
+        let kept = self.0.lock();
+        let (value, at) = kept.get(key)?;
+        (at.elapsed() < KEEP).then(|| value.clone())
+    }
+
+    /// Keeps the answer `value` to `key`, dropping the stale ones when [`MAX_KEPT`] are kept.
+    pub fn put(&self, key: K, value: V) {
+        let mut kept = self.0.lock();
+        if kept.len() >= MAX_KEPT {
+            kept.retain(|_, (_, at)| at.elapsed() < KEEP);
+            if kept.len() >= MAX_KEPT {
+                kept.clear();
+            }
+        }
+        kept.insert(key, (value, Instant::now()));
+    }
+}
 
 impl Access {
     pub fn new(cluster: Cluster) -> Self {
         Self {
             cluster,
-            kept: Arc::default(),
+            kept: Kept::default(),
         }
     }
 
     /// Whether `user` may do what `question` asks.
     pub async fn allows(&self, user: &User, question: &Question) -> Result<bool, Refusal> {
         let key = (user.clone(), question.clone());
-        if let Some((allowed, at)) = self.kept.lock().get(&key)
-            && at.elapsed() < KEEP
-        {
-            return Ok(*allowed);
+        if let Some(allowed) = self.kept.get(&key) {
+            return Ok(allowed);
         }
         let reviews = self.cluster.all::<SubjectAccessReview>();
         let answer = self
@@ -115,14 +161,7 @@ impl Access {
                 ))
             })?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
-        let mut kept = self.kept.lock();
-        if kept.len() >= MAX_KEPT {
-            kept.retain(|_, (_, at)| at.elapsed() < KEEP);
-            if kept.len() >= MAX_KEPT {
-                kept.clear();
-            }
-        }
-        kept.insert(key, (allowed, Instant::now()));
+        self.kept.put(key, allowed);
         Ok(allowed)
     }
 
@@ -163,5 +202,12 @@ mod tests {
         assert_eq!(attributes.resource.as_deref(), Some("deployments"));
         assert_eq!(attributes.namespace.as_deref(), Some("team"));
         assert_eq!(attributes.name.as_deref(), Some("web"));
+        assert!(spec.non_resource_attributes.is_none());
+
+        let spec = Question::path("/debug/graph").review(&user).spec;
+        assert!(spec.resource_attributes.is_none());
+        let attributes = spec.non_resource_attributes.unwrap();
+        assert_eq!(attributes.path.as_deref(), Some("/debug/graph"));
+        assert_eq!(attributes.verb.as_deref(), Some("get"));
     }
 }

@@ -18,7 +18,7 @@ use super::access::{MAX_QUESTIONS, Question};
 use super::front_proxy::User;
 use super::status::Refusal;
 use super::{Aggregated, Caller, answer, wants_table};
-use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry};
+use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry, Scope};
 use crate::graph::Uid;
 use crate::names::API_GROUP_VERSION;
 
@@ -55,7 +55,18 @@ async fn list(
     name: Option<&str>,
     headers: &HeaderMap,
 ) -> Response {
-    match causes(api, user, namespace, name).await {
+    let answered = causes(api, user, namespace, name).await;
+    if let Ok(list) = &answered {
+        tracing::debug!(
+            namespace = namespace.unwrap_or("*"),
+            user = %user.name,
+            causes = list.items.len(),
+            withheld = list.withheld,
+            unanswered = ?list.unanswered,
+            "answered the deletion causes"
+        );
+    }
+    match answered {
         Err(refusal) => refusal.into_response(),
         Ok(list) if wants_table(headers) => answer(StatusCode::OK, &table(&list)),
         Ok(mut list) if name.is_some() => match list.items.pop() {
@@ -84,23 +95,29 @@ async fn causes(
     })?;
     // What the graph has confirmed since the last tick is answered too.
     record.confirm(&api.graph.read(), Instant::now());
-    let mut entries = record.in_namespace(namespace);
+    let scope = Scope::of(namespace);
+    let joined = api.peers.join(record, scope.clone()).await;
+    let mut entries = joined.causes.in_scope(&scope);
     if let Some(name) = name {
         entries.retain(|e| DeletionCause::name_of(&e.kind, &e.name) == name);
         entries.truncate(1);
         if entries.is_empty() {
-            return Err(Refusal::not_found(format!(
-                "no deletion cause {name} in the namespace {}: the record keeps the last {} \
+            return Err(Refusal::missing(
+                "deletioncauses",
+                name,
+                format!(
+                    "no deletion cause {name} in the namespace {}: the record keeps the last {} \
                  deletions for {} minutes, and a restart loses it",
-                namespace.unwrap_or_default(),
-                crate::gc::causes::CAPACITY,
-                crate::gc::causes::KEEP / 60
-            )));
+                    namespace.unwrap_or_default(),
+                    crate::gc::causes::CAPACITY,
+                    crate::gc::causes::KEEP / 60
+                ),
+            ));
         }
     }
     let chains: Vec<Vec<Entry>> = entries
         .iter()
-        .map(|e| record.chain(Uid::parse(&e.uid)))
+        .map(|e| joined.causes.chain(Uid::parse(&e.uid)))
         .filter(|chain| !chain.is_empty())
         .collect();
     let readable = readable(api, user, &chains).await?;
@@ -110,6 +127,7 @@ async fn causes(
         metadata: ListMeta::default(),
         items: Vec::new(),
         withheld: 0,
+        unanswered: joined.unanswered,
     };
     for mut chain in chains {
         let object = chain.remove(0);
@@ -285,6 +303,7 @@ mod tests {
                 incomplete: false,
             }],
             withheld: 0,
+            unanswered: Vec::new(),
         };
         let table = table(&list);
         let cells = &table["rows"][0]["cells"];

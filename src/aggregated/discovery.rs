@@ -158,6 +158,7 @@ pub fn openapi_document() -> Value {
             "metadata": meta,
             "items": {"type": "array", "items": reference("DeletionCause")},
             "withheld": {"type": "integer"},
+            "unanswered": {"type": "array", "items": {"type": "string"}},
         },
         "x-kubernetes-group-version-kind": gvk("DeletionCauseList"),
     });

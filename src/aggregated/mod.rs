@@ -15,13 +15,18 @@
 //! may get its object, and objects of kinds or namespaces the user may not read are counted,
 //! not named. Refusals are Kubernetes `Status`es ([`status`]).
 //!
+//! - [`bearer`]: the debug endpoints, answered to the callers the apiserver authenticates by
+//!   their tokens, as it authorizes them.
 //! - [`discovery`]: the group's discovery documents and its OpenAPI.
-//! - [`plans`]: the deletion plans; [`causes`]: the deletion causes.
+//! - [`plans`]: the deletion plans; [`causes`]: the deletion causes, joined across the
+//!   replicas by [`peers`].
 
 pub mod access;
+pub mod bearer;
 mod causes;
 mod discovery;
 pub mod front_proxy;
+pub mod peers;
 mod plans;
 pub mod status;
 
@@ -33,7 +38,7 @@ use axum::Router;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use k8s_openapi::api::core::v1::ConfigMap;
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
@@ -68,35 +73,48 @@ pub struct Aggregated {
     /// The timeouts and rate the collector runs with.
     pub collector: CollectorArgs,
     pub readiness: Readiness,
+    /// The other replicas, whose records of causes a causes list joins.
+    pub peers: peers::Peers,
 }
 
 /// The group's routes, on the webhook's port.
 pub fn router(api: Arc<Aggregated>) -> Router {
     let base = "/apis/syncgc.io/v1alpha1";
     Router::new()
-        .route("/apis", get(discovery::groups))
-        .route("/apis/syncgc.io", get(discovery::group))
-        .route(base, get(discovery::resources))
-        .route("/openapi/v2", get(discovery::openapi))
+        .route("/apis", only(get(discovery::groups)))
+        .route("/apis/syncgc.io", only(get(discovery::group)))
+        .route(base, only(get(discovery::resources)))
+        .route("/openapi/v2", only(get(discovery::openapi)))
         .route(
             &format!("{base}/namespaces/{{namespace}}/deletionplans"),
-            post(plans::create_namespaced),
+            only(post(plans::create_namespaced)),
         )
         .route(
             &format!("{base}/clusterdeletionplans"),
-            post(plans::create_cluster),
+            only(post(plans::create_cluster)),
         )
         .route(
             &format!("{base}/namespaces/{{namespace}}/deletioncauses"),
-            get(causes::list_namespaced),
+            only(get(causes::list_namespaced)),
         )
-        .route(&format!("{base}/deletioncauses"), get(causes::list_all))
+        .route(
+            &format!("{base}/deletioncauses"),
+            only(get(causes::list_all)),
+        )
         .route(
             &format!("{base}/namespaces/{{namespace}}/deletioncauses/{{name}}"),
-            get(causes::get_one),
+            only(get(causes::get_one)),
         )
         .route(&format!("{base}/{{*rest}}"), axum::routing::any(unknown))
+        .route(peers::PATH, only(post(peers::answer_peer)))
         .with_state(api)
+}
+
+/// `route`, refusing the methods it does not serve with a `Status` (405).
+fn only(route: MethodRouter<Arc<Aggregated>>) -> MethodRouter<Arc<Aggregated>> {
+    route.fallback(|method: http::Method| async move {
+        Refusal::not_allowed(format!("{method} is not served at this path"))
+    })
 }
 
 async fn unknown(_: Vouched) -> Refusal {

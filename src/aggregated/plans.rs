@@ -151,7 +151,13 @@ async fn create(
         .get_metadata(&live)
         .await
         .map_err(|err| Refusal::unavailable(format!("reading {described}: {err}")))?
-        .ok_or_else(|| Refusal::not_found(format!("{described} does not exist")))?;
+        .ok_or_else(|| {
+            Refusal::missing(
+                &resource.api.plural,
+                &target.name,
+                format!("{described} does not exist"),
+            )
+        })?;
     let uid = Uid::parse(meta.uid.as_deref().unwrap_or_default());
     let mut plan = {
         let graph = api.graph.read();
@@ -217,13 +223,10 @@ fn made(
     let below = Below::new(graph, uid);
     let dependents = below.count();
     if dependents > MAX_MODELLED {
-        return Err(Refusal {
-            code: StatusCode::PAYLOAD_TOO_LARGE,
-            message: format!(
-                "{dependents} objects depend on it, more than the {MAX_MODELLED} a plan models \
-                 within the apiserver's timeout"
-            ),
-        });
+        return Err(Refusal::too_large(format!(
+            "{dependents} objects depend on it, more than the {MAX_MODELLED} a plan models \
+             within the apiserver's timeout"
+        )));
     }
     let synchronous = meta
         .finalizers

@@ -11,6 +11,22 @@ use serde_json::json;
 pub struct Refusal {
     pub code: StatusCode,
     pub message: String,
+    /// The object a 404 names, as the apiserver's `StatusDetails` do: a client tells "no such
+    /// object" from "no such API" by it.
+    pub missing: Option<Missing>,
+}
+
+/// What a `NotFound` is about: the `kind` (the resource, as the apiserver says it) and `name`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Missing {
+    pub kind: String,
+    pub name: String,
+}
+
+/// Whether the apiserver's answer says a named object is missing, rather than the path (an API
+/// not served, not registered, or with no such resource).
+pub fn names_missing_object(status: &kube::core::Status) -> bool {
+    status.code == 404 && status.details.as_ref().is_some_and(|d| !d.name.is_empty())
 }
 
 impl Refusal {
@@ -30,6 +46,25 @@ impl Refusal {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
+    /// The object `name` of `kind` does not exist.
+    pub fn missing(kind: &str, name: &str, message: impl Into<String>) -> Self {
+        Self {
+            missing: Some(Missing {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+            }),
+            ..Self::not_found(message)
+        }
+    }
+
+    pub fn not_allowed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, message)
+    }
+
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
     }
@@ -38,6 +73,7 @@ impl Refusal {
         Self {
             code,
             message: message.into(),
+            missing: None,
         }
     }
 
@@ -48,6 +84,7 @@ impl Refusal {
             StatusCode::UNAUTHORIZED => "Unauthorized",
             StatusCode::FORBIDDEN => "Forbidden",
             StatusCode::NOT_FOUND => "NotFound",
+            StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
             StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLarge",
             StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
             _ => "InternalError",
@@ -57,7 +94,7 @@ impl Refusal {
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        let status = json!({
+        let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -66,6 +103,9 @@ impl IntoResponse for Refusal {
             "reason": self.reason(),
             "code": self.code.as_u16(),
         });
+        if let Some(missing) = &self.missing {
+            status["details"] = json!(missing);
+        }
         let mut response = (self.code, Json(status)).into_response();
         if self.code == StatusCode::SERVICE_UNAVAILABLE {
             response
@@ -92,5 +132,28 @@ mod tests {
         assert_eq!(status["reason"], "Forbidden");
         assert_eq!(status["code"], 403);
         assert_eq!(status["message"], "no");
+    }
+
+    #[tokio::test]
+    async fn a_missing_object_is_named_in_the_details_and_told_from_a_missing_api() {
+        let response = Refusal::missing("configmaps", "web", "gone").into_response();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let status: kube::core::Status = serde_json::from_slice(&body).unwrap();
+        assert!(names_missing_object(&status));
+        let unnamed = axum::body::to_bytes(
+            Refusal::not_found("no such path")
+                .into_response()
+                .into_body(),
+            1 << 16,
+        )
+        .await
+        .unwrap();
+        let unnamed: kube::core::Status = serde_json::from_slice(&unnamed).unwrap();
+        assert!(!names_missing_object(&unnamed));
+        // What the 1.20 apiserver answers for a group nobody serves, as kube reads it.
+        let page = kube::core::Status::failure("404 page not found", "").with_code(404);
+        assert!(!names_missing_object(&page));
     }
 }

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::aggregated::status::names_missing_object;
 use crate::api::Cluster;
 use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry};
 use crate::names::API_GROUP_VERSION;
@@ -84,11 +85,7 @@ async fn read<T: serde::de::DeserializeOwned>(
     match cluster.streams().request::<T>(request).await {
         Ok(answer) => Ok(Some(answer)),
         // syncgc's own 404 says what it keeps; the apiserver's means the API is not served.
-        Err(kube::Error::Api(status))
-            if status.code == 404 && status.message.starts_with("no deletion cause") =>
-        {
-            Ok(None)
-        }
+        Err(kube::Error::Api(status)) if names_missing_object(&status) => Ok(None),
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 503 => anyhow::bail!(
             "syncgc's API ({API_GROUP_VERSION}) does not answer ({}): is its APIService \
              registered and available? (kubectl get apiservice v1alpha1.syncgc.io)",

@@ -38,7 +38,7 @@
 //! - [`terminating`]: a protected object in a namespace being deleted holds it for a bounded
 //!   time, and its siblings go meanwhile.
 //! - [`causes`]: why each object went: the record the webhook and the collector write, the
-//!   followed cascades, the root's Event and `/debug/deleted`.
+//!   followed cascades, the root's Event and syncgc's `deletioncauses`.
 //! - [`absent`]: owners verified absent, so that their many dependents cost one read.
 //! - [`debug`]: `/debug/graph`, the graph around one object.
 //! - `harness` (unit tests): the workers' scenarios, step by step, on paused time.

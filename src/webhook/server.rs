@@ -119,13 +119,11 @@ pub async fn serve(
                         return;
                     }
                 };
-            let (certified, front_proxy) =
-                cert.client_of(tls.get_ref().1.peer_certificates().unwrap_or_default());
+            let proof = cert.client_of(tls.get_ref().1.peer_certificates().unwrap_or_default());
             let service = TowerToHyperService::new(tower::ServiceExt::map_request(
                 router,
                 move |mut request: http::Request<hyper::body::Incoming>| {
-                    request.extensions_mut().insert(certified);
-                    request.extensions_mut().insert(front_proxy.clone());
+                    proof.insert_into(request.extensions_mut());
                     request
                 },
             ));

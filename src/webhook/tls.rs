@@ -50,6 +50,29 @@ pub struct ClientCertified(pub bool);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrontProxy(pub Option<String>);
 
+/// Whether the client of a connection presented the certificate this server serves with, and
+/// proved it holds its key: another replica of syncgc (they share the serving pair), asking
+/// for what its own record lacks ([`crate::aggregated::peers`]). In each request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub bool);
+
+/// What a connection's client certificate proves ([`ReloadingCert::client_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientProof {
+    pub certified: ClientCertified,
+    pub front_proxy: FrontProxy,
+    pub peer: Peer,
+}
+
+impl ClientProof {
+    /// Puts each proof in `extensions`, where a request's handler asks for it.
+    pub fn insert_into(&self, extensions: &mut http::Extensions) {
+        extensions.insert(self.certified);
+        extensions.insert(self.front_proxy.clone());
+        extensions.insert(self.peer);
+    }
+}
+
 type Verifier = Arc<dyn ClientCertVerifier>;
 
 /// The CAs client certificates are checked against. The handshake takes any certificate
@@ -114,8 +137,9 @@ impl Clients {
 }
 
 impl ClientCertVerifier for Clients {
+    /// Always: a replica's peers present the serving certificate ([`Peer`]).
     fn offer_client_auth(&self) -> bool {
-        self.admission.is_some() || self.front_proxy.read().is_some()
+        true
     }
 
     fn client_auth_mandatory(&self) -> bool {
@@ -259,7 +283,7 @@ impl ReloadingCert {
     }
 
     /// What a connection's client certificate chain (as presented, leaf first) proves.
-    pub fn client_of(&self, chain: &[CertificateDer<'_>]) -> (ClientCertified, FrontProxy) {
+    pub fn client_of(&self, chain: &[CertificateDer<'_>]) -> ClientProof {
         let admission = self.clients.admission.as_ref();
         let certified = ClientCertified(admission.is_some_and(|v| verifies(v, chain)));
         let front_proxy = self
@@ -267,7 +291,33 @@ impl ReloadingCert {
             .front_proxy()
             .filter(|v| verifies(v, chain))
             .and_then(|_| common_name(chain.first()?));
-        (certified, FrontProxy(front_proxy))
+        ClientProof {
+            certified,
+            front_proxy: FrontProxy(front_proxy),
+            peer: Peer(chain.first().is_some_and(|leaf| self.serves(leaf))),
+        }
+    }
+
+    /// Whether `leaf` is the certificate served now.
+    fn serves(&self, leaf: &CertificateDer<'_>) -> bool {
+        self.current
+            .read()
+            .as_ref()
+            .and_then(|key| key.cert.first())
+            .is_some_and(|served| served == leaf)
+    }
+
+    /// A rustls client configuration for a replica's peers: it presents the pair served now,
+    /// and trusts a server only when it serves that very certificate (the replicas of one
+    /// install share their pair; a peer is called at its Pod's address, which the certificate
+    /// does not name).
+    pub fn peer_client_config(self: &Arc<Self>) -> rustls::ClientConfig {
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("the default protocol versions")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SamePair(self.clone())))
+            .with_client_cert_resolver(Arc::new(SamePair(self.clone())))
     }
 
     /// Whether it has a pair to serve.
@@ -367,6 +417,65 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// A peer's side of [`ReloadingCert::peer_client_config`]: the pair served now, both ways.
+#[derive(Debug)]
+struct SamePair(Arc<ReloadingCert>);
+
+impl rustls::client::ResolvesClientCert for SamePair {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.0.current.read().clone()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.0.is_loaded()
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for SamePair {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if self.0.serves(end_entity) {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "not a replica of this syncgc: it serves another certificate".to_owned(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.clients.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.clients.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.clients.supported_verify_schemes()
+    }
+}
+
 fn certified_key(
     cert_origin: &str,
     key_origin: &str,
@@ -459,26 +568,47 @@ mod tests {
         let (front_ca, proxy) = client_of_ca("front-proxy-client");
         let (_, stranger) = client_of_ca("front-proxy-client");
         let cert = ReloadingCert::empty();
+        let front_proxy = |chain: &[CertificateDer<'_>]| cert.client_of(chain).front_proxy;
         assert_eq!(
             cert.client_of(std::slice::from_ref(&proxy)),
-            (ClientCertified(false), FrontProxy(None)),
+            ClientProof {
+                certified: ClientCertified(false),
+                front_proxy: FrontProxy(None),
+                peer: Peer(false)
+            },
             "no front proxy CA yet"
         );
         cert.set_front_proxy_ca(Some(front_ca.as_bytes()), "test")
             .unwrap();
-        assert!(cert.clients.offer_client_auth());
         assert_eq!(
-            cert.client_of(std::slice::from_ref(&proxy)),
-            (
-                ClientCertified(false),
-                FrontProxy(Some("front-proxy-client".into()))
-            )
+            front_proxy(std::slice::from_ref(&proxy)),
+            FrontProxy(Some("front-proxy-client".into()))
         );
         // The same name from another CA proves nothing, and neither does no certificate.
-        assert_eq!(cert.client_of(&[stranger]).1, FrontProxy(None));
-        assert_eq!(cert.client_of(&[]).1, FrontProxy(None));
+        assert_eq!(front_proxy(&[stranger]), FrontProxy(None));
+        assert_eq!(front_proxy(&[]), FrontProxy(None));
         cert.set_front_proxy_ca(None, "test").unwrap();
-        assert_eq!(cert.client_of(&[proxy]).1, FrontProxy(None));
+        assert_eq!(front_proxy(std::slice::from_ref(&proxy)), FrontProxy(None));
+    }
+
+    #[test]
+    fn a_peer_is_a_client_that_presents_the_certificate_served() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path());
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let cert = ReloadingCert::load(&crt, &key).unwrap();
+        let served = CertificateDer::from(serving(&cert));
+        assert_eq!(
+            cert.client_of(std::slice::from_ref(&served)).peer,
+            Peer(true)
+        );
+        let (_, other) = client_of_ca("syncgc");
+        assert_eq!(cert.client_of(&[other]).peer, Peer(false));
+        assert_eq!(cert.client_of(&[]).peer, Peer(false));
+        // Once the pair rotates, the old certificate is no peer's.
+        write(dir.path());
+        cert.reload().unwrap();
+        assert_eq!(cert.client_of(&[served]).peer, Peer(false));
     }
 
     #[test]

@@ -410,7 +410,8 @@ async fn sg09_custom_resource_leaves_of_a_new_kind_go_first() {
     delete_crd(&client, &resource).await;
 }
 
-/// `/debug/graph` shows an owner with its dependents, transitively, as JSON and as DOT.
+/// `/debug/graph` shows an owner with its dependents, transitively, as JSON and as DOT, to a
+/// caller the apiserver authenticates by its token and authorizes for the path; to no other.
 #[tokio::test]
 async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
     let ns = namespace("debug_graph").await;
@@ -447,6 +448,20 @@ async fn debug_graph_shows_an_owner_and_what_hangs_off_it() {
     assert_eq!(status, 404);
     let (status, _) = syncgc.get("/debug/graph").unwrap();
     assert_eq!(status, 400);
+
+    let path = format!("/debug/graph?uid={uid}");
+    let (status, body) = syncgc.get_as(None, &path).unwrap();
+    assert_eq!(status, 401, "no token: {body}");
+    let (status, body) = syncgc.get_as(Some("not-a-token"), &path).unwrap();
+    assert_eq!(status, 401, "a token the apiserver does not know: {body}");
+    // A ServiceAccount no RBAC grants the path.
+    let token =
+        tokio::task::spawn_blocking(|| support::service_account_token("syncgc-system", "default"))
+            .await
+            .unwrap();
+    let (status, body) = syncgc.get_as(Some(&token), &path).unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("may not get /debug/graph"), "{body}");
 }
 
 /// `syncgc explain`, also as the kubectl plugin `kubectl syncgc`: while a held dependent keeps

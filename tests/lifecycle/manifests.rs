@@ -235,7 +235,7 @@ fn deployment_env(objects: &[Value], name: &str) -> Option<String> {
 }
 
 /// A kubeconfig for the manifests' ServiceAccount `syncgc-system/syncgc`.
-async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path) -> String {
+async fn service_account_kubeconfig(dir: &std::path::Path) -> String {
     let objects = built(MANIFESTS);
     let wanted = [
         "ServiceAccount",
@@ -272,7 +272,7 @@ async fn service_account_kubeconfig(client: &kube::Client, dir: &std::path::Path
         Some(&json!({ "apiVersion": "v1", "kind": "List", "items": items }).to_string()),
     );
 
-    support::service_account_kubeconfig(client, "syncgc-system", "syncgc", dir).await
+    support::service_account_kubeconfig("syncgc-system", "syncgc", dir).await
 }
 
 /// syncgc as the manifests deploy it, with only the permissions they grant: it fills in its
@@ -285,7 +285,7 @@ async fn syncgc_runs_with_the_manifests_service_account() {
     support::syncgc_namespace();
     let client = support::client().await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = service_account_kubeconfig(&client, dir.path()).await;
+    let kubeconfig = service_account_kubeconfig(dir.path()).await;
     let name = format!("syncgc-rbac-{}", std::process::id());
     let objects = built(MANIFESTS);
     assert_eq!(

@@ -103,7 +103,7 @@ async fn uninstalling_the_chart_leaves_no_object_armed() {
     // `helm uninstall`: the pre-delete hook's command, with the Job's ServiceAccount.
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig =
-        support::service_account_kubeconfig(&client, "syncgc-system", account, dir.path()).await;
+        support::service_account_kubeconfig("syncgc-system", account, dir.path()).await;
     let hook = Command::new(env!("CARGO_BIN_EXE_syncgc"))
         .args(&args)
         .args(["--kubeconfig", &kubeconfig])

@@ -589,31 +589,81 @@ where
 /// the control plane's token controller gives it: to run syncgc with an install's RBAC instead
 /// of the admin's.
 pub async fn service_account_kubeconfig(
-    client: &Client,
     namespace: &str,
     name: &str,
     dir: &std::path::Path,
 ) -> String {
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), namespace);
-    let secret = eventually(
-        "the ServiceAccount has a token",
-        Duration::from_secs(60),
-        || async {
-            let account = accounts.get(name).await.ok()?;
-            account.secrets?.first()?.name.clone()
-        },
-    )
-    .await;
-    let token = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get(&secret)
+    let (ns, account) = (namespace.to_owned(), name.to_owned());
+    let token = tokio::task::spawn_blocking(move || service_account_token(&ns, &account))
         .await
-        .unwrap()
-        .data
-        .unwrap()["token"]
-        .clone();
-    let token = String::from_utf8(token.0).unwrap();
+        .unwrap();
     user_kubeconfig(name, serde_json::json!({ "token": token }), dir)
+}
+
+/// The token the control plane's token controller gives the ServiceAccount `namespace/name`
+/// (in a Secret, as 1.20 does), once it has.
+pub fn service_account_token(namespace: &str, name: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let secret = kubectl(
+            &[
+                "-n",
+                namespace,
+                "get",
+                "serviceaccount",
+                name,
+                "-o",
+                "jsonpath={.secrets[0].name}",
+            ],
+            None,
+        );
+        if !secret.is_empty() {
+            let token = kubectl(
+                &[
+                    "-n",
+                    namespace,
+                    "get",
+                    "secret",
+                    &secret,
+                    "-o",
+                    "jsonpath={.data.token}",
+                ],
+                None,
+            );
+            let token = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, token)
+                .expect("a token in base64");
+            return String::from_utf8(token).unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ServiceAccount {namespace}/{name} has no token after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A token that may get syncgc's debug endpoints (`/debug/graph`), which answer only the bearer
+/// tokens the apiserver authenticates and authorizes: a ServiceAccount's, granted the path.
+pub fn debug_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        syncgc_namespace();
+        let grant = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": "debug", "namespace": "syncgc-system"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "syncgc-test-debug"},
+             "rules": [{"nonResourceURLs": ["/debug/graph"], "verbs": ["get"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "syncgc-test-debug"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "syncgc-test-debug"},
+             "subjects": [{"kind": "ServiceAccount", "name": "debug",
+                           "namespace": "syncgc-system"}]},
+        ]});
+        kubectl(&["apply", "-f", "-"], Some(&grant.to_string()));
+        service_account_token("syncgc-system", "debug")
+    })
 }
 
 /// A kubeconfig (written into `dir`) for the user `name` with the credentials `user` (a

@@ -79,7 +79,7 @@ impl Syncgc {
 
     /// Like [`Syncgc::start`], with syncgc's own credentials taken from `kubeconfig`.
     pub fn start_as(name: &str, kubeconfig: &str, args: &[&str]) -> Self {
-        let this = Self::launch(|| Self::spawn_as(name, kubeconfig, args, ""));
+        let this = Self::launch(|| Self::spawn_as(name, kubeconfig, args, "", None));
         this.wait_ready(Duration::from_secs(60));
         this
     }
@@ -94,14 +94,23 @@ impl Syncgc {
             "{library}: install Debian's faketime (hack/cluster.sh install does)"
         );
         let prefix = format!("LD_PRELOAD={library} FAKETIME={skew} FAKETIME_DONT_FAKE_MONOTONIC=1");
-        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, &prefix));
+        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, &prefix, None));
+        this.wait_ready(Duration::from_secs(60));
+        this
+    }
+
+    /// Like [`Syncgc::start`], serving with `of`'s certificate and key, as the replicas of one
+    /// install share theirs.
+    pub fn start_replica(of: &Syncgc, name: &str, args: &[&str]) -> Self {
+        let pair = Some(of._certs.path());
+        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, "", pair));
         this.wait_ready(Duration::from_secs(60));
         this
     }
 
     /// Like [`Syncgc::start`], without waiting until it is ready: once it serves `/readyz`.
     pub fn spawn(name: &str, args: &[&str]) -> Self {
-        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, ""));
+        let this = Self::launch(|| Self::spawn_as(name, &kubeconfig_path(), args, "", None));
         this.wait_serving(Duration::from_secs(60));
         this
     }
@@ -159,7 +168,15 @@ impl Syncgc {
         self.child.try_wait().unwrap().is_none() && unsafe { libc::kill(pid, 0) } == 0
     }
 
-    fn spawn_as(name: &str, kubeconfig: &str, args: &[&str], prefix: &str) -> Self {
+    /// `syncgc run` as `name`, with `kubeconfig`'s credentials, `args`, under the shell
+    /// `prefix`, serving with the pair in the directory `pair_of` (else a pair of its own).
+    fn spawn_as(
+        name: &str,
+        kubeconfig: &str,
+        args: &[&str],
+        prefix: &str,
+        pair_of: Option<&std::path::Path>,
+    ) -> Self {
         // kube-controller-manager's GC runs beside syncgc in cooperative mode, not standalone.
         let standalone = args.windows(2).any(|a| a == ["--mode", "standalone"]);
         super::kcm(if standalone {
@@ -178,6 +195,11 @@ impl Syncgc {
             .status()
             .unwrap();
         assert!(status.success());
+        for file in ["tls.crt", "tls.key", "ca.crt"] {
+            if let Some(from) = pair_of {
+                std::fs::copy(from.join(file), dir.join(file)).unwrap();
+            }
+        }
         // The arguments may fix the webhook's address, and name the configuration it manages.
         let value_of = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
         let metrics = free_port();
@@ -302,6 +324,12 @@ impl Syncgc {
         self._certs.path().join("ca.crt")
     }
 
+    /// Its serving certificate and key.
+    pub fn pair(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = self._certs.path();
+        (dir.join("tls.crt"), dir.join("tls.key"))
+    }
+
     /// Its process id.
     pub fn pid(&self) -> &str {
         &self.pid
@@ -337,13 +365,26 @@ impl Syncgc {
         std::env::temp_dir().join(format!("{}.log", self.name))
     }
 
-    /// A plain HTTP GET on the metrics address.
+    /// A plain HTTP GET on the metrics address (of the debug endpoints, with a token that may
+    /// get them: [`super::debug_token`]).
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let token = path.starts_with("/debug/").then(super::debug_token);
+        self.get_as(token, path)
+    }
+
+    /// A plain HTTP GET on the metrics address, with the bearer `token`, if any.
+    pub fn get_as(&self, token: Option<&str>, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
+        let authorization = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
         let mut stream = std::net::TcpStream::connect(self.metrics).ok()?;
         stream
             .write_all(
-                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+                format!(
+                    "GET {path} HTTP/1.1\r\nHost: x\r\n{authorization}Connection: close\r\n\r\n"
+                )
+                .as_bytes(),
             )
             .ok()?;
         let mut response = String::new();

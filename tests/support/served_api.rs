@@ -56,10 +56,27 @@ async fn node_address(client: &kube::Client) -> String {
 /// Registers `syncgc`'s API with the aggregation layer and waits until the apiserver serves
 /// it (the APIService Available, its discovery answered).
 pub async fn register(syncgc: &Syncgc) {
+    register_replicas(syncgc, &[syncgc], &[]).await;
+}
+
+/// [`register`] with replicas: the Service of `syncgc` has the endpoints `ready`, which the
+/// aggregation layer calls, and `not_ready`, which it does not (as a Pod's that is not ready).
+pub async fn register_replicas(syncgc: &Syncgc, ready: &[&Syncgc], not_ready: &[&Syncgc]) {
     let client = super::client().await;
     let address = node_address(&client).await;
     let service = service_of(&syncgc.name);
-    let port = syncgc.webhook.port();
+    let subset = |replica: &&Syncgc, ready: bool| {
+        let addresses = if ready {
+            "addresses"
+        } else {
+            "notReadyAddresses"
+        };
+        json!({addresses: [{"ip": address}],
+               "ports": [{"name": "https", "port": replica.webhook.port()}]})
+    };
+    let subsets: Vec<_> = (ready.iter().map(|r| subset(r, true)))
+        .chain(not_ready.iter().map(|r| subset(r, false)))
+        .collect();
     let ca = base64::Engine::encode(
         &base64::engine::general_purpose::STANDARD,
         std::fs::read(syncgc.ca_file()).unwrap(),
@@ -68,10 +85,10 @@ pub async fn register(syncgc: &Syncgc) {
     let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": service, "namespace": NAMESPACE},
-         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}},
+         "spec": {"ports": [{"name": "https", "port": 443}]}},
         {"apiVersion": "v1", "kind": "Endpoints",
          "metadata": {"name": service, "namespace": NAMESPACE},
-         "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port}]}]},
+         "subsets": subsets},
         {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
          "metadata": {"name": API_SERVICE},
          "spec": {"group": "syncgc.io", "version": "v1alpha1",

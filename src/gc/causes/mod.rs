@@ -3,7 +3,8 @@
 //! and of the references the collector removed. Following the causes up gives the root of a
 //! cascade and the user who deleted it. The collector names that root in the User-Agent of the
 //! requests it sends for it ([`Causes::header`]), where the apiserver's audit log records it;
-//! `syncgc explain --why-deleted` reads the record from `GET /debug/deleted` ([`super::debug`]).
+//! syncgc's API serves the record as `deletioncauses` ([`crate::aggregated`]), which
+//! `syncgc explain --why-deleted` reads.
 //!
 //! A DELETE's entry is only a claim until the cluster confirms it: the webhook cannot tell a
 //! review the apiserver sent from one anybody posted, so what it admits waits ([`Pending`])
@@ -12,8 +13,9 @@
 //!
 //! The record holds the last [`CAPACITY`] entries and none older than [`KEEP`], each field cut
 //! to [`MAX_FIELD`] bytes; at most [`MAX_PENDING`] claims wait, and the cascades followed hold
-//! at most [`MAX_MEMBERS`] objects together. A restart loses it, and each replica holds what
-//! its own webhook saw.
+//! at most [`MAX_MEMBERS`] objects together. A restart loses it. Each replica holds what its
+//! own webhook saw; what one replica answers joins what every replica holds ([`Gathered`],
+//! [`crate::aggregated::peers`]).
 //!
 //! - [`follow`]: the cascades followed to their end, and their summary Events.
 
@@ -102,7 +104,7 @@ impl Entry {
 }
 
 /// The record, shared by the webhook (which writes the DELETEs), the collector (which writes
-/// its orphaning and reads the roots) and `/debug/deleted`.
+/// its orphaning and reads the roots) and syncgc's API (which reads it).
 #[derive(Debug, Clone, Default)]
 pub struct Causes(Arc<Mutex<Record>>);
 
@@ -278,21 +280,6 @@ impl Causes {
         found
     }
 
-    /// The entries of the objects of `namespace` (of every namespace, and cluster-scoped
-    /// objects, when `None`): the latest first.
-    pub fn in_namespace(&self, namespace: Option<&str>) -> Vec<Entry> {
-        let mut found: Vec<Entry> = self
-            .0
-            .lock()
-            .entries
-            .values()
-            .filter(|e| namespace.is_none() || e.namespace.as_deref() == namespace)
-            .cloned()
-            .collect();
-        found.sort_by(|a, b| (b.at, &a.uid).cmp(&(a.at, &b.uid)));
-        found
-    }
-
     /// The chain of causes from `uid` up: its entry, its cause's, … to the root of its
     /// cascade, as far as the record holds them.
     pub fn chain(&self, uid: Uid) -> Vec<Entry> {
@@ -302,24 +289,40 @@ impl Causes {
     /// [`Causes::chain`], confirming by `graph` (when given) the admitted DELETEs on the way.
     fn chain_confirmed(&self, uid: Uid, graph: Option<&Graph>) -> Vec<Entry> {
         let mut record = self.0.lock();
-        let mut chain: Vec<Entry> = Vec::new();
-        let mut next = Some(uid);
-        while let Some(uid) = next {
+        walk(uid, |uid| {
             if let Some(graph) = graph {
                 record.confirm_one(graph, uid, Instant::now());
             }
-            let Some(entry) = record.entries.get(&uid) else {
-                break;
-            };
-            if chain.len() > 64 || chain.iter().any(|e| e.uid == entry.uid) {
-                break;
-            }
-            next = entry.cause.as_deref().map(Uid::parse);
-            chain.push(entry.clone());
-        }
-        chain
+            record.entries.get(&uid).cloned()
+        })
     }
 
+    /// What this replica's record holds of `asked`: the entries of its scope, and of each of its
+    /// uids, each with its chain as far as this record holds it. What replicas say of one
+    /// object is joined by [`Gathered`].
+    pub fn gather(&self, asked: &Asked) -> Vec<Entry> {
+        let mut found: Vec<Entry> = match &asked.scope {
+            Some(scope) => {
+                let record = self.0.lock();
+                record
+                    .entries
+                    .values()
+                    .filter(|e| scope.holds(e))
+                    .cloned()
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let starts: Vec<Uid> = found
+            .iter()
+            .map(|e| Uid::parse(&e.uid))
+            .chain(asked.uids.iter().map(|u| Uid::parse(u)))
+            .collect();
+        for uid in starts {
+            found.extend(self.chain(uid));
+        }
+        found
+    }
     /// What the collector's requests for a cascade through `owner` say of it: the root of the
     /// cascade (kind, namespace, name, uid) and the user who deleted it, where the record knows
     /// them; else `owner` as the graph knows it.
@@ -346,6 +349,105 @@ impl Causes {
                 node.map_or("", |n| &n.name),
             )
         )
+    }
+}
+
+/// The chain of causes from `uid` up, each entry found by `entry`: to the root of its cascade,
+/// or where `entry` knows no more (and at most 64 links, never round a cycle).
+fn walk(uid: Uid, mut entry: impl FnMut(Uid) -> Option<Entry>) -> Vec<Entry> {
+    let mut chain: Vec<Entry> = Vec::new();
+    let mut next = Some(uid);
+    while let Some(uid) = next {
+        let Some(found) = entry(uid) else {
+            break;
+        };
+        if chain.len() > 64 || chain.iter().any(|e| e.uid == found.uid) {
+            break;
+        }
+        next = found.cause.as_deref().map(Uid::parse);
+        chain.push(found);
+    }
+    chain
+}
+
+/// Which causes a replica is asked for ([`Causes::gather`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Asked {
+    /// Every entry of a namespace, or of every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
+    /// The entries of these objects (the causes another replica's chains end at).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uids: Vec<String>,
+}
+
+/// The entries of one namespace, or of every namespace (and cluster-scoped objects).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum Scope {
+    Namespace(String),
+    Every,
+}
+
+impl Scope {
+    pub fn of(namespace: Option<&str>) -> Self {
+        namespace.map_or(Self::Every, |ns| Self::Namespace(ns.to_owned()))
+    }
+
+    fn holds(&self, entry: &Entry) -> bool {
+        match self {
+            Self::Every => true,
+            Self::Namespace(ns) => entry.namespace.as_deref() == Some(ns),
+        }
+    }
+}
+
+/// The causes several records gave, joined: the latest entry of each object.
+#[derive(Debug, Clone, Default)]
+pub struct Gathered(HashMap<Uid, Entry>);
+
+impl Gathered {
+    /// Adds `entries`; how many objects were not known before.
+    pub fn add(&mut self, entries: impl IntoIterator<Item = Entry>) -> usize {
+        let mut added = 0;
+        for entry in entries {
+            let uid = Uid::parse(&entry.uid);
+            match self.0.get(&uid) {
+                Some(known) if known.at >= entry.at => {}
+                known => {
+                    added += usize::from(known.is_none());
+                    self.0.insert(uid, entry.bounded());
+                }
+            }
+        }
+        added
+    }
+
+    /// The causes some chain goes up to that no record gave yet: what to ask for next.
+    pub fn missing(&self) -> Vec<String> {
+        let mut missing: Vec<String> = self
+            .0
+            .values()
+            .filter_map(|e| e.cause.as_ref())
+            .filter(|cause| !self.0.contains_key(&Uid::parse(cause)))
+            .cloned()
+            .collect();
+        missing.sort();
+        missing.dedup();
+        missing
+    }
+
+    /// The entries of `scope`: the latest first.
+    pub fn in_scope(&self, scope: &Scope) -> Vec<&Entry> {
+        let mut found: Vec<&Entry> = self.0.values().filter(|e| scope.holds(e)).collect();
+        found.sort_by(|a, b| (b.at, &a.uid).cmp(&(a.at, &b.uid)));
+        found
+    }
+
+    /// [`Causes::chain`] over what was gathered.
+    pub fn chain(&self, uid: Uid) -> Vec<Entry> {
+        walk(uid, |uid| self.0.get(&uid).cloned())
     }
 }
 
@@ -403,6 +505,9 @@ pub struct DeletionCauseList {
     /// Causes of kinds the reader may not read: counted, not named.
     #[serde(default)]
     pub withheld: usize,
+    /// The replicas that did not answer, and why: the causes their webhooks saw are missing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unanswered: Vec<String>,
 }
 
 impl DeletionCause {
