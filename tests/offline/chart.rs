@@ -352,6 +352,12 @@ fn the_hook_is_the_uninstall_job_of_the_manifests() {
         annotations["helm.sh/hook-delete-policy"],
         "before-hook-creation,hook-succeeded"
     );
+    // Argo CD's word for it, in the chart and the manifests alike (assert_same).
+    assert_eq!(annotations["argocd.argoproj.io/hook"], "PreDelete");
+    assert_eq!(
+        annotations["argocd.argoproj.io/hook-delete-policy"],
+        "BeforeHookCreation,HookSucceeded"
+    );
     assert_same(&hooks, &job.iter().collect::<Vec<_>>());
     // Both run the image of the Deployment.
     assert_eq!(image_values(&job), image_values(&manifests()));
