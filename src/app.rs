@@ -330,6 +330,17 @@ impl RunArgs {
     /// the metrics keep the multi-threaded runtime.
     pub async fn run(self, collector_runtime: RuntimeBuilder) -> anyhow::Result<()> {
         self.validate()?;
+        tracing::info!(
+            version = crate::names::VERSION,
+            mode = ?self.mode,
+            guards = self.webhook.guards,
+            max_cascade = self.webhook.max_cascade,
+            unarmed_delete = ?self.unarmed_delete,
+            excluded_namespaces = ?self.webhook.excluded_namespaces,
+            webhook_timeout_seconds = self.webhook.webhook_timeout_seconds,
+            manage_webhook = self.manage_webhook,
+            "syncgc starting"
+        );
         let RunArgs {
             kubeconfig,
             metrics_addr,

@@ -11,15 +11,16 @@ use crate::app::{RunArgs, WebhookArgs};
 use crate::certs::{DevCerts, SubjectAltNames};
 use crate::check::CheckArgs;
 use crate::disarm::DisarmArgs;
-use crate::explain::{Ending, Output};
-use crate::plan::{Format, PlanArgs};
+use crate::explain::Ending;
+use crate::plan::PlanArgs;
+use crate::report::Output;
 use crate::webhook::admit::UnarmedDelete;
 use crate::webhook::registration::{Coverage, ServerVersion};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "syncgc",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SYNCGC_COMMIT"), ")"),
+    version = crate::names::VERSION,
     about = "Synchronous garbage collection for Kubernetes"
 )]
 pub struct Cli {
@@ -60,6 +61,13 @@ pub enum Command {
     /// to do when it fails. Exits 1 when a check fails; with --pre, checks a cluster before
     /// installing.
     Check(CheckArgs),
+    /// Print the completion script of syncgc's command line for a shell: `source <(syncgc
+    /// completion bash)`, or write it where the shell looks (`syncgc completion zsh >
+    /// "${fpath[1]}/_syncgc"`, `syncgc completion fish > ~/.config/fish/completions/syncgc.fish`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -72,7 +80,7 @@ pub struct ExplainArgs {
     pub namespace: Option<String>,
     #[command(flatten)]
     pub access: crate::api::Access,
-    /// Output format: text, or the same report as JSON.
+    /// Output format: text, or the same report as JSON or YAML.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// Follow the object: a line (with -o json, a JSON object) each time where its deletion
@@ -144,6 +152,11 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
     let (result, on_error) = match command {
         Command::Run(args) => (done(args.run(collector_runtime).await), 1),
         Command::Certs(args) => (done(certs(args)), 1),
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "syncgc", &mut std::io::stdout());
+            (Ok(ExitCode::SUCCESS), 1)
+        }
         Command::WebhookConfig(args) => (done(webhook_config(args).await), 1),
         Command::Disarm(args) => (done(args.run().await), 1),
         Command::Plan(args) => (done(plan(&args).await), 2),
@@ -165,10 +178,7 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
                     .await?;
                 let why = crate::explain::why::why_deleted(&cluster, &object, namespace.as_deref())
                     .await?;
-                match output {
-                    Output::Text => print!("{}", why.text()),
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&why)?),
-                }
+                print!("{}", output.whole(&why, || why.text())?);
                 Ok(ExitCode::SUCCESS)
             }
             .await;
@@ -201,11 +211,7 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
 
 async fn plan(args: &PlanArgs) -> anyhow::Result<()> {
     let plan = args.run().await?;
-    match args.output {
-        Format::Text => print!("{}", plan.text()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&plan)?),
-    }
+    print!("{}", args.output.whole(&plan, || plan.text())?);
     Ok(())
 }
 
@@ -279,7 +285,8 @@ fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        // The message and the fields at the top level of each line, where log pipelines look.
+        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
 

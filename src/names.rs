@@ -1,5 +1,14 @@
 //! Names that are a contract with users and with Kubernetes.
 
+/// syncgc's version and the commit it was built from, as `--version` and the first log line of
+/// `syncgc run` say.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SYNCGC_COMMIT"),
+    ")"
+);
+
 /// The opt-in annotation; its value must be `"true"`.
 pub const SYNCHRONOUS_ANNOTATION: &str = "syncgc.io/synchronous";
 /// The synchronous-GC finalizer an opted-in object carries.

@@ -28,7 +28,7 @@ use crate::gc::discovery::Resources;
 use crate::gc::snapshot::{Named, Snapshot, Unlisted};
 use crate::graph::{Mode, Uid};
 use crate::names::{MODE_ANNOTATION, PROPAGATION_ANNOTATION, SYNCHRONOUS_FINALIZER};
-use crate::report::{Finalizer, Object, Remover};
+use crate::report::{Finalizer, Object, Output, Remover};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -53,8 +53,8 @@ pub struct PlanArgs {
     #[arg(long, default_value = "syncgc")]
     pub leader_election_lease: String,
     /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
-    pub output: Format,
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
     #[command(flatten)]
     pub access: crate::api::Access,
     /// The timeouts and rate syncgc runs with (for the timeout it would fix and the estimate).
@@ -78,13 +78,6 @@ impl From<CascadeFlag> for Propagation {
             CascadeFlag::Orphan => Self::Orphan,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-    Yaml,
 }
 
 /// How long a wave takes besides its requests: the watch event that says an object is gone,
@@ -524,7 +517,7 @@ pub fn unlisted_groups(resources: &Resources) -> Vec<Unlisted> {
 /// tree too big to model there.
 fn served_elsewhere(status: &kube::core::Status) -> bool {
     match status.code {
-        404 => !crate::aggregated::status::names_missing_object(status),
+        404 => !crate::api::names_missing_object(status),
         403 => status.message.contains("cannot create resource"),
         413 | 503 => true,
         _ => false,

@@ -1,7 +1,7 @@
 //! The words the commands print in (`syncgc plan`, `explain`, `check`, `disarm` and the
-//! dry-run warning): an object's identity, a finalizer with who removes it. Each report is a
-//! typed struct whose `-o json` form is a stable format (docs/commands.md): the serde names
-//! here are a contract.
+//! dry-run warning): an object's identity, a finalizer with who removes it, and how a report
+//! is printed ([`Output`]). Each report is a typed struct whose `-o json` (and `-o yaml`) form
+//! is a stable format (docs/commands.md): the serde names here are a contract.
 
 use serde::{Deserialize, Serialize};
 
@@ -172,9 +172,71 @@ impl<'de> Deserialize<'de> for Remover {
     }
 }
 
+/// How a command prints its report (`-o`): text for people, JSON or YAML for programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+    Yaml,
+}
+
+impl Output {
+    /// `report` whole: `text` of it for people, indented JSON, or a YAML document.
+    pub fn whole<T: Serialize>(
+        self,
+        report: &T,
+        text: impl FnOnce() -> String,
+    ) -> anyhow::Result<String> {
+        Ok(match self {
+            Self::Text => text(),
+            Self::Json => serde_json::to_string_pretty(report)? + "\n",
+            Self::Yaml => serde_norway::to_string(report)?,
+        })
+    }
+
+    /// One step of a report that goes on (`--watch`): a line of `text`, a JSON object on one
+    /// line, or a YAML document of its own (`---` first).
+    pub fn step<T: Serialize>(
+        self,
+        report: &T,
+        text: impl FnOnce() -> String,
+    ) -> anyhow::Result<String> {
+        Ok(match self {
+            Self::Text => text() + "\n",
+            Self::Json => serde_json::to_string(report)? + "\n",
+            Self::Yaml => format!("---\n{}", serde_norway::to_string(report)?),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_prints_as_text_json_or_yaml_whole_or_a_step_at_a_time() {
+        let report = serde_json::json!({"gone": true, "left": 2});
+        let text = || "2 left".to_owned();
+        assert_eq!(Output::Text.whole(&report, text).unwrap(), "2 left");
+        assert_eq!(
+            Output::Json.whole(&report, text).unwrap(),
+            "{\n  \"gone\": true,\n  \"left\": 2\n}\n"
+        );
+        assert_eq!(
+            Output::Yaml.whole(&report, text).unwrap(),
+            "gone: true\nleft: 2\n"
+        );
+        assert_eq!(Output::Text.step(&report, text).unwrap(), "2 left\n");
+        assert_eq!(
+            Output::Json.step(&report, text).unwrap(),
+            "{\"gone\":true,\"left\":2}\n"
+        );
+        assert_eq!(
+            Output::Yaml.step(&report, text).unwrap(),
+            "---\ngone: true\nleft: 2\n"
+        );
+    }
 
     #[test]
     fn a_finalizer_nobody_names_is_another_controller_s_and_in_a_namespace_nobody_s() {

@@ -23,12 +23,6 @@ pub struct Missing {
     pub name: String,
 }
 
-/// Whether the apiserver's answer says a named object is missing, rather than the path (an API
-/// not served, not registered, or with no such resource).
-pub fn names_missing_object(status: &kube::core::Status) -> bool {
-    status.code == 404 && status.details.as_ref().is_some_and(|d| !d.name.is_empty())
-}
-
 impl Refusal {
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
@@ -119,6 +113,7 @@ impl IntoResponse for Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::names_missing_object;
 
     #[tokio::test]
     async fn a_refusal_is_a_kubernetes_status() {
@@ -142,6 +137,7 @@ mod tests {
             .unwrap();
         let status: kube::core::Status = serde_json::from_slice(&body).unwrap();
         assert!(names_missing_object(&status));
+        assert_eq!(status.details.unwrap().kind, "configmaps");
         let unnamed = axum::body::to_bytes(
             Refusal::not_found("no such path")
                 .into_response()

@@ -148,3 +148,9 @@ impl std::fmt::Display for Verb {
         f.write_str(self.as_str())
     }
 }
+
+/// Whether the apiserver's answer says a named object is missing, rather than the path (an API
+/// not served, not registered, or with no such resource).
+pub fn names_missing_object(status: &kube::core::Status) -> bool {
+    status.code == 404 && status.details.as_ref().is_some_and(|d| !d.name.is_empty())
+}

@@ -39,7 +39,7 @@ pub use self::client::{
     Access, ServerVersion, caused_by, client, config, config_in, get_text, install_crypto_provider,
     server_version, streams,
 };
-pub use self::error::{ApiError, Verb};
+pub use self::error::{ApiError, Verb, names_missing_object};
 pub use self::event::EVENT_REPORTER;
 pub use self::fence::Fence;
 pub use self::limiter::RateLimiter;

@@ -43,9 +43,9 @@ use serde::Serialize;
 
 use crate::api::{ApiError, Cluster};
 use crate::certs::Certificate;
-use crate::explain::Output;
 use crate::leader::LeaseRecord;
 use crate::names::SYNCHRONOUS_ANNOTATION;
+use crate::report::Output;
 use crate::webhook::registration::WebhookClient;
 
 pub use self::findings::*;
@@ -78,7 +78,7 @@ pub struct CheckArgs {
     /// apiserver's proxy to the leader's pod.
     #[arg(long, value_name = "URL")]
     pub metrics_url: Option<String>,
-    /// Output format: a line per check, or JSON.
+    /// Output format: a line per check, or the report as JSON or YAML.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// Check again every 2 seconds until no check fails and none warns (such as a leader
@@ -610,10 +610,7 @@ impl CheckArgs {
     /// Runs the checks and prints them; whether every check passed.
     pub async fn run(self) -> anyhow::Result<bool> {
         let report = self.settled().await?;
-        match self.output {
-            Output::Text => print!("{}", report.text()),
-            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        }
+        print!("{}", self.output.whole(&report, || report.text())?);
         Ok(report.ok)
     }
 

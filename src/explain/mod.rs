@@ -29,17 +29,9 @@ use crate::gc::snapshot::{Named, Snapshot};
 use crate::gc::watch;
 use crate::graph::{Flags, Graph, OwnerLink, ResourceId, Uid, UidHash};
 use crate::names::{DEADLINE_ANNOTATION, Reason};
-use crate::report::Finalizer;
+use crate::report::{Finalizer, Output};
 
 pub use self::report::*;
-
-/// How `syncgc explain` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Output {
-    #[default]
-    Text,
-    Json,
-}
 
 /// How `syncgc explain` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,21 +344,19 @@ pub async fn explain(
     let object = gathered.object.clone().expect("read");
     gathered.barrier = barrier_note(&scope.cluster, &object).await;
     let view = known.scope();
-    match output {
-        Output::Text => {
-            let (text, _) = report(&object, &view, gathered.barrier.as_deref());
-            print!("{text}");
-            print!("{}", owners_text(&gathered.owners));
-            for unlisted in &gathered.unlisted {
-                println!("could not list {unlisted}: its objects are not in the tree");
-            }
+    let tree = tree(&object, &view);
+    let whole = ObjectReport::of(&object, &gathered, &tree);
+    let text = || {
+        let (mut text, _) = report(&object, &view, gathered.barrier.as_deref());
+        text.push_str(&owners_text(&gathered.owners));
+        for unlisted in &gathered.unlisted {
+            text.push_str(&format!(
+                "could not list {unlisted}: its objects are not in the tree\n"
+            ));
         }
-        Output::Json => {
-            let tree = tree(&object, &view);
-            let report = ObjectReport::of(&object, &gathered, &tree);
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
-    }
+        text
+    };
+    print!("{}", output.whole(&whole, text)?);
     Ok(if object.blocked() {
         Ending::Blocked
     } else {
@@ -455,16 +445,12 @@ async fn follow(
         gathered.barrier.clone_from(&barrier);
         let line = progress(&object, &gathered, &tree, &view);
         if line != last {
-            match output {
-                Output::Text => println!("{} {line}", Timestamp::now()),
-                Output::Json => {
-                    let report = ObjectReport {
-                        time: Some(Timestamp::now().to_string()),
-                        ..ObjectReport::of(&object, &gathered, &tree)
-                    };
-                    println!("{}", serde_json::to_string(&report)?);
-                }
-            }
+            let now = Timestamp::now();
+            let report = ObjectReport {
+                time: Some(now.to_string()),
+                ..ObjectReport::of(&object, &gathered, &tree)
+            };
+            print!("{}", output.step(&report, || format!("{now} {line}"))?);
             last = line;
         }
         // The next event, or a look again for the barrier's note or new kinds; then all that
@@ -554,18 +540,13 @@ async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow
     } else {
         "gone"
     };
-    match output {
-        Output::Text => println!(
-            "{} {}/{}: {how}",
-            Timestamp::now(),
-            scope.named.resource.api.kind,
-            scope.named.name
-        ),
-        Output::Json => println!(
-            "{}",
-            serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true, "timedOut": timed_out })
-        ),
-    }
+    let now = Timestamp::now();
+    let gone = serde_json::json!({ "time": now.to_string(), "gone": true, "timedOut": timed_out });
+    let (kind, name) = (&scope.named.resource.api.kind, &scope.named.name);
+    print!(
+        "{}",
+        output.step(&gone, || format!("{now} {kind}/{name}: {how}"))?
+    );
     Ok(if timed_out {
         Ending::TimedOut
     } else {

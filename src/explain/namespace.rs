@@ -17,13 +17,14 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
-use super::{Ending, Output};
+use super::Ending;
 use crate::api::Cluster;
 use crate::api::meta::Meta;
 use crate::gc::discovery::{self, Resources};
 use crate::gc::snapshot::Snapshot;
 use crate::names::{DEADLINE_ANNOTATION, PROTECTED_ANNOTATION, SYNCHRONOUS_FINALIZER};
 use crate::report::Finalizer;
+use crate::report::Output;
 
 /// Objects shown of each kind that remains; the rest are counted.
 const SHOWN: usize = 20;
@@ -443,10 +444,7 @@ pub async fn explain(
     };
     if !watch {
         let report = report(&gathered);
-        match output {
-            Output::Text => print!("{}", report.text()),
-            Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        }
+        print!("{}", output.whole(&report, || report.text())?);
         return Ok(if report.blocked {
             Ending::Blocked
         } else {
@@ -459,10 +457,10 @@ pub async fn explain(
         let report = report(&gathered);
         let line = report.progress();
         if line != last {
-            match output {
-                Output::Text => println!("{} {line}", Timestamp::now()),
-                Output::Json => println!("{}", serde_json::to_string(&report)?),
-            }
+            print!(
+                "{}",
+                output.step(&report, || format!("{} {line}", Timestamp::now()))?
+            );
             last = line;
         }
         let version = gathered.namespace.metadata.resource_version.clone();
@@ -470,13 +468,12 @@ pub async fn explain(
             tokio::time::sleep(WATCH_INTERVAL).await;
             let namespace = cluster.get_whole(&cluster.all::<Namespace>(), name).await?;
             let Some(namespace) = namespace else {
-                match output {
-                    Output::Text => println!("{} namespace {name}: gone", Timestamp::now()),
-                    Output::Json => println!(
-                        "{}",
-                        serde_json::json!({ "time": Timestamp::now().to_string(), "gone": true })
-                    ),
-                }
+                let now = Timestamp::now();
+                let gone = serde_json::json!({ "time": now.to_string(), "gone": true });
+                print!(
+                    "{}",
+                    output.step(&gone, || format!("{now} namespace {name}: gone"))?
+                );
                 return Ok(Ending::Free);
             };
             if namespace.metadata.resource_version != version || listed.elapsed() >= RELIST_INTERVAL

@@ -7,8 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::aggregated::status::names_missing_object;
-use crate::api::Cluster;
+use crate::api::{Cluster, names_missing_object};
 use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry};
 use crate::names::API_GROUP_VERSION;
 

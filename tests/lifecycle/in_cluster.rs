@@ -380,7 +380,7 @@ async fn the_manifests_install_and_their_uninstall_job_disarms_on_a_real_node() 
     served_by_the_pods(&ns.name, "stays").await;
 
     // The uninstall Job of manifests/uninstall, with this image, on the node.
-    let mut job: Value = serde_yaml::from_str(&std::fs::read_to_string(UNINSTALL_JOB).unwrap())
+    let mut job: Value = serde_norway::from_str(&std::fs::read_to_string(UNINSTALL_JOB).unwrap())
         .expect("manifests/uninstall/job.yaml");
     let pod = &mut job["spec"]["template"]["spec"];
     pod["containers"][0]["image"] = json!(image);

@@ -66,7 +66,7 @@ fn built(dir: &str) -> Vec<Value> {
 
 /// The objects of a multi-document YAML stream, as JSON.
 fn parsed(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_norway::Deserializer::from_str(yaml)
         .map(|document| Value::deserialize(document).expect("kustomize writes YAML"))
         .filter(|object| !object.is_null())
         .collect()

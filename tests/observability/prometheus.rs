@@ -40,14 +40,14 @@ fn promtool(args: &[&str]) -> String {
 #[test]
 fn the_alert_rules_are_valid_and_pass_their_unit_tests() {
     let _alone = support::process::alone_blocking();
-    let rule: Value = Value::deserialize(serde_yaml::Deserializer::from_str(
+    let rule: Value = Value::deserialize(serde_norway::Deserializer::from_str(
         &std::fs::read_to_string(RULES).unwrap(),
     ))
     .unwrap();
     assert_eq!(rule["kind"], "PrometheusRule");
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.yaml");
-    std::fs::write(&rules, serde_yaml::to_string(&rule["spec"]).unwrap()).unwrap();
+    std::fs::write(&rules, serde_norway::to_string(&rule["spec"]).unwrap()).unwrap();
     std::fs::copy(RULES_TEST, dir.path().join("rules_test.yaml")).unwrap();
     let checked = promtool(&["check", "rules", rules.to_str().unwrap()]);
     assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");

@@ -297,6 +297,11 @@ fn the_schema_refuses_unknown_keys_and_invalid_values() {
             "extraEnv[0].name=SYNCGC_WORKERS,extraEnv[0].value=16",
             "/extraEnv/0/value",
         ),
+        ("webhook.port=0", "/webhook/port"),
+        ("metrics.port=70000", "/metrics/port"),
+        ("logLevel=info debug", "/logLevel"),
+        ("imagePullSecrets[0].nope=x", "/imagePullSecrets/0"),
+        ("podLabels.team=1", "/podLabels/team"),
     ] {
         let error = refused(&["--set", set]);
         assert!(error.contains(says), "--set {set}: {error}");
@@ -592,6 +597,180 @@ fn values_change_what_they_say() {
     ]);
     for kind in ["NetworkPolicy", "PodDisruptionBudget", "Job"] {
         assert!(!rendered.iter().any(|o| o["kind"] == kind), "a {kind}");
+    }
+}
+
+/// The values a platform team sets: each lands where it says, in the Deployment and (for the
+/// Pods' settings) the uninstall Job and the test Pod too.
+#[test]
+fn platform_values_render_where_they_say() {
+    let defaults = template(&[]);
+    let pods = |rendered: &[Value]| -> Vec<Value> {
+        let deployment = find(rendered, "Deployment")["spec"]["template"].clone();
+        let job = uninstall_job(rendered)["spec"]["template"].clone();
+        let check = find(rendered, "Pod").clone();
+        vec![deployment, job, check]
+    };
+    for pod in pods(&defaults) {
+        assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
+        assert_eq!(pod["spec"]["securityContext"]["runAsUser"], 65532);
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+        assert!(pod["spec"].get("imagePullSecrets").is_none(), "{pod:#}");
+    }
+    assert!(!env(&defaults).contains_key("RUST_LOG"));
+
+    let rendered = template(&[
+        "--set",
+        "imagePullSecrets[0].name=regcred",
+        "--set",
+        "podLabels.team=platform,podAnnotations.owner=sre",
+        // OpenShift: no fixed uid or gid.
+        "--set",
+        "podSecurityContext.runAsUser=null,podSecurityContext.runAsGroup=null",
+        "--set",
+        "securityContext.readOnlyRootFilesystem=false",
+        "--set",
+        "nodeSelector=null",
+        "--set",
+        "webhook.port=9443,metrics.port=9090,webhook.hostNetwork=true",
+        "--set",
+        "networkPolicy.metricsFrom[0].ipBlock.cidr=10.0.0.0/8",
+        "--set",
+        "logLevel=info\\,syncgc::gc=debug",
+        // One of the chart's own variables, given again: it takes the chart's place.
+        "--set-string",
+        "extraEnv[0].name=SYNCGC_MODE,extraEnv[0].value=standalone",
+    ]);
+    for pod in pods(&rendered) {
+        let spec = &pod["spec"];
+        assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred", "{pod:#}");
+        assert!(
+            spec["securityContext"].get("runAsUser").is_none(),
+            "{pod:#}"
+        );
+        assert!(
+            spec["securityContext"].get("runAsGroup").is_none(),
+            "{pod:#}"
+        );
+        assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+            false
+        );
+        assert!(spec.get("nodeSelector").is_none(), "{pod:#}");
+    }
+    let deployment = find(&rendered, "Deployment");
+    let template_ = &deployment["spec"]["template"];
+    assert_eq!(template_["metadata"]["labels"]["team"], "platform");
+    assert_eq!(
+        template_["metadata"]["labels"]["app.kubernetes.io/name"],
+        "syncgc"
+    );
+    assert_eq!(template_["metadata"]["annotations"]["owner"], "sre");
+    // The selector stays: an upgrade cannot change it.
+    assert_eq!(
+        deployment["spec"]["selector"],
+        find(&defaults, "Deployment")["spec"]["selector"]
+    );
+    let spec = &template_["spec"];
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(spec["dnsPolicy"], "ClusterFirstWithHostNet");
+    let ports = &spec["containers"][0]["ports"];
+    assert_eq!(ports[0]["name"], "webhook");
+    assert_eq!(ports[0]["containerPort"], 9443);
+    assert_eq!(ports[1]["name"], "metrics");
+    assert_eq!(ports[1]["containerPort"], 9090);
+    let env_list = spec["containers"][0]["env"].as_array().unwrap();
+    let modes = env_list
+        .iter()
+        .filter(|e| e["name"] == "SYNCGC_MODE")
+        .count();
+    assert_eq!(modes, 1, "SYNCGC_MODE once: {env_list:?}");
+    let env = env(&rendered);
+    for (name, value) in [
+        ("SYNCGC_WEBHOOK_ADDR", "0.0.0.0:9443"),
+        ("SYNCGC_METRICS_ADDR", "0.0.0.0:9090"),
+        ("RUST_LOG", "info,syncgc::gc=debug"),
+        ("SYNCGC_MODE", "standalone"),
+    ] {
+        assert_eq!(
+            env.get(name).map(String::as_str),
+            Some(value),
+            "{name}: {env:?}"
+        );
+    }
+    let policy = find(&rendered, "NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["ingress"][1]["from"][0]["ipBlock"]["cidr"],
+        "10.0.0.0/8"
+    );
+    // The Service still sends to the ports by name.
+    let service = rendered
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "syncgc-webhook")
+        .unwrap();
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "webhook");
+}
+
+/// What the chart renders, with its defaults, every option and the platform values, is what
+/// Kubernetes 1.20 and 1.30 accept: each object validated, unknown fields refused, against that
+/// version's OpenAPI schemas (`hack/tools.sh kubernetes-validate`).
+#[test]
+fn every_variant_validates_against_the_kubernetes_schemas() {
+    let validate = tool("kubernetes-validate");
+    let helm = tool("helm");
+    let variants: [&[&str]; 3] = [
+        &[],
+        &[
+            "--set",
+            "certificates.mode=cert-manager",
+            "--set",
+            "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+            "--set",
+            "metrics.dashboard.enabled=true,unarmedDelete=deny,guards=false,maxCascade=100",
+            "--set",
+            "timeouts.base=90s,webhook.timeoutSeconds=10,mode=standalone",
+        ],
+        &[
+            "--set",
+            "imagePullSecrets[0].name=regcred,podLabels.team=a,podAnnotations.b=c",
+            "--set",
+            "podSecurityContext.runAsUser=null,webhook.hostNetwork=true,webhook.port=9443",
+            "--set",
+            "metrics.port=9090,networkPolicy.metricsFrom[0].ipBlock.cidr=10.0.0.0/8",
+            "--set",
+            "logLevel=debug,nodeSelector=null",
+        ],
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (kubernetes, minor) in [("1.20.2", "1.20"), ("1.30.0", "1.30")] {
+        for (i, args) in variants.iter().enumerate() {
+            let out = Command::new(&helm)
+                .args(["template", "syncgc", CHART, "--namespace", "syncgc-system"])
+                .args(["--kube-version", kubernetes])
+                .args(*args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "helm template {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let file = dir.path().join(format!("{minor}-{i}.yaml"));
+            std::fs::write(&file, &out.stdout).unwrap();
+            let checked = Command::new(&validate)
+                .arg(minor)
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                checked.status.success(),
+                "Kubernetes {minor} refuses what {args:?} renders:\n{}{}",
+                String::from_utf8_lossy(&checked.stdout),
+                String::from_utf8_lossy(&checked.stderr)
+            );
+        }
     }
 }
 

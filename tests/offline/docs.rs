@@ -12,7 +12,7 @@ use std::process::Command;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The subcommands whose `--help` the documentation must cover.
-const SUBCOMMANDS: [&str; 7] = [
+const SUBCOMMANDS: [&str; 8] = [
     "run",
     "certs",
     "webhook-config",
@@ -20,6 +20,7 @@ const SUBCOMMANDS: [&str; 7] = [
     "disarm",
     "check",
     "plan",
+    "completion",
 ];
 
 /// Flags of other tools that the flag pages may name; everything else written `--name` there
@@ -225,8 +226,8 @@ fn every_metric_is_documented_and_every_documented_metric_exists() {
 
 #[test]
 fn every_alert_has_its_runbook_section() {
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&doc("manifests/prometheus/prometheusrule.yaml")).unwrap();
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&doc("manifests/prometheus/prometheusrule.yaml")).unwrap();
     let sections = headings(&doc("docs/alerts.md"));
     let mut alerts = 0;
     for group in rules["spec"]["groups"].as_sequence().unwrap() {
@@ -377,6 +378,21 @@ fn the_readme_is_a_front_door() {
             "the first 40 lines of README.md do not mention {needed}"
         );
     }
+    // The two set-up commands, each a line of its own in a block to copy: the main job on the
+    // local control plane, and the whole test suite (which .ci/run runs).
+    for command in ["hack/run.sh", "hack/test.sh"] {
+        assert!(
+            first_screen
+                .lines()
+                .any(|line| line.split_whitespace().next() == Some(command)),
+            "the first 40 lines of README.md do not give `{command}` as a command"
+        );
+    }
+    let ci = doc(".ci/run");
+    assert!(
+        ci.lines().any(|line| line.trim() == "hack/test.sh"),
+        ".ci/run does not run the README's test command, unchanged"
+    );
 }
 
 #[test]

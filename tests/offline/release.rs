@@ -117,7 +117,7 @@ fn a_release_holds_what_a_user_takes() {
     run(Command::new("sha256sum")
         .current_dir(&dist)
         .args(["--check", "SHA256SUMS"]));
-    let krew: Value = serde_yaml::from_str(&read("syncgc.krew.yaml")).unwrap();
+    let krew: Value = serde_norway::from_str(&read("syncgc.krew.yaml")).unwrap();
     assert_eq!(krew["kind"], "Plugin");
     assert_eq!(krew["spec"]["version"], "v0.1.0");
     let platform = &krew["spec"]["platforms"][0];

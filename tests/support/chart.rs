@@ -62,7 +62,7 @@ pub fn template(args: &[&str]) -> Vec<Value> {
 
 /// The objects of a multi-document YAML stream.
 pub fn parse(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_norway::Deserializer::from_str(yaml)
         .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect()

@@ -53,18 +53,3 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- append .Values.excludedNamespaces .Release.Namespace | uniq | join "," -}}
 {{- end -}}
 
-{{/* The pod's and containers' security: what Pod Security's restricted profile asks. */}}
-{{- define "syncgc.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
-{{- end -}}
-
-{{- define "syncgc.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: ["ALL"]
-{{- end -}}
