@@ -1018,4 +1018,103 @@ mod tests {
         );
         assert_eq!(retry(&["run"], false), Duration::from_secs(2));
     }
+
+    /// `text` with the date after each "valid until " left out: a certificate made now is
+    /// valid until a day that moves.
+    fn undated(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("valid until ") {
+            let end = at + "valid until ".len();
+            out.push_str(&rest[..end]);
+            out.push_str("DATE");
+            rest = rest[end..].get(10..).unwrap_or_default();
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The README's `syncgc check` sample is what `check` prints for a fixed set of findings,
+    /// each made by its function from what it would read: an install on 1.30 whose apiserver
+    /// does not reach the webhook.
+    #[test]
+    fn the_readme_s_sample_is_what_check_prints() {
+        use crate::webhook::admit::UnarmedDelete;
+        use crate::webhook::registration::{Coverage, GuardScope, Registration};
+
+        let installed: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "syncgc", "namespace": "syncgc-system"},
+            "spec": {"replicas": 2, "selector": {}, "template": {}},
+            "status": {"readyReplicas": 2},
+        }))
+        .unwrap();
+        let pod = "syncgc-5d8f7c9b6-x2x7k";
+        let certs = crate::certs::DevCerts::generate(&crate::certs::SubjectAltNames {
+            dns: vec!["syncgc-webhook.syncgc-system.svc".to_owned()],
+            ips: vec![],
+        })
+        .unwrap();
+        let client = WebhookClient::Service {
+            namespace: "syncgc-system".to_owned(),
+            name: "syncgc-webhook".to_owned(),
+        };
+        let configuration = Registration {
+            name: "syncgc".to_owned(),
+            client: client.clone(),
+            ca_bundle: certs.ca_cert.clone().into_bytes(),
+            timeout_seconds: 3,
+            excluded_namespaces: vec!["kube-system".to_owned()],
+            unarmed_delete: UnarmedDelete::Allow,
+            guards: GuardScope::of(true, None),
+            server: "v1.30.4".parse().unwrap(),
+            scope: Coverage::Every,
+            own_user: None,
+        }
+        .configuration();
+        let unarmed = ConfigMap::default();
+        let metrics_text = format!(
+            "syncgc_build_info{{commit=\"abc\",version=\"{}\"}} 1\n\
+             syncgc_ready{{condition=\"webhook\"}} 1\n\
+             syncgc_guard_selected_objects 3\n\
+             syncgc_guard_selection_changes_total 5\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        let report = crate::check::Report::of(vec![
+            apiserver("v1.30.4"),
+            discovery(&BTreeSet::new()),
+            deployment(Some(&installed), None, AT, &[]),
+            leader(
+                Some(&lease(Some(pod), 99)),
+                &replicas(&[pod], &[0]),
+                at(100),
+                AT,
+            ),
+            webhook(Some(&configuration), "syncgc", Some(2)),
+            guards(&configuration, None),
+            certificate(
+                certs.ca_cert.as_bytes(),
+                certs.tls_cert.as_bytes(),
+                &client,
+                time::OffsetDateTime::now_utc(),
+                "Secret syncgc-system/syncgc-webhook-tls",
+            ),
+            admission(Ok(&unarmed), "default", Duration::from_millis(40)),
+            permissions("system:serviceaccount:syncgc-system:syncgc", &[]),
+            metrics(&metrics_text, &format!("pod {pod}")),
+        ]);
+        let printed = format!("$ syncgc check\n{}", report.text());
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let sample: String = readme
+            .split("```console\n")
+            .find(|block| block.starts_with("$ syncgc check\n"))
+            .and_then(|block| block.split("```").next())
+            .expect("README.md has a `syncgc check` sample")
+            .to_owned();
+        assert_eq!(
+            undated(&sample),
+            undated(&printed),
+            "README.md's `syncgc check` sample is not what check prints; it prints:\n{printed}"
+        );
+    }
 }

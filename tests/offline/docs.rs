@@ -695,3 +695,56 @@ fn the_table_of_what_reaches_syncgc_is_the_registration() {
         }
     }
 }
+
+/// `--log-format json` writes one object per line with the message and the fields at the top
+/// level, where log pipelines look; the first line of `syncgc run` says what runs.
+#[test]
+fn the_first_log_line_says_what_runs_at_the_top_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.crt");
+    let out = Command::new(env!("CARGO_BIN_EXE_syncgc"))
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--webhook-addr", "127.0.0.1:0", "--guards=false"])
+        .arg("--tls-cert")
+        .arg(&missing)
+        .arg("--tls-key")
+        .arg(&missing)
+        .env("SYNCGC_KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let first = &lines[0];
+    assert_eq!(first["message"], "syncgc starting", "{stderr}");
+    assert_eq!(first["level"], "INFO", "{stderr}");
+    assert!(first.get("fields").is_none(), "{stderr}");
+    assert_eq!(
+        first["version"].as_str().unwrap(),
+        syncgc::names::VERSION,
+        "{stderr}"
+    );
+    assert_eq!(first["mode"], "Cooperative", "{stderr}");
+    assert_eq!(first["guards"], false, "{stderr}");
+    assert_eq!(first["webhook_timeout_seconds"], 3, "{stderr}");
+    assert!(
+        first["excluded_namespaces"]
+            .as_str()
+            .is_some_and(|n| n.contains("kube-system")),
+        "{stderr}"
+    );
+    // And the error it stops on, the same way.
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert!(last["message"].is_string(), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}

@@ -46,6 +46,11 @@ pub fn helm(args: &[&str]) -> String {
 
 /// `helm template syncgc charts/syncgc -n syncgc-system ARGS`, as JSON objects.
 pub fn template(args: &[&str]) -> Vec<Value> {
+    parse(&rendered(args))
+}
+
+/// What [`template`] renders, as helm prints it.
+pub fn rendered(args: &[&str]) -> String {
     let helm = tool("helm");
     let out = Command::new(&helm)
         .args(["template", "syncgc", CHART, "--namespace", "syncgc-system"])
@@ -57,7 +62,7 @@ pub fn template(args: &[&str]) -> Vec<Value> {
         "helm template {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    parse(&String::from_utf8(out.stdout).unwrap())
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The objects of a multi-document YAML stream.
