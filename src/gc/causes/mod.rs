@@ -280,13 +280,9 @@ impl Causes {
         found
     }
 
-    /// The chain of causes from `uid` up: its entry, its cause's, … to the root of its
-    /// cascade, as far as the record holds them.
-    pub fn chain(&self, uid: Uid) -> Vec<Entry> {
-        self.chain_confirmed(uid, None)
-    }
-
-    /// [`Causes::chain`], confirming by `graph` (when given) the admitted DELETEs on the way.
+    /// The chain of causes from `uid` up — its entry, its cause's, … to the root of its cascade,
+    /// as far as the record holds them — confirming by `graph` (when given) the admitted
+    /// DELETEs on the way.
     fn chain_confirmed(&self, uid: Uid, graph: Option<&Graph>) -> Vec<Entry> {
         let mut record = self.0.lock();
         walk(uid, |uid| {
@@ -298,31 +294,36 @@ impl Causes {
     }
 
     /// What this replica's record holds of `asked`: the entries of its scope, and of each of its
-    /// uids, each with its chain as far as this record holds it. What replicas say of one
-    /// object is joined by [`Gathered`].
+    /// uids, with their causes up as far as this record holds them, each entry once. What
+    /// replicas say of one object is joined by [`Gathered`].
     pub fn gather(&self, asked: &Asked) -> Vec<Entry> {
-        let mut found: Vec<Entry> = match &asked.scope {
-            Some(scope) => {
-                let record = self.0.lock();
-                record
-                    .entries
-                    .values()
-                    .filter(|e| scope.holds(e))
-                    .cloned()
-                    .collect()
-            }
-            None => Vec::new(),
+        let record = self.0.lock();
+        let mut found: HashMap<Uid, Entry> = match &asked.scope {
+            Some(scope) => record
+                .entries
+                .iter()
+                .filter(|(_, e)| scope.holds(e))
+                .map(|(uid, e)| (*uid, e.clone()))
+                .collect(),
+            None => HashMap::new(),
         };
-        let starts: Vec<Uid> = found
-            .iter()
-            .map(|e| Uid::parse(&e.uid))
+        let mut next: Vec<Uid> = found
+            .values()
+            .filter_map(|e| e.cause.as_deref().map(Uid::parse))
             .chain(asked.uids.iter().map(|u| Uid::parse(u)))
             .collect();
-        for uid in starts {
-            found.extend(self.chain(uid));
+        while let Some(uid) = next.pop() {
+            if found.contains_key(&uid) {
+                continue;
+            }
+            if let Some(entry) = record.entries.get(&uid) {
+                next.extend(entry.cause.as_deref().map(Uid::parse));
+                found.insert(uid, entry.clone());
+            }
         }
-        found
+        found.into_values().collect()
     }
+
     /// What the collector's requests for a cascade through `owner` say of it: the root of the
     /// cascade (kind, namespace, name, uid) and the user who deleted it, where the record knows
     /// them; else `owner` as the graph knows it.
@@ -445,7 +446,8 @@ impl Gathered {
         found
     }
 
-    /// [`Causes::chain`] over what was gathered.
+    /// The chain of causes from `uid` up — its entry, its cause's, … to the root of its cascade —
+    /// as far as what was gathered holds them.
     pub fn chain(&self, uid: Uid) -> Vec<Entry> {
         walk(uid, |uid| self.0.get(&uid).cloned())
     }
@@ -541,9 +543,25 @@ mod tests {
         causes.record(entry(1, None, "alice", 100));
         causes.record(entry(2, Some(1), "gc", 101));
         causes.record(entry(3, Some(2), "gc", 102));
-        let chain = causes.chain(Uid::from_u128(3));
-        let names: Vec<&str> = chain.iter().map(|e| e.name.as_str()).collect();
+        causes.record(entry(4, Some(2), "gc", 102));
+        let chain = |causes: &Causes, uid: u128| {
+            let asked = Asked {
+                scope: None,
+                uids: vec![Uid::from_u128(uid).to_string()],
+            };
+            let found = causes.gather(&asked);
+            let mut gathered = Gathered::default();
+            assert_eq!(gathered.add(found.clone()), found.len(), "each entry once");
+            gathered.chain(Uid::from_u128(uid))
+        };
+        let names: Vec<String> = chain(&causes, 3).into_iter().map(|e| e.name).collect();
         assert_eq!(names, ["o3", "o2", "o1"]);
+        // A namespace's entries come with their causes, each once.
+        let scope = Asked {
+            scope: Some(Scope::of(Some("ns"))),
+            uids: vec![],
+        };
+        assert_eq!(causes.gather(&scope).len(), 4);
         let header = causes.header(&Graph::default(), |_| None, Uid::from_u128(2));
         assert_eq!(
             header,
@@ -556,7 +574,7 @@ mod tests {
         assert_eq!(causes.find("ConfigMap", Some("other"), "o2").len(), 0);
         // A cycle ends.
         causes.record(entry(1, Some(3), "alice", 103));
-        assert_eq!(causes.chain(Uid::from_u128(3)).len(), 3);
+        assert_eq!(chain(&causes, 3).len(), 3);
     }
 
     #[test]
