@@ -1,9 +1,13 @@
 //! The words the commands print in (`syncgc plan`, `explain`, `check`, `disarm` and the
 //! dry-run warning): an object's identity, a finalizer with who removes it, and how a report
 //! is printed ([`Output`]). Each report is a typed struct whose `-o json` (and `-o yaml`) form
-//! is a stable format (docs/commands.md): the serde names here are a contract.
+//! is a stable format (docs/commands.md): the serde names here are a contract. The tests of
+//! each report compare the docs' console samples with what it prints (`samples`, a test module).
 
 use serde::{Deserialize, Serialize};
+
+#[cfg(test)]
+pub(crate) mod samples;
 
 use crate::names::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, SYNCHRONOUS_FINALIZER};
 

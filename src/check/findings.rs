@@ -1034,11 +1034,9 @@ mod tests {
         out
     }
 
-    /// The README's `syncgc check` sample is what `check` prints for a fixed set of findings,
-    /// each made by its function from what it would read: an install on 1.30 whose apiserver
-    /// does not reach the webhook.
-    #[test]
-    fn the_readme_s_sample_is_what_check_prints() {
+    /// What `check` prints for a fixed set of findings, each made by its function from what
+    /// it would read: an install on 1.30, whose apiserver reaches the webhook or not.
+    fn sample_report(reached: bool) -> String {
         use crate::webhook::admit::UnarmedDelete;
         use crate::webhook::registration::{Coverage, GuardScope, Registration};
 
@@ -1071,7 +1069,10 @@ mod tests {
             own_user: None,
         }
         .configuration();
-        let unarmed = ConfigMap::default();
+        let mut dry_run = ConfigMap::default();
+        if reached {
+            dry_run.metadata.finalizers = Some(vec![SYNCHRONOUS_FINALIZER.to_owned()]);
+        }
         let metrics_text = format!(
             "syncgc_build_info{{commit=\"abc\",version=\"{}\"}} 1\n\
              syncgc_ready{{condition=\"webhook\"}} 1\n\
@@ -1098,23 +1099,21 @@ mod tests {
                 time::OffsetDateTime::now_utc(),
                 "Secret syncgc-system/syncgc-webhook-tls",
             ),
-            admission(Ok(&unarmed), "default", Duration::from_millis(40)),
+            admission(Ok(&dry_run), "default", Duration::from_millis(9)),
             permissions("system:serviceaccount:syncgc-system:syncgc", &[]),
             metrics(&metrics_text, &format!("pod {pod}")),
         ]);
-        let printed = format!("$ syncgc check\n{}", report.text());
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        let sample: String = readme
-            .split("```console\n")
-            .find(|block| block.starts_with("$ syncgc check\n"))
-            .and_then(|block| block.split("```").next())
-            .expect("README.md has a `syncgc check` sample")
-            .to_owned();
-        assert_eq!(
-            undated(&sample),
-            undated(&printed),
-            "README.md's `syncgc check` sample is not what check prints; it prints:\n{printed}"
-        );
+        undated(&format!("$ syncgc check\n{}", report.text()))
+    }
+
+    /// The `syncgc check` samples are what `check` prints: the README's, whose apiserver does
+    /// not reach the webhook, and docs/install.md's, whose does.
+    #[test]
+    fn the_check_samples_are_what_check_prints() {
+        use crate::report::samples;
+        for (page, reached) in [("README.md", false), ("docs/install.md", true)] {
+            let sample = samples::block(page, "$ syncgc check\n");
+            samples::assert_printed(page, &undated(&sample), &sample_report(reached));
+        }
     }
 }

@@ -956,6 +956,76 @@ mod tests {
         assert!(admit(&dry, &TIMED, 400).warnings.is_empty());
     }
 
+    /// `syncgc run`'s timeouts by default: a minute, 500 ms per dependent, an hour at most.
+    const DEFAULTS: Policy = Policy {
+        unarmed_delete: UnarmedDelete::Allow,
+        timeouts: Some(Timeouts {
+            base: Duration::from_secs(60),
+            per_dependent: Duration::from_millis(500),
+            max: Duration::from_secs(3600),
+        }),
+        max_cascade: None,
+        guards: true,
+    };
+
+    /// The DELETE of the armed `kind` (of `group`) `namespace/name`.
+    fn armed_delete(group: &str, kind: &str, namespace: &str, name: &str) -> Request {
+        let old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
+        let mut request = delete(old, Options::default());
+        request.kind.group = group.into();
+        request.kind.kind = kind.into();
+        request.namespace = Some(namespace.into());
+        request.name = name.into();
+        request
+    }
+
+    /// Every `kubectl delete` warning the docs show is what the webhook says, with syncgc's
+    /// default timeouts, for the owner and the dependents of its sample.
+    #[test]
+    fn the_docs_warnings_are_what_the_webhook_says() {
+        use crate::report::samples;
+        let warned = |group, kind, namespace, name, dependents| {
+            let request = armed_delete(group, kind, namespace, name);
+            let decision = admit(&request, &DEFAULTS, dependents);
+            format!("Warning: {}", decision.warnings.join("\nWarning: "))
+        };
+        let shop = warned("apps", "Deployment", "shop", "web", 4);
+        let demo = warned("", "ConfigMap", "demo", "shop", 2);
+        let team = warned("", "ConfigMap", "team-a", "owner", 20);
+        for (page, printed) in [
+            ("README.md", [shop, demo].as_slice()),
+            ("docs/commands.md", std::slice::from_ref(&team)),
+            ("docs/troubleshooting.md", std::slice::from_ref(&team)),
+        ] {
+            for line in samples::lines(page, "Warning: syncgc: follow it with:") {
+                assert!(
+                    printed.contains(&line),
+                    "{page}: {line}\nis not what the webhook says; it says one of:\n{}",
+                    printed.join("\n")
+                );
+            }
+        }
+        // The dry run of docs/commands.md: an owner whose ConfigMap goes, whose Secret stays
+        // held by another controller's finalizer, and whose third dependent has another owner.
+        let request = armed_delete("", "ConfigMap", "team-a", "owner");
+        let preview = Preview {
+            deleted: [("ConfigMap".to_owned(), 1), ("Secret".to_owned(), 1)].into(),
+            waves: 1,
+            kept: 1,
+            waiting: 1,
+            gone: false,
+            ..Preview::default()
+        };
+        let mut printed = String::from("$ kubectl delete configmap owner -n team-a --dry-run=server\n");
+        for warning in dry_run_warnings(&request, &DEFAULTS, 3, &preview) {
+            printed.push_str(&format!("Warning: {warning}\n"));
+        }
+        printed.push_str("configmap \"owner\" deleted from team-a namespace (server dry run)\n");
+        let page = "docs/commands.md";
+        let sample = samples::block(page, "$ kubectl delete configmap owner -n team-a --dry-run=server\n");
+        samples::assert_printed(page, &sample, &printed);
+    }
+
     #[test]
     fn the_longest_name_leaves_the_command_to_follow_it_whole_and_the_warning_uncut() {
         let old = meta(&[OPT_IN], Some(&[SYNCHRONOUS_FINALIZER]));
