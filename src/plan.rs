@@ -1045,6 +1045,22 @@ impl Plan {
 mod tests {
     use super::*;
 
+    /// docs/commands.md's `syncgc plan` sample is what `plan` prints for a plan recorded with
+    /// `-o json` on a cluster (a Deployment and its ReplicaSet's Pods, a ConfigMap with another
+    /// owner, a Secret held by another controller's finalizer, syncgc's Lease naming its mode).
+    #[test]
+    fn the_docs_sample_is_what_plan_prints_for_a_recorded_plan() {
+        use crate::report::samples;
+        let recorded: Plan = serde_json::from_str(include_str!(
+            "../tests/fixtures/plan/deployment-web.json"
+        ))
+        .unwrap();
+        let printed = format!("$ syncgc plan deployment/web -n team-a\n{}", recorded.text());
+        let page = "docs/commands.md";
+        let sample = samples::block(page, "$ syncgc plan deployment/web -n team-a\n");
+        samples::assert_printed(page, &sample, &printed);
+    }
+
     fn object(kind: &str, namespace: &str, name: &str) -> Object {
         Object {
             api_version: "v1".into(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Ending;
 use crate::api::Cluster;
@@ -29,7 +29,7 @@ use crate::report::Output;
 /// Objects shown of each kind that remains; the rest are counted.
 const SHOWN: usize = 20;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceCondition {
     #[serde(rename = "type")]
@@ -40,7 +40,7 @@ pub struct NamespaceCondition {
 }
 
 /// An object left in the namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Left {
     pub name: String,
@@ -49,7 +49,7 @@ pub struct Left {
 }
 
 /// The objects of one kind left in the namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Remaining {
     pub api_version: String,
@@ -60,7 +60,7 @@ pub struct Remaining {
 }
 
 /// An APIService and whether it is available.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Service {
     pub name: String,
@@ -69,7 +69,7 @@ pub struct Service {
 }
 
 /// What could not be listed: an API group whose discovery failed, or a resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListFailure {
     pub what: String,
@@ -79,7 +79,7 @@ pub struct ListFailure {
 }
 
 /// An armed object syncgc holds in the namespace, being deleted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldBySyncgc {
     pub kind: String,
@@ -89,7 +89,7 @@ pub struct HeldBySyncgc {
 
 /// A protected object in the namespace, not being deleted: while the namespace is being
 /// deleted, syncgc refuses its DELETE for a bounded time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Protected {
     pub kind: String,
@@ -97,7 +97,7 @@ pub struct Protected {
 }
 
 /// The report on a namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceReport {
     pub namespace: String,
@@ -594,6 +594,32 @@ mod tests {
             "namespace team-a: Terminating; 4 object(s) left in 1 kind(s), 2 with finalizers; \
              could not list the API group metrics.k8s.io"
         );
+    }
+
+    /// docs/troubleshooting.md's samples are what `explain namespace/…` prints: the whole
+    /// report for one recorded with `-o json` on a cluster (a namespace deleted while a Secret
+    /// in it kept another controller's finalizer), and the lines on a group whose discovery
+    /// fails for a report with an unavailable APIService.
+    #[test]
+    fn the_docs_samples_are_what_explain_namespace_prints() {
+        use crate::report::samples;
+        let page = "docs/troubleshooting.md";
+        let recorded: NamespaceReport = serde_json::from_str(include_str!(
+            "../../tests/fixtures/explain/namespace-team-a.json"
+        ))
+        .unwrap();
+        let printed = format!("$ syncgc explain namespace/team-a\n{}", recorded.text());
+        let sample = samples::block(page, "$ syncgc explain namespace/team-a\n");
+        samples::assert_printed(page, &sample, &printed);
+
+        let printed = report(&gathered(json!([]))).text();
+        let lines: Vec<&str> = printed
+            .lines()
+            .skip_while(|l| !l.starts_with("  could not list the API group"))
+            .take(3)
+            .collect();
+        let sample = samples::block(page, "  could not list the API group metrics.k8s.io");
+        samples::assert_printed(page, &sample, &format!("{}\n", lines.join("\n")));
     }
 
     #[test]
