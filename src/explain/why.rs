@@ -5,20 +5,20 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::api::{Cluster, names_missing_object};
 use crate::gc::causes::{DeletionCause, DeletionCauseList, Done, Entry};
 use crate::names::API_GROUP_VERSION;
 
 /// Why an object went: its entry first, then each cause up to the root.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Why {
     pub chain: Vec<Entry>,
     /// The record ends before the root (its older entries are gone, or another replica's).
     pub incomplete: bool,
     /// Causes of kinds or namespaces the user may not read: counted, not named.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub withheld: usize,
 }
 
@@ -133,5 +133,26 @@ impl Why {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/commands.md's sample is what `--why-deleted` prints for a chain as syncgc's API
+    /// answers it: a leaf deleted by Kubernetes' collector because its owner went, which syncgc
+    /// deleted because the armed root went, which a user deleted.
+    #[test]
+    fn the_docs_sample_is_what_why_deleted_prints() {
+        use crate::report::samples;
+        let why: Why = serde_json::from_str(include_str!(
+            "../../tests/fixtures/explain/why-deleted-leaf.json"
+        ))
+        .unwrap();
+        let command = "$ syncgc explain --why-deleted configmap/leaf -n team-a\n";
+        let page = "docs/commands.md";
+        let printed = format!("{command}{}", why.text());
+        samples::assert_printed(page, &samples::block(page, command), &printed);
     }
 }
