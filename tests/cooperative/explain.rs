@@ -244,3 +244,101 @@ async fn the_owners_of_an_object_are_shown() {
     assert_eq!(report["owners"][0]["state"], "being deleted", "{report:#}");
     clear_finalizers(&api, "owner").await;
 }
+
+/// The README's block that starts with `first`, its namespace `demo` made `ns`.
+fn readme_block(first: &str, ns: &str) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = readme
+        .split("```")
+        .find_map(|b| b.split_once('\n').filter(|(_, body)| body.starts_with(first)))
+        .unwrap_or_else(|| panic!("README.md has no block starting with {first:?}"))
+        .1;
+    block
+        .replace("-n demo", &format!("-n {ns}"))
+        .replace(" demo/", &format!(" {ns}/"))
+        .replace(" demo namespace", &format!(" {ns} namespace"))
+}
+
+/// A line as the README may show it for any run: its timestamp (`explain --watch` starts each
+/// line with one) and the owner's longest wait (the tests' syncgc runs with shorter timeouts;
+/// the webhook's unit test holds the README's) left out.
+fn any_run(line: &str) -> String {
+    let line = match line.split_once(' ') {
+        Some((first, rest)) if first.parse::<jiff::Timestamp>().is_ok() => rest,
+        _ => line,
+    };
+    match line.split_once(", for at most ") {
+        Some((before, _)) => format!("{before}, for at most …"),
+        None => line.to_owned(),
+    }
+}
+
+/// The README's first synchronous delete, run as it is written (in the test's namespace for
+/// `demo`): its commands set it up, kubectl 1.34 (`hack/tools.sh`) prints the README's warning
+/// and waits, `explain --watch` prints the README's line, the README's `patch` lets the held
+/// dependent go, and only then does the delete return, printing the README's last line.
+#[tokio::test]
+async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
+    let ns = namespace("readme").await;
+    let api = ns.api::<ConfigMap>();
+    let set_up = readme_block("kubectl create namespace demo\n", &ns.name);
+    let set_up = set_up.split_once('\n').unwrap().1; // the namespace is the test's
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", set_up])
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let deleted = readme_block("$ kubectl -n demo delete configmap shop\n", &ns.name);
+    let mut deleted = deleted.lines();
+    let command = deleted.next().unwrap().strip_prefix("$ kubectl ").unwrap();
+    let kubectl = support::chart::tool("kubectl");
+    let delete = tokio::process::Command::new(&kubectl)
+        .args(command.split(' '))
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .output();
+    let delete = tokio::spawn(delete);
+    // `settings` has no finalizer: syncgc deletes it at once, and `held` is left.
+    eventually("the owner waits on held alone", WAIT, || async {
+        being_deleted(&api, "shop").await?;
+        support::gone(&api, "settings").await
+    })
+    .await;
+
+    let watched = readme_block("$ syncgc explain configmap/shop -n demo --watch\n", &ns.name);
+    let mut watched = watched.lines();
+    let args: Vec<&str> = watched.next().unwrap().split(' ').skip(3).collect();
+    let mut follow = Following::new(explain(&args).spawn().unwrap());
+    follow.started().await;
+    assert!(!delete.is_finished(), "kubectl delete waits while held stays");
+    let patch = readme_block("$ kubectl -n demo patch configmap held", &ns.name);
+    let patch = patch.trim_end().strip_prefix("$ ").unwrap();
+    let out = Command::new("bash")
+        .args(["-c", patch])
+        .env("KUBECONFIG", support::kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let (status, said) = follow.ended(WAIT).await;
+    assert_eq!(status.code(), Some(0), "{said}");
+    let said: Vec<String> = said.lines().map(any_run).collect();
+    let shown: Vec<String> = watched.map(any_run).collect();
+    assert_eq!(said[..shown.len()], shown, "explain --watch printed:\n{said:#?}");
+    assert_eq!(
+        said.last().unwrap(),
+        "ConfigMap/shop: gone",
+        "the README says the watch ends so"
+    );
+
+    let out = tokio::time::timeout(WAIT, delete).await.unwrap().unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed: Vec<String> = [out.stderr, out.stdout]
+        .iter()
+        .flat_map(|o| String::from_utf8_lossy(o).lines().map(any_run).collect::<Vec<_>>())
+        .collect();
+    let shown: Vec<String> = deleted.map(any_run).collect();
+    assert_eq!(printed, shown, "kubectl delete printed:\n{printed:#?}");
+}

@@ -103,6 +103,20 @@ pub async fn a_protected_object_is_deleted_neither_directly_nor_by_a_cascade(ns:
         .expect("the protected object's own DELETE is refused");
     assert!(message.contains("is protected"), "{message}");
     assert!(message.contains("remove the annotation"), "{message}");
+    // What kubectl prints for it is docs/troubleshooting.md's sample (its namespace `shop`).
+    let said = super::kubectl_as(
+        &super::kubeconfig_path(),
+        &["-n", &ns.name, "delete", "configmap", "precious"],
+        None,
+    )
+    .expect_err("kubectl's DELETE is refused");
+    let sample = super::sample_lines(
+        "docs/troubleshooting.md",
+        "Error from server (Forbidden): admission webhook \"guard.syncgc.io\"",
+    )
+    .join("\n")
+    .replace(" shop/", &format!(" {}/", ns.name));
+    assert_eq!(said.trim_end(), sample);
 
     let message = refused_dry_run(&api, "owner").await;
     let path = format!(

@@ -136,6 +136,20 @@ pub fn kubectl_as(kubeconfig: &str, args: &[&str], input: Option<&str>) -> Resul
     }
 }
 
+/// The lines of the repository's `page` (`docs/troubleshooting.md`) that start with `start`:
+/// a console sample a test compares with what a real run prints.
+pub fn sample_lines(page: &str, start: &str) -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
+    let lines: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with(start))
+        .map(str::to_owned)
+        .collect();
+    assert!(!lines.is_empty(), "{page} has no line starting with {start:?}");
+    lines
+}
+
 /// Creates syncgc's own namespace (where its leader Lease lives) unless it exists.
 pub fn syncgc_namespace() {
     let _ = Command::new("kubectl")
