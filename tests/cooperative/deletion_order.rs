@@ -330,3 +330,56 @@ async fn orphaning_ignores_the_order() {
         );
     }
 }
+
+/// A line of `hack/demo-order.sh` with its milliseconds left out.
+fn timeless(line: &str) -> String {
+    line.split(' ')
+        .map(|word| {
+            if word.parse::<u64>().is_ok() {
+                "N"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The transcript of `hack/demo-order.sh` that docs/development.md and docs/how-it-works.md
+/// show is what the script prints when run (in the test's namespace): each line shown is
+/// printed, its milliseconds aside, and the objects' changes in the order shown (the order
+/// the waves fix).
+#[tokio::test]
+async fn the_demo_order_transcript_is_what_the_script_prints() {
+    let ns = namespace("demo-order").await;
+    let out = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/hack/demo-order.sh"
+    ))
+    .env("SYNCGC_DEMO_NAMESPACE", &ns.name)
+    .output()
+    .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}{}", String::from_utf8_lossy(&out.stderr));
+    let printed: Vec<String> = printed.lines().map(timeless).collect();
+    for page in ["docs/development.md", "docs/how-it-works.md"] {
+        let text =
+            std::fs::read_to_string(format!("{}/{page}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let (_, shown) = text
+            .split_once("\nkubectl delete configmap shop: ")
+            .unwrap_or_else(|| panic!("{page} shows the demo's transcript"));
+        let shown = format!("kubectl delete configmap shop: {}", shown.split("```").next().unwrap());
+        let mut last_change = 0;
+        for line in shown.lines().filter(|l| l.trim() != "...") {
+            let line = timeless(line);
+            let at = printed
+                .iter()
+                .position(|p| *p == line)
+                .unwrap_or_else(|| panic!("{page}: {line:?} is not printed:\n{printed:#?}"));
+            if line.starts_with("  N ms: ") {
+                assert!(at > last_change, "{page}: {line:?} comes earlier:\n{printed:#?}");
+                last_change = at;
+            }
+        }
+    }
+}
