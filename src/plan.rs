@@ -1051,11 +1051,13 @@ mod tests {
     #[test]
     fn the_docs_sample_is_what_plan_prints_for_a_recorded_plan() {
         use crate::report::samples;
-        let recorded: Plan = serde_json::from_str(include_str!(
-            "../tests/fixtures/plan/deployment-web.json"
-        ))
-        .unwrap();
-        let printed = format!("$ syncgc plan deployment/web -n team-a\n{}", recorded.text());
+        let recorded: Plan =
+            serde_json::from_str(include_str!("../tests/fixtures/plan/deployment-web.json"))
+                .unwrap();
+        let printed = format!(
+            "$ syncgc plan deployment/web -n team-a\n{}",
+            recorded.text()
+        );
         let page = "docs/commands.md";
         let sample = samples::block(page, "$ syncgc plan deployment/web -n team-a\n");
         samples::assert_printed(page, &sample, &printed);

@@ -18,7 +18,8 @@ pub fn block(page_name: &str, first: &str) -> String {
     blocks
         .find_map(|block| {
             let (_, body) = block.split_once('\n')?;
-            body.starts_with(first).then(|| format!("{}\n", body.trim_end_matches('\n')))
+            body.starts_with(first)
+                .then(|| format!("{}\n", body.trim_end_matches('\n')))
         })
         .unwrap_or_else(|| panic!("{page_name} has no sample starting with {first:?}"))
 }
@@ -31,7 +32,10 @@ pub fn lines(page_name: &str, start: &str) -> Vec<String> {
         .filter(|l| l.starts_with(start))
         .map(str::to_owned)
         .collect();
-    assert!(!found.is_empty(), "{page_name} has no line starting with {start:?}");
+    assert!(
+        !found.is_empty(),
+        "{page_name} has no line starting with {start:?}"
+    );
     found
 }
 

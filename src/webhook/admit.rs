@@ -1016,13 +1016,17 @@ mod tests {
             gone: false,
             ..Preview::default()
         };
-        let mut printed = String::from("$ kubectl delete configmap owner -n team-a --dry-run=server\n");
+        let mut printed =
+            String::from("$ kubectl delete configmap owner -n team-a --dry-run=server\n");
         for warning in dry_run_warnings(&request, &DEFAULTS, 3, &preview) {
             printed.push_str(&format!("Warning: {warning}\n"));
         }
         printed.push_str("configmap \"owner\" deleted from team-a namespace (server dry run)\n");
         let page = "docs/commands.md";
-        let sample = samples::block(page, "$ kubectl delete configmap owner -n team-a --dry-run=server\n");
+        let sample = samples::block(
+            page,
+            "$ kubectl delete configmap owner -n team-a --dry-run=server\n",
+        );
         samples::assert_printed(page, &sample, &printed);
     }
 

@@ -352,15 +352,17 @@ fn timeless(line: &str) -> String {
 #[tokio::test]
 async fn the_demo_order_transcript_is_what_the_script_prints() {
     let ns = namespace("demo-order").await;
-    let out = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/hack/demo-order.sh"
-    ))
-    .env("SYNCGC_DEMO_NAMESPACE", &ns.name)
-    .output()
-    .unwrap();
+    let out =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/demo-order.sh"))
+            .env("SYNCGC_DEMO_NAMESPACE", &ns.name)
+            .output()
+            .unwrap();
     let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{printed}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let printed: Vec<String> = printed.lines().map(timeless).collect();
     for page in ["docs/development.md", "docs/how-it-works.md"] {
         let text =
@@ -368,7 +370,10 @@ async fn the_demo_order_transcript_is_what_the_script_prints() {
         let (_, shown) = text
             .split_once("\nkubectl delete configmap shop: ")
             .unwrap_or_else(|| panic!("{page} shows the demo's transcript"));
-        let shown = format!("kubectl delete configmap shop: {}", shown.split("```").next().unwrap());
+        let shown = format!(
+            "kubectl delete configmap shop: {}",
+            shown.split("```").next().unwrap()
+        );
         let mut last_change = 0;
         for line in shown.lines().filter(|l| l.trim() != "...") {
             let line = timeless(line);
@@ -377,7 +382,10 @@ async fn the_demo_order_transcript_is_what_the_script_prints() {
                 .position(|p| *p == line)
                 .unwrap_or_else(|| panic!("{page}: {line:?} is not printed:\n{printed:#?}"));
             if line.starts_with("  N ms: ") {
-                assert!(at > last_change, "{page}: {line:?} comes earlier:\n{printed:#?}");
+                assert!(
+                    at > last_change,
+                    "{page}: {line:?} comes earlier:\n{printed:#?}"
+                );
                 last_change = at;
             }
         }

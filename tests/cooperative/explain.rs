@@ -251,7 +251,10 @@ fn readme_block(first: &str, ns: &str) -> String {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let block = readme
         .split("```")
-        .find_map(|b| b.split_once('\n').filter(|(_, body)| body.starts_with(first)))
+        .find_map(|b| {
+            b.split_once('\n')
+                .filter(|(_, body)| body.starts_with(first))
+        })
         .unwrap_or_else(|| panic!("README.md has no block starting with {first:?}"))
         .1;
     block
@@ -289,7 +292,11 @@ async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
         .env("KUBECONFIG", support::kubeconfig_path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let deleted = readme_block("$ kubectl -n demo delete configmap shop\n", &ns.name);
     let mut deleted = deleted.lines();
@@ -307,12 +314,18 @@ async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
     })
     .await;
 
-    let watched = readme_block("$ syncgc explain configmap/shop -n demo --watch\n", &ns.name);
+    let watched = readme_block(
+        "$ syncgc explain configmap/shop -n demo --watch\n",
+        &ns.name,
+    );
     let mut watched = watched.lines();
     let args: Vec<&str> = watched.next().unwrap().split(' ').skip(3).collect();
     let mut follow = Following::new(explain(&args).spawn().unwrap());
     follow.started().await;
-    assert!(!delete.is_finished(), "kubectl delete waits while held stays");
+    assert!(
+        !delete.is_finished(),
+        "kubectl delete waits while held stays"
+    );
     let patch = readme_block("$ kubectl -n demo patch configmap held", &ns.name);
     let patch = patch.trim_end().strip_prefix("$ ").unwrap();
     let out = Command::new("bash")
@@ -320,24 +333,45 @@ async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
         .env("KUBECONFIG", support::kubeconfig_path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let (status, said) = follow.ended(WAIT).await;
     assert_eq!(status.code(), Some(0), "{said}");
     let said: Vec<String> = said.lines().map(any_run).collect();
     let shown: Vec<String> = watched.map(any_run).collect();
-    assert_eq!(said[..shown.len()], shown, "explain --watch printed:\n{said:#?}");
+    assert_eq!(
+        said[..shown.len()],
+        shown,
+        "explain --watch printed:\n{said:#?}"
+    );
     assert_eq!(
         said.last().unwrap(),
         "ConfigMap/shop: gone",
         "the README says the watch ends so"
     );
 
-    let out = tokio::time::timeout(WAIT, delete).await.unwrap().unwrap().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tokio::time::timeout(WAIT, delete)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let printed: Vec<String> = [out.stderr, out.stdout]
         .iter()
-        .flat_map(|o| String::from_utf8_lossy(o).lines().map(any_run).collect::<Vec<_>>())
+        .flat_map(|o| {
+            String::from_utf8_lossy(o)
+                .lines()
+                .map(any_run)
+                .collect::<Vec<_>>()
+        })
         .collect();
     let shown: Vec<String> = deleted.map(any_run).collect();
     assert_eq!(printed, shown, "kubectl delete printed:\n{printed:#?}");

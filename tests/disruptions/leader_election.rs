@@ -135,10 +135,11 @@ async fn a_missing_lease_namespace_keeps_readyz_failing_with_the_reason_until_it
     })
     .await
     .unwrap();
-    let reason = format!(
-        "leader-election: the Lease namespace \"{lease_namespace}\" does not exist (404); \
-         create it or set --leader-election-namespace\n"
-    );
+    // docs/observability.md's sample, for syncgc's namespace.
+    let reason = support::sample_lines("docs/observability.md", "leader-election: the Lease")
+        .concat()
+        .replace("\"syncgc-system\"", &format!("\"{lease_namespace}\""))
+        + "\n";
     let readyz = || syncgc.get("/readyz").expect("/readyz answers");
 
     eventually(

@@ -99,10 +99,8 @@ async fn every_collected_object_names_the_delete_it_comes_from() {
     assert!(!user.is_empty() && user != "syncgc-controller", "{why:#}");
     // docs/commands.md's sample is printed from a chain of this shape (its test renders it):
     // the same fields, and syncgc's steps by the same name.
-    let sample: Value = serde_json::from_str(include_str!(
-        "../fixtures/explain/why-deleted-leaf.json"
-    ))
-    .unwrap();
+    let sample: Value =
+        serde_json::from_str(include_str!("../fixtures/explain/why-deleted-leaf.json")).unwrap();
     let fields = |e: &Value| -> Vec<String> { e.as_object().unwrap().keys().cloned().collect() };
     for (real, shown) in chain.iter().zip(sample["chain"].as_array().unwrap()) {
         assert_eq!(fields(real), fields(shown), "{why:#}");

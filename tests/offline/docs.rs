@@ -748,3 +748,112 @@ fn the_first_log_line_says_what_runs_at_the_top_level() {
     assert!(last["message"].is_string(), "{stderr}");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
 }
+
+/// The possible values `--help` gives for `flag` (`--output`: `text`, `json`, `yaml`).
+fn possible_values(help: &str, flag: &str) -> Option<BTreeSet<String>> {
+    let entry = help
+        .split("\n  -")
+        .chain(help.split("\n      --"))
+        .find(|entry| {
+            let entry = entry.trim_start_matches('-');
+            let named = format!("{} ", &flag[2..]);
+            let valued = format!("{}=", &flag[2..]);
+            entry.starts_with(&named)
+                || entry.starts_with(&valued)
+                || entry.contains(&format!(", {flag} "))
+        })?;
+    if let Some(values) = entry.split("[possible values: ").nth(1) {
+        let values = values.split(']').next()?;
+        return Some(values.split(", ").map(str::to_owned).collect());
+    }
+    // The long form: a line `- VALUE: what it means` each.
+    let (_, listed) = entry.split_once("Possible values:\n")?;
+    Some(
+        listed
+            .lines()
+            .map_while(|l| l.trim_start().strip_prefix("- "))
+            .filter_map(|l| l.split(':').next())
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// Each command's synopsis (a `text` block of commands.md or configuration.md starting
+/// `syncgc COMMAND`) names every flag of the command and no other (the log flags, the same
+/// for every command, are said once), and a flag's alternatives (`--output text|json|yaml`)
+/// are the values the command takes.
+#[test]
+fn every_synopsis_names_the_flags_of_its_command() {
+    let global = ["--help", "--version", "--log-level", "--log-format"];
+    let mut seen = BTreeSet::new();
+    for page in ["docs/commands.md", "docs/configuration.md"] {
+        for block in doc(page).split("```text\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            let Some(subcommand) = SUBCOMMANDS.iter().find(|s| {
+                block.starts_with(&format!("syncgc {s} "))
+                    || block.starts_with(&format!("syncgc {s}\n"))
+            }) else {
+                continue;
+            };
+            if block.contains("[FLAGS]") {
+                continue; // the whole synopsis is elsewhere
+            }
+            seen.insert(*subcommand);
+            let help = help(&[subcommand]);
+            // The flags declared (an entry's first words), not those its text names.
+            let declared: String = help
+                .lines()
+                .filter(|l| {
+                    let l = l.trim_start();
+                    l.starts_with("--") || (l.starts_with('-') && l.get(2..4) == Some(", "))
+                })
+                .map(|l| {
+                    format!(
+                        "{}\n",
+                        l.trim_start()
+                            .split(' ')
+                            .take(2)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                })
+                .collect();
+            let has: BTreeSet<String> = flags(&declared)
+                .into_iter()
+                .filter(|f| !global.contains(&f.as_str()))
+                .collect();
+            let written: BTreeSet<String> = written_flags(block)
+                .into_iter()
+                .filter(|f| !global.contains(&f.as_str()))
+                .collect();
+            assert_eq!(
+                written.difference(&has).collect::<Vec<_>>(),
+                Vec::<&String>::new(),
+                "{page}: the synopsis of syncgc {subcommand} names flags it does not have"
+            );
+            assert_eq!(
+                has.difference(&written).collect::<Vec<_>>(),
+                Vec::<&String>::new(),
+                "{page}: the synopsis of syncgc {subcommand} leaves out flags it has"
+            );
+            for word in block.split(['[', ']', '(', ')', '\n']) {
+                let mut words = word.split_whitespace();
+                let (Some(flag), Some(values)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                if !flag.starts_with("--")
+                    || !values.contains('|')
+                    || values.split('|').any(str::is_empty)
+                {
+                    continue;
+                }
+                let written: BTreeSet<String> = values.split('|').map(str::to_owned).collect();
+                let takes = possible_values(&help, flag)
+                    .unwrap_or_else(|| panic!("syncgc {subcommand} {flag} lists no values"));
+                assert_eq!(written, takes, "{page}: syncgc {subcommand} {flag}");
+            }
+        }
+    }
+    let all: BTreeSet<&str> = SUBCOMMANDS.into_iter().collect();
+    assert_eq!(seen, all, "each command has its synopsis");
+}

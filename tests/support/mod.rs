@@ -146,7 +146,10 @@ pub fn sample_lines(page: &str, start: &str) -> Vec<String> {
         .filter(|l| l.starts_with(start))
         .map(str::to_owned)
         .collect();
-    assert!(!lines.is_empty(), "{page} has no line starting with {start:?}");
+    assert!(
+        !lines.is_empty(),
+        "{page} has no line starting with {start:?}"
+    );
     lines
 }
 
