@@ -778,13 +778,68 @@ fn possible_values(help: &str, flag: &str) -> Option<BTreeSet<String>> {
     )
 }
 
+/// The flags every command has, said once (docs/commands.md's first section).
+const GLOBAL_FLAGS: [&str; 4] = ["--help", "--version", "--log-level", "--log-format"];
+
+/// The flags a `--help` text declares (each entry's first words, not the flags its text
+/// names), the global ones aside.
+fn declared_flags(help: &str) -> BTreeSet<String> {
+    let declared: String = help
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("--") || (l.starts_with('-') && l.get(2..4) == Some(", ")))
+        .map(|l| format!("{}\n", l.split(' ').take(2).collect::<Vec<_>>().join(" ")))
+        .collect();
+    flags(&declared)
+        .into_iter()
+        .filter(|f| !GLOBAL_FLAGS.contains(&f.as_str()))
+        .collect()
+}
+
+/// Each command's flag tables (the rows of its section in commands.md; `run`'s in
+/// configuration.md) list every flag it has and no other.
+#[test]
+fn every_command_s_flag_table_lists_its_flags() {
+    for subcommand in SUBCOMMANDS {
+        let has = declared_flags(&help(&[subcommand]));
+        let section = if subcommand == "run" {
+            doc("docs/configuration.md")
+        } else {
+            let page = doc("docs/commands.md");
+            let heading = format!("\n## syncgc {subcommand}\n");
+            let (_, section) = page
+                .split_once(&heading)
+                .unwrap_or_else(|| panic!("docs/commands.md has {heading:?}"));
+            section.split("\n## ").next().unwrap().to_owned()
+        };
+        let rows: String = section
+            .lines()
+            .filter(|l| l.starts_with("| `--"))
+            .map(|l| format!("{}\n", l.split(" | ").next().unwrap()))
+            .collect();
+        let listed: BTreeSet<String> = written_flags(&rows)
+            .into_iter()
+            .filter(|f| !GLOBAL_FLAGS.contains(&f.as_str()))
+            .collect();
+        assert_eq!(
+            has.difference(&listed).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "the flag tables of syncgc {subcommand} leave out flags it has"
+        );
+        assert_eq!(
+            listed.difference(&has).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "the flag tables of syncgc {subcommand} list flags it does not have"
+        );
+    }
+}
+
 /// Each command's synopsis (a `text` block of commands.md or configuration.md starting
 /// `syncgc COMMAND`) names every flag of the command and no other (the log flags, the same
 /// for every command, are said once), and a flag's alternatives (`--output text|json|yaml`)
 /// are the values the command takes.
 #[test]
 fn every_synopsis_names_the_flags_of_its_command() {
-    let global = ["--help", "--version", "--log-level", "--log-format"];
     let mut seen = BTreeSet::new();
     for page in ["docs/commands.md", "docs/configuration.md"] {
         for block in doc(page).split("```text\n").skip(1) {
@@ -800,31 +855,10 @@ fn every_synopsis_names_the_flags_of_its_command() {
             }
             seen.insert(*subcommand);
             let help = help(&[subcommand]);
-            // The flags declared (an entry's first words), not those its text names.
-            let declared: String = help
-                .lines()
-                .filter(|l| {
-                    let l = l.trim_start();
-                    l.starts_with("--") || (l.starts_with('-') && l.get(2..4) == Some(", "))
-                })
-                .map(|l| {
-                    format!(
-                        "{}\n",
-                        l.trim_start()
-                            .split(' ')
-                            .take(2)
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    )
-                })
-                .collect();
-            let has: BTreeSet<String> = flags(&declared)
-                .into_iter()
-                .filter(|f| !global.contains(&f.as_str()))
-                .collect();
+            let has = declared_flags(&help);
             let written: BTreeSet<String> = written_flags(block)
                 .into_iter()
-                .filter(|f| !global.contains(&f.as_str()))
+                .filter(|f| !GLOBAL_FLAGS.contains(&f.as_str()))
                 .collect();
             assert_eq!(
                 written.difference(&has).collect::<Vec<_>>(),
