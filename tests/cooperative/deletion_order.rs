@@ -365,8 +365,7 @@ async fn the_demo_order_transcript_is_what_the_script_prints() {
     );
     let printed: Vec<String> = printed.lines().map(timeless).collect();
     for page in ["docs/development.md", "docs/how-it-works.md"] {
-        let text =
-            std::fs::read_to_string(format!("{}/{page}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let text = support::page(page);
         let (_, shown) = text
             .split_once("\nkubectl delete configmap shop: ")
             .unwrap_or_else(|| panic!("{page} shows the demo's transcript"));

@@ -247,8 +247,7 @@ async fn the_owners_of_an_object_are_shown() {
 
 /// The README's block that starts with `first`, its namespace `demo` made `ns`.
 fn readme_block(first: &str, ns: &str) -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = support::page("README.md");
     let block = readme
         .split("```")
         .find_map(|b| {
@@ -287,16 +286,7 @@ async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
     let api = ns.api::<ConfigMap>();
     let set_up = readme_block("kubectl create namespace demo\n", &ns.name);
     let set_up = set_up.split_once('\n').unwrap().1; // the namespace is the test's
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", set_up])
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::bash(set_up);
 
     let deleted = readme_block("$ kubectl -n demo delete configmap shop\n", &ns.name);
     let mut deleted = deleted.lines();
@@ -328,16 +318,7 @@ async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
     );
     let patch = readme_block("$ kubectl -n demo patch configmap held", &ns.name);
     let patch = patch.trim_end().strip_prefix("$ ").unwrap();
-    let out = Command::new("bash")
-        .args(["-c", patch])
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::bash(patch);
 
     let (status, said) = follow.ended(WAIT).await;
     assert_eq!(status.code(), Some(0), "{said}");

@@ -796,6 +796,24 @@ fn declared_flags(help: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Fails unless `text` names the flags `has`, and no other (the global ones aside).
+fn same_flags(has: &BTreeSet<String>, text: &str, what: &str) {
+    let written: BTreeSet<String> = written_flags(text)
+        .into_iter()
+        .filter(|f| !GLOBAL_FLAGS.contains(&f.as_str()))
+        .collect();
+    let left_out: Vec<&String> = has.difference(&written).collect();
+    let unknown: Vec<&String> = written.difference(has).collect();
+    assert!(
+        left_out.is_empty(),
+        "{what} leaves out flags it has: {left_out:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "{what} names flags it does not have: {unknown:?}"
+    );
+}
+
 /// Each command's flag tables (the rows of its section in commands.md; `run`'s in
 /// configuration.md) list every flag it has and no other.
 #[test]
@@ -817,19 +835,10 @@ fn every_command_s_flag_table_lists_its_flags() {
             .filter(|l| l.starts_with("| `--"))
             .map(|l| format!("{}\n", l.split(" | ").next().unwrap()))
             .collect();
-        let listed: BTreeSet<String> = written_flags(&rows)
-            .into_iter()
-            .filter(|f| !GLOBAL_FLAGS.contains(&f.as_str()))
-            .collect();
-        assert_eq!(
-            has.difference(&listed).collect::<Vec<_>>(),
-            Vec::<&String>::new(),
-            "the flag tables of syncgc {subcommand} leave out flags it has"
-        );
-        assert_eq!(
-            listed.difference(&has).collect::<Vec<_>>(),
-            Vec::<&String>::new(),
-            "the flag tables of syncgc {subcommand} list flags it does not have"
+        same_flags(
+            &has,
+            &rows,
+            &format!("the flag tables of syncgc {subcommand}"),
         );
     }
 }
@@ -856,19 +865,10 @@ fn every_synopsis_names_the_flags_of_its_command() {
             seen.insert(*subcommand);
             let help = help(&[subcommand]);
             let has = declared_flags(&help);
-            let written: BTreeSet<String> = written_flags(block)
-                .into_iter()
-                .filter(|f| !GLOBAL_FLAGS.contains(&f.as_str()))
-                .collect();
-            assert_eq!(
-                written.difference(&has).collect::<Vec<_>>(),
-                Vec::<&String>::new(),
-                "{page}: the synopsis of syncgc {subcommand} names flags it does not have"
-            );
-            assert_eq!(
-                has.difference(&written).collect::<Vec<_>>(),
-                Vec::<&String>::new(),
-                "{page}: the synopsis of syncgc {subcommand} leaves out flags it has"
+            same_flags(
+                &has,
+                block,
+                &format!("{page}: the synopsis of syncgc {subcommand}"),
             );
             for word in block.split(['[', ']', '(', ')', '\n']) {
                 let mut words = word.split_whitespace();

@@ -136,12 +136,15 @@ pub fn kubectl_as(kubeconfig: &str, args: &[&str], input: Option<&str>) -> Resul
     }
 }
 
-/// The lines of the repository's `page` (`docs/troubleshooting.md`) that start with `start`:
-/// a console sample a test compares with what a real run prints.
+/// The text of the repository's `page` (`README.md`, `docs/troubleshooting.md`).
+pub fn page(page: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap()
+}
+
+/// The lines of the repository's `page` that start with `start`: a console sample a test
+/// compares with what a real run prints.
 pub fn sample_lines(page: &str, start: &str) -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
-    let lines: Vec<String> = std::fs::read_to_string(&path)
-        .unwrap()
+    let lines: Vec<String> = self::page(page)
         .lines()
         .filter(|l| l.starts_with(start))
         .map(str::to_owned)
@@ -151,6 +154,21 @@ pub fn sample_lines(page: &str, start: &str) -> Vec<String> {
         "{page} has no line starting with {start:?}"
     );
     lines
+}
+
+/// Runs `script` with bash (`-euo pipefail`) and the tests' kubeconfig; panics with what it
+/// said unless it succeeds.
+pub fn bash(script: &str) {
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Creates syncgc's own namespace (where its leader Lease lives) unless it exists.
