@@ -542,11 +542,9 @@ async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow
     };
     let now = Timestamp::now();
     let gone = serde_json::json!({ "time": now.to_string(), "gone": true, "timedOut": timed_out });
-    let (kind, name) = (&scope.named.resource.api.kind, &scope.named.name);
-    print!(
-        "{}",
-        output.step(&gone, || format!("{now} {kind}/{name}: {how}"))?
-    );
+    let named = &scope.named;
+    let what = crate::api::described(&named.resource.api.kind, named.scope(), &named.name);
+    print!("{}", output.step(&gone, || format!("{now} {what}: {how}"))?);
     Ok(if timed_out {
         Ending::TimedOut
     } else {

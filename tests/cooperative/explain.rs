@@ -329,9 +329,14 @@ async fn the_readmes_first_synchronous_delete_prints_what_the_readme_shows() {
         shown,
         "explain --watch printed:\n{said:#?}"
     );
+    let readme = support::page("README.md");
+    let ends = readme
+        .split_once("the second prints `")
+        .and_then(|(_, after)| after.split('`').next())
+        .expect("the README says how the watch ends");
     assert_eq!(
         said.last().unwrap(),
-        "ConfigMap/shop: gone",
+        &ends.replace(" demo/", &format!(" {}/", ns.name)),
         "the README says the watch ends so"
     );
 
