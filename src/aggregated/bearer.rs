@@ -21,22 +21,30 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 pub struct Delegated {
     cluster: Cluster,
     access: Access,
-    /// The users of the tokens reviewed lately (`None`: not authenticated).
-    kept: Kept<String, Option<User>>,
+    /// The users of the tokens reviewed lately (`None`: not authenticated), by the tokens'
+    /// HMAC under a key of this process: the tokens themselves are not kept.
+    kept: Kept<Vec<u8>, Option<User>>,
+    key: ring::hmac::Key,
 }
 
 impl Delegated {
     pub fn new(cluster: Cluster, access: Access) -> Self {
+        let rng = ring::rand::SystemRandom::new();
         Self {
             cluster,
             access,
             kept: Kept::default(),
+            key: ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
+                .expect("the system's random source gives a key"),
         }
     }
 
     /// The user `token` authenticates, if any.
     async fn user(&self, token: &str) -> Result<Option<User>, Refusal> {
-        if let Some(user) = self.kept.get(&token.to_owned()) {
+        let kept_as = ring::hmac::sign(&self.key, token.as_bytes())
+            .as_ref()
+            .to_vec();
+        if let Some(user) = self.kept.get(&kept_as) {
             return Ok(user);
         }
         let review = TokenReview {
@@ -63,7 +71,7 @@ impl Delegated {
                 groups: u.groups.unwrap_or_default(),
                 extra: u.extra.unwrap_or_default(),
             });
-        self.kept.put(token.to_owned(), user.clone());
+        self.kept.put(kept_as, user.clone());
         Ok(user)
     }
 }
