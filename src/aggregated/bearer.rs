@@ -2,7 +2,8 @@
 //! the apiserver decides, like syncgc's API: the caller's bearer token is authenticated by the
 //! apiserver (a `TokenReview`, as a delegating authenticator does), and the request authorized
 //! by its authorizer (a `SubjectAccessReview` of the non-resource path, `get`). Answers are
-//! kept [`KEEP`](super::access::KEEP), at most [`MAX_KEPT`](super::access::MAX_KEPT).
+//! kept [`KEEP`](super::access::KEEP), at most [`MAX_KEPT`](super::access::MAX_KEPT), a token by
+//! its HMAC under a key of the process (as the apiserver's token cache keeps them), not itself.
 //!
 //! `kubectl create token NAME` (1.24+), or a ServiceAccount's token Secret, gives a token;
 //! RBAC grants the path with `nonResourceURLs: ["/debug/graph"]`.

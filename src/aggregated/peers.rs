@@ -6,7 +6,7 @@
 //!
 //! The replicas are the endpoints of the Service the `APIService` names, ready or not (the one
 //! the aggregation layer calls, and one it does not call yet still keeps what its webhook
-//! saw). They share the serving pair, so each proves it is a replica by presenting that
+//! saw), but the replica's own pod, whose record it reads in place. They share the serving pair, so each proves it is a replica by presenting that
 //! certificate, and trusts only a server that serves it ([`ReloadingCert::peer_client_config`]).
 //! A replica that does not answer within [`ASK_WITHIN`] is named in the answer.
 
@@ -141,7 +141,11 @@ impl Peers {
             .into_iter()
             .find(|p| p.port == port)
             .and_then(|p| p.name);
-        Ok(addresses(&endpoints, port_name.as_deref()))
+        Ok(addresses(
+            &endpoints,
+            port_name.as_deref(),
+            &crate::api::client::replica(),
+        ))
     }
 
     async fn ask(&self, replica: SocketAddr, asked: &Asked) -> anyhow::Result<Vec<Entry>> {
@@ -170,8 +174,9 @@ impl Peers {
 }
 
 /// The addresses of `endpoints`, ready or not, at the port named `port_name` (or the only
-/// port of a subset, when the Service's port is unnamed).
-fn addresses(endpoints: &Endpoints, port_name: Option<&str>) -> Vec<SocketAddr> {
+/// port of a subset, when the Service's port is unnamed), but the pod `own`'s: this replica's
+/// record is read in place.
+fn addresses(endpoints: &Endpoints, port_name: Option<&str>, own: &str) -> Vec<SocketAddr> {
     let mut found = Vec::new();
     for subset in endpoints.subsets.iter().flatten() {
         let ports = subset.ports.as_deref().unwrap_or_default();
@@ -185,6 +190,14 @@ fn addresses(endpoints: &Endpoints, port_name: Option<&str>) -> Vec<SocketAddr> 
         };
         let ips = subset.addresses.iter().flatten();
         for address in ips.chain(subset.not_ready_addresses.iter().flatten()) {
+            let pod = address
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"))
+                .and_then(|r| r.name.as_deref());
+            if pod == Some(own) {
+                continue;
+            }
             if let Ok(ip) = address.ip.parse() {
                 found.push(SocketAddr::new(ip, port));
             }
@@ -235,12 +248,15 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
+    /// The other replicas: every endpoint, ready or not, at the Service's port, but this
+    /// replica's own pod (its record is read in place).
     #[test]
     fn the_replicas_are_the_endpoints_ready_or_not_at_the_service_s_port() {
         let e = endpoints(serde_json::json!({
             "metadata": {"name": "syncgc-webhook"},
             "subsets": [
-                {"addresses": [{"ip": "10.0.0.1"}], "notReadyAddresses": [{"ip": "10.0.0.2"}],
+                {"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.9", "targetRef": {"kind": "Pod", "name": "syncgc-own"}}],
+                 "notReadyAddresses": [{"ip": "10.0.0.2", "targetRef": {"kind": "Pod", "name": "syncgc-other"}}],
                  "ports": [{"name": "metrics", "port": 9090}, {"name": "https", "port": 8443}]},
                 {"addresses": [{"ip": "10.0.0.3"}], "ports": [{"name": "https", "port": 9443}]},
                 {"addresses": [{"ip": "not an address"}], "ports": [{"name": "https", "port": 1}]},
@@ -248,7 +264,7 @@ mod tests {
         }));
         let at = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(
-            addresses(&e, Some("https")),
+            addresses(&e, Some("https"), "syncgc-own"),
             vec![
                 at("10.0.0.1:8443"),
                 at("10.0.0.2:8443"),
@@ -257,7 +273,7 @@ mod tests {
         );
         // An unnamed port is the subset's only one.
         assert_eq!(
-            addresses(&e, None),
+            addresses(&e, None, "syncgc-own"),
             vec![at("10.0.0.3:9443")],
             "a subset of two ports names neither"
         );
