@@ -857,6 +857,11 @@ mod tests {
             "the Lease namespace \"syncgc-system\" does not exist (404); create it or set \
              --leader-election-namespace"
         );
+        // docs/observability.md shows it as /readyz names it.
+        assert_eq!(
+            crate::report::samples::line("docs/observability.md", "leader-election: "),
+            format!("{}: {err}", crate::metrics::Condition::LeaderElection)
+        );
         let err = ElectionError::of_call(api_error(403), Verb::Get, "team-a", "syncgc");
         assert_eq!(err.reason(), Failure::Forbidden);
         assert!(

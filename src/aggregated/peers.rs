@@ -6,8 +6,9 @@
 //!
 //! The replicas are the endpoints of the Service the `APIService` names, ready or not (the one
 //! the aggregation layer calls, and one it does not call yet still keeps what its webhook
-//! saw), but the replica's own pod, whose record it reads in place. They share the serving pair, so each proves it is a replica by presenting that
-//! certificate, and trusts only a server that serves it ([`ReloadingCert::peer_client_config`]).
+//! saw), but the replica's own pod, whose record it reads in place. They share the serving
+//! pair, so each proves it is a replica by presenting that certificate, and trusts only a
+//! server that serves it ([`ReloadingCert::peer_client_config`]).
 //! A replica that does not answer within [`ASK_WITHIN`] is named in the answer.
 
 use std::net::SocketAddr;

@@ -141,8 +141,9 @@ mod tests {
     use super::*;
 
     /// docs/commands.md's sample is what `--why-deleted` prints for a chain as syncgc's API
-    /// answers it: a leaf deleted by Kubernetes' collector because its owner went, which syncgc
-    /// deleted because the armed root went, which a user deleted.
+    /// answers it: a leaf deleted by Kubernetes' collector (whose DELETE did not reach syncgc)
+    /// because its owner went, which syncgc deleted because the armed root went, which a user
+    /// deleted.
     #[test]
     fn the_docs_sample_is_what_why_deleted_prints() {
         use crate::report::samples;

@@ -1,6 +1,7 @@
-//! The console samples of the README and the docs, as the commands' tests read them to compare
-//! them with what the code prints. A sample is a fenced block (or, for one line, a line) of a
-//! page of this repository, found by the line it starts with.
+//! The console samples of the README and the docs, as tests read them to compare them with what
+//! the code prints: the unit tests of each report, and (through `tests/support`) the tests that
+//! compare a real run. A sample is a fenced block, or a line, of a page of this repository,
+//! found by the line it starts with; each is found exactly once, so that none goes unchecked.
 
 use std::path::Path;
 
@@ -10,21 +11,24 @@ pub fn page(page: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The fenced block of `page` whose first line is `first`, without its fences, ending in a
-/// newline.
+/// The one fenced block of `page_name` whose first line starts with `first`, without its
+/// fences, ending in a newline.
 pub fn block(page_name: &str, first: &str) -> String {
     let text = page(page_name);
-    let mut blocks = text.split("\n```").skip(1).step_by(2);
-    blocks
-        .find_map(|block| {
+    let found: Vec<String> = text
+        .split("\n```")
+        .skip(1)
+        .step_by(2)
+        .filter_map(|block| {
             let (_, body) = block.split_once('\n')?;
             body.starts_with(first)
                 .then(|| format!("{}\n", body.trim_end_matches('\n')))
         })
-        .unwrap_or_else(|| panic!("{page_name} has no sample starting with {first:?}"))
+        .collect();
+    one(page_name, first, found)
 }
 
-/// Every line of `page` that starts with `start` (a sample of one line, such as a warning
+/// Every line of `page_name` that starts with `start` (a sample of one line, such as a warning
 /// kubectl prints, can be in running text, in a block or in a longer sample).
 pub fn lines(page_name: &str, start: &str) -> Vec<String> {
     let found: Vec<String> = page(page_name)
@@ -37,6 +41,26 @@ pub fn lines(page_name: &str, start: &str) -> Vec<String> {
         "{page_name} has no line starting with {start:?}"
     );
     found
+}
+
+/// The one line of `page_name` that starts with `start`.
+pub fn line(page_name: &str, start: &str) -> String {
+    let found = page(page_name)
+        .lines()
+        .filter(|l| l.starts_with(start))
+        .map(str::to_owned)
+        .collect();
+    one(page_name, start, found)
+}
+
+fn one(page_name: &str, start: &str, mut found: Vec<String>) -> String {
+    assert_eq!(
+        found.len(),
+        1,
+        "{page_name} has {} samples starting with {start:?}, not one",
+        found.len()
+    );
+    found.remove(0)
 }
 
 /// Fails, showing what the code prints, where `sample` (from `page_name`) is not `printed`.

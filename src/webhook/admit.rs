@@ -956,17 +956,20 @@ mod tests {
         assert!(admit(&dry, &TIMED, 400).warnings.is_empty());
     }
 
-    /// `syncgc run`'s timeouts by default: a minute, 500 ms per dependent, an hour at most.
-    const DEFAULTS: Policy = Policy {
-        unarmed_delete: UnarmedDelete::Allow,
-        timeouts: Some(Timeouts {
-            base: Duration::from_secs(60),
-            per_dependent: Duration::from_millis(500),
-            max: Duration::from_secs(3600),
-        }),
-        max_cascade: None,
-        guards: true,
-    };
+    /// The policy with `syncgc run`'s timeouts by default, as its flags parse them.
+    fn defaults() -> Policy {
+        #[derive(clap::Parser)]
+        struct Run {
+            #[command(flatten)]
+            collector: crate::gc::config::CollectorArgs,
+        }
+        let run = <Run as clap::Parser>::parse_from(["syncgc"]);
+        Policy {
+            timeouts: Some(run.collector.timeouts()),
+            guards: true,
+            ..TIMED
+        }
+    }
 
     /// The DELETE of the armed `kind` (of `group`) `namespace/name`.
     fn armed_delete(group: &str, kind: &str, namespace: &str, name: &str) -> Request {
@@ -980,13 +983,14 @@ mod tests {
     }
 
     /// Every `kubectl delete` warning the docs show is what the webhook says, with syncgc's
-    /// default timeouts, for the owner and the dependents of its sample.
+    /// default timeouts, for the owner and the dependents of its sample. kubectl's own last
+    /// line of the dry run is kubectl 1.34's, written here.
     #[test]
     fn the_docs_warnings_are_what_the_webhook_says() {
         use crate::report::samples;
         let warned = |group, kind, namespace, name, dependents| {
             let request = armed_delete(group, kind, namespace, name);
-            let decision = admit(&request, &DEFAULTS, dependents);
+            let decision = admit(&request, &defaults(), dependents);
             format!("Warning: {}", decision.warnings.join("\nWarning: "))
         };
         let shop = warned("apps", "Deployment", "shop", "web", 4);
@@ -1018,7 +1022,7 @@ mod tests {
         };
         let mut printed =
             String::from("$ kubectl delete configmap owner -n team-a --dry-run=server\n");
-        for warning in dry_run_warnings(&request, &DEFAULTS, 3, &preview) {
+        for warning in dry_run_warnings(&request, &defaults(), 3, &preview) {
             printed.push_str(&format!("Warning: {warning}\n"));
         }
         printed.push_str("configmap \"owner\" deleted from team-a namespace (server dry run)\n");

@@ -352,11 +352,14 @@ fn timeless(line: &str) -> String {
 #[tokio::test]
 async fn the_demo_order_transcript_is_what_the_script_prints() {
     let ns = namespace("demo-order").await;
-    let out =
-        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/demo-order.sh"))
+    let demo =
+        tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/demo-order.sh"))
             .env("SYNCGC_DEMO_NAMESPACE", &ns.name)
-            .output()
-            .unwrap();
+            .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), demo)
+        .await
+        .expect("the demo ends within two minutes")
+        .unwrap();
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -365,14 +368,7 @@ async fn the_demo_order_transcript_is_what_the_script_prints() {
     );
     let printed: Vec<String> = printed.lines().map(timeless).collect();
     for page in ["docs/development.md", "docs/how-it-works.md"] {
-        let text = support::page(page);
-        let (_, shown) = text
-            .split_once("\nkubectl delete configmap shop: ")
-            .unwrap_or_else(|| panic!("{page} shows the demo's transcript"));
-        let shown = format!(
-            "kubectl delete configmap shop: {}",
-            shown.split("```").next().unwrap()
-        );
+        let shown = support::samples::block(page, "kubectl delete configmap shop: ");
         let mut last_change = 0;
         for line in shown.lines().filter(|l| l.trim() != "...") {
             let line = timeless(line);

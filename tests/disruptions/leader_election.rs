@@ -136,8 +136,7 @@ async fn a_missing_lease_namespace_keeps_readyz_failing_with_the_reason_until_it
     .await
     .unwrap();
     // docs/observability.md's sample, for syncgc's namespace.
-    let reason = support::sample_lines("docs/observability.md", "leader-election: the Lease")
-        .concat()
+    let reason = support::samples::line("docs/observability.md", "leader-election: the Lease")
         .replace("\"syncgc-system\"", &format!("\"{lease_namespace}\""))
         + "\n";
     let readyz = || syncgc.get("/readyz").expect("/readyz answers");

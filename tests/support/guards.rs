@@ -110,11 +110,10 @@ pub async fn a_protected_object_is_deleted_neither_directly_nor_by_a_cascade(ns:
         None,
     )
     .expect_err("kubectl's DELETE is refused");
-    let sample = super::sample_lines(
+    let sample = super::samples::line(
         "docs/troubleshooting.md",
         "Error from server (Forbidden): admission webhook \"guard.syncgc.io\"",
     )
-    .join("\n")
     .replace(" shop/", &format!(" {}/", ns.name));
     assert_eq!(said.trim_end(), sample);
 

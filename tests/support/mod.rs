@@ -10,6 +10,8 @@ pub mod guards;
 pub mod operator;
 pub mod plan;
 pub mod process;
+#[path = "../../src/report/samples.rs"]
+pub mod samples;
 pub mod served_api;
 pub mod surface;
 pub mod webhook;
@@ -134,26 +136,6 @@ pub fn kubectl_as(kubeconfig: &str, args: &[&str], input: Option<&str>) -> Resul
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
-}
-
-/// The text of the repository's `page` (`README.md`, `docs/troubleshooting.md`).
-pub fn page(page: &str) -> String {
-    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).unwrap()
-}
-
-/// The lines of the repository's `page` that start with `start`: a console sample a test
-/// compares with what a real run prints.
-pub fn sample_lines(page: &str, start: &str) -> Vec<String> {
-    let lines: Vec<String> = self::page(page)
-        .lines()
-        .filter(|l| l.starts_with(start))
-        .map(str::to_owned)
-        .collect();
-    assert!(
-        !lines.is_empty(),
-        "{page} has no line starting with {start:?}"
-    );
-    lines
 }
 
 /// Runs `script` with bash (`-euo pipefail`) and the tests' kubeconfig; panics with what it
