@@ -178,7 +178,7 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
                     .await?;
                 let why = crate::explain::why::why_deleted(&cluster, &object, namespace.as_deref())
                     .await?;
-                print!("{}", output.whole(&why, || why.text())?);
+                print!("{}", output.whole(|| &why, || why.text())?);
                 Ok(ExitCode::SUCCESS)
             }
             .await;
@@ -211,7 +211,7 @@ pub async fn main(collector_runtime: crate::app::RuntimeBuilder) -> ExitCode {
 
 async fn plan(args: &PlanArgs) -> anyhow::Result<()> {
     let plan = args.run().await?;
-    print!("{}", args.output.whole(&plan, || plan.text())?);
+    print!("{}", args.output.whole(|| &plan, || plan.text())?);
     Ok(())
 }
 

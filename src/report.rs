@@ -186,16 +186,17 @@ pub enum Output {
 }
 
 impl Output {
-    /// `report` whole: `text` of it for people, indented JSON, or a YAML document.
+    /// A report whole: `text` of it for people, or the `report` made for programs as indented
+    /// JSON or a YAML document. Only the form printed is made.
     pub fn whole<T: Serialize>(
         self,
-        report: &T,
+        report: impl FnOnce() -> T,
         text: impl FnOnce() -> String,
     ) -> anyhow::Result<String> {
         Ok(match self {
             Self::Text => text(),
-            Self::Json => serde_json::to_string_pretty(report)? + "\n",
-            Self::Yaml => serde_norway::to_string(report)?,
+            Self::Json => serde_json::to_string_pretty(&report())? + "\n",
+            Self::Yaml => serde_norway::to_string(&report())?,
         })
     }
 
@@ -203,13 +204,13 @@ impl Output {
     /// line, or a YAML document of its own (`---` first).
     pub fn step<T: Serialize>(
         self,
-        report: &T,
+        report: impl FnOnce() -> T,
         text: impl FnOnce() -> String,
     ) -> anyhow::Result<String> {
         Ok(match self {
             Self::Text => text() + "\n",
-            Self::Json => serde_json::to_string(report)? + "\n",
-            Self::Yaml => format!("---\n{}", serde_norway::to_string(report)?),
+            Self::Json => serde_json::to_string(&report())? + "\n",
+            Self::Yaml => format!("---\n{}", serde_norway::to_string(&report())?),
         })
     }
 }
@@ -222,22 +223,22 @@ mod tests {
     fn a_report_prints_as_text_json_or_yaml_whole_or_a_step_at_a_time() {
         let report = serde_json::json!({"gone": true, "left": 2});
         let text = || "2 left".to_owned();
-        assert_eq!(Output::Text.whole(&report, text).unwrap(), "2 left");
+        assert_eq!(Output::Text.whole(|| &report, text).unwrap(), "2 left");
         assert_eq!(
-            Output::Json.whole(&report, text).unwrap(),
+            Output::Json.whole(|| &report, text).unwrap(),
             "{\n  \"gone\": true,\n  \"left\": 2\n}\n"
         );
         assert_eq!(
-            Output::Yaml.whole(&report, text).unwrap(),
+            Output::Yaml.whole(|| &report, text).unwrap(),
             "gone: true\nleft: 2\n"
         );
-        assert_eq!(Output::Text.step(&report, text).unwrap(), "2 left\n");
+        assert_eq!(Output::Text.step(|| &report, text).unwrap(), "2 left\n");
         assert_eq!(
-            Output::Json.step(&report, text).unwrap(),
+            Output::Json.step(|| &report, text).unwrap(),
             "{\"gone\":true,\"left\":2}\n"
         );
         assert_eq!(
-            Output::Yaml.step(&report, text).unwrap(),
+            Output::Yaml.step(|| &report, text).unwrap(),
             "---\ngone: true\nleft: 2\n"
         );
     }

@@ -610,7 +610,7 @@ impl CheckArgs {
     /// Runs the checks and prints them; whether every check passed.
     pub async fn run(self) -> anyhow::Result<bool> {
         let report = self.settled().await?;
-        print!("{}", self.output.whole(&report, || report.text())?);
+        print!("{}", self.output.whole(|| &report, || report.text())?);
         Ok(report.ok)
     }
 

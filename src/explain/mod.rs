@@ -345,7 +345,6 @@ pub async fn explain(
     gathered.barrier = barrier_note(&scope.cluster, &object).await;
     let view = known.scope();
     let tree = tree(&object, &view);
-    let whole = ObjectReport::of(&object, &gathered, &tree);
     let text = || {
         let (mut text, _) = report(&object, &view, gathered.barrier.as_deref());
         text.push_str(&owners_text(&gathered.owners));
@@ -356,7 +355,8 @@ pub async fn explain(
         }
         text
     };
-    print!("{}", output.whole(&whole, text)?);
+    let whole = || ObjectReport::of(&object, &gathered, &tree);
+    print!("{}", output.whole(whole, text)?);
     Ok(if object.blocked() {
         Ending::Blocked
     } else {
@@ -446,11 +446,11 @@ async fn follow(
         let line = progress(&object, &gathered, &tree, &view);
         if line != last {
             let now = Timestamp::now();
-            let report = ObjectReport {
+            let report = || ObjectReport {
                 time: Some(now.to_string()),
                 ..ObjectReport::of(&object, &gathered, &tree)
             };
-            print!("{}", output.step(&report, || format!("{now} {line}"))?);
+            print!("{}", output.step(report, || format!("{now} {line}"))?);
             last = line;
         }
         // The next event, or a look again for the barrier's note or new kinds; then all that
@@ -541,10 +541,11 @@ async fn gone(scope: &Lookup, uid: &str, waited: bool, output: Output) -> anyhow
         "gone"
     };
     let now = Timestamp::now();
-    let gone = serde_json::json!({ "time": now.to_string(), "gone": true, "timedOut": timed_out });
+    let gone =
+        || serde_json::json!({ "time": now.to_string(), "gone": true, "timedOut": timed_out });
     let named = &scope.named;
     let what = crate::api::described(&named.resource.api.kind, named.scope(), &named.name);
-    print!("{}", output.step(&gone, || format!("{now} {what}: {how}"))?);
+    print!("{}", output.step(gone, || format!("{now} {what}: {how}"))?);
     Ok(if timed_out {
         Ending::TimedOut
     } else {

@@ -444,7 +444,7 @@ pub async fn explain(
     };
     if !watch {
         let report = report(&gathered);
-        print!("{}", output.whole(&report, || report.text())?);
+        print!("{}", output.whole(|| &report, || report.text())?);
         return Ok(if report.blocked {
             Ending::Blocked
         } else {
@@ -459,7 +459,7 @@ pub async fn explain(
         if line != last {
             print!(
                 "{}",
-                output.step(&report, || format!("{} {line}", Timestamp::now()))?
+                output.step(|| &report, || format!("{} {line}", Timestamp::now()))?
             );
             last = line;
         }
@@ -469,10 +469,10 @@ pub async fn explain(
             let namespace = cluster.get_whole(&cluster.all::<Namespace>(), name).await?;
             let Some(namespace) = namespace else {
                 let now = Timestamp::now();
-                let gone = serde_json::json!({ "time": now.to_string(), "gone": true });
+                let gone = || serde_json::json!({ "time": now.to_string(), "gone": true });
                 print!(
                     "{}",
-                    output.step(&gone, || format!("{now} namespace {name}: gone"))?
+                    output.step(gone, || format!("{now} namespace {name}: gone"))?
                 );
                 return Ok(Ending::Free);
             };
