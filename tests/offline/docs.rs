@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::samples;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The subcommands whose `--help` the documentation must cover.
@@ -53,10 +55,6 @@ fn documents() -> BTreeMap<String, String> {
 /// All the documentation as one text.
 fn all_docs() -> String {
     documents().into_values().collect::<Vec<_>>().join("\n")
-}
-
-fn doc(name: &str) -> String {
-    read(&Path::new(ROOT).join(name))
 }
 
 fn help(args: &[&str]) -> String {
@@ -153,7 +151,7 @@ fn the_flag_pages_name_only_flags_syncgc_has() {
     }
     known.extend(OTHER_TOOLS_FLAGS.iter().map(|f| (*f).to_owned()));
     for page in ["docs/configuration.md", "docs/commands.md"] {
-        let written = written_flags(&doc(page));
+        let written = written_flags(&samples::page(page));
         assert!(written.len() > 10, "{page} names flags: {written:?}");
         let unknown: Vec<&String> = written.difference(&known).collect();
         assert!(
@@ -165,7 +163,7 @@ fn the_flag_pages_name_only_flags_syncgc_has() {
 
 /// The metric names syncgc registers: the `"syncgc_…"` string literals of src/metrics.rs.
 fn exported_metrics() -> BTreeSet<String> {
-    let source = doc("src/metrics.rs");
+    let source = samples::page("src/metrics.rs");
     let names: BTreeSet<String> = source
         .split('"')
         .filter(|s| {
@@ -207,7 +205,7 @@ fn mentioned_metrics(text: &str) -> BTreeSet<String> {
 #[test]
 fn every_metric_is_documented_and_every_documented_metric_exists() {
     let exported = exported_metrics();
-    let observability = doc("docs/observability.md");
+    let observability = samples::page("docs/observability.md");
     for name in &exported {
         assert!(
             observability.contains(name.as_str()),
@@ -227,8 +225,8 @@ fn every_metric_is_documented_and_every_documented_metric_exists() {
 #[test]
 fn every_alert_has_its_runbook_section() {
     let rules: serde_norway::Value =
-        serde_norway::from_str(&doc("manifests/prometheus/prometheusrule.yaml")).unwrap();
-    let sections = headings(&doc("docs/alerts.md"));
+        serde_norway::from_str(&samples::page("manifests/prometheus/prometheusrule.yaml")).unwrap();
+    let sections = headings(&samples::page("docs/alerts.md"));
     let mut alerts = 0;
     for group in rules["spec"]["groups"].as_sequence().unwrap() {
         for rule in group["rules"].as_sequence().unwrap() {
@@ -365,7 +363,7 @@ fn every_relative_link_resolves() {
 
 #[test]
 fn the_readme_is_a_front_door() {
-    let readme = doc("README.md");
+    let readme = samples::page("README.md");
     assert!(
         (5 * 1024..=16 * 1024).contains(&readme.len()),
         "README.md is {} bytes; keep it between 5 and 16 KB and move the rest to docs/",
@@ -388,7 +386,7 @@ fn the_readme_is_a_front_door() {
             "the first 40 lines of README.md do not give `{command}` as a command"
         );
     }
-    let ci = doc(".ci/run");
+    let ci = samples::page(".ci/run");
     assert!(
         ci.lines().any(|line| line.trim() == "hack/test.sh"),
         ".ci/run does not run the README's test command, unchanged"
@@ -484,7 +482,7 @@ fn the_version_names_the_commit_it_was_built_from() {
 /// tests every mode runs, tests/support/plan.rs).
 #[test]
 fn the_table_of_what_each_collector_does_names_tests_that_exist() {
-    let page = doc("docs/how-it-works.md");
+    let page = samples::page("docs/how-it-works.md");
     let table = page
         .split("### What each collector does")
         .nth(1)
@@ -609,7 +607,7 @@ fn the_table_of_what_reaches_syncgc_is_the_registration() {
     use syncgc::api::ServerVersion;
     use syncgc::webhook::admit::UnarmedDelete::{Allow, Deny};
     use syncgc::webhook::registration::GuardScope::{Every, Off, Selected};
-    let text = doc("docs/how-it-works.md");
+    let text = samples::page("docs/how-it-works.md");
     let table = text
         .split("<!-- reaches-syncgc -->")
         .nth(1)
@@ -821,9 +819,9 @@ fn every_command_s_flag_table_lists_its_flags() {
     for subcommand in SUBCOMMANDS {
         let has = declared_flags(&help(&[subcommand]));
         let section = if subcommand == "run" {
-            doc("docs/configuration.md")
+            samples::page("docs/configuration.md")
         } else {
-            let page = doc("docs/commands.md");
+            let page = samples::page("docs/commands.md");
             let heading = format!("\n## syncgc {subcommand}\n");
             let (_, section) = page
                 .split_once(&heading)
@@ -851,7 +849,7 @@ fn every_command_s_flag_table_lists_its_flags() {
 fn every_synopsis_names_the_flags_of_its_command() {
     let mut seen = BTreeSet::new();
     for page in ["docs/commands.md", "docs/configuration.md"] {
-        for block in doc(page).split("```text\n").skip(1) {
+        for block in samples::page(page).split("```text\n").skip(1) {
             let block = block.split("```").next().unwrap();
             let Some(subcommand) = SUBCOMMANDS.iter().find(|s| {
                 block.starts_with(&format!("syncgc {s} "))
